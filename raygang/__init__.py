@@ -1,0 +1,68 @@
+"""raygang: gang scheduling inside a Ray cluster.
+
+Public names are loaded lazily so that `import raygang.core` (the pure policy) never
+imports Ray.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_PUBLIC = {
+    "gang_task": "raygang.api",
+    "gang": "raygang.api",
+    "GangTask": "raygang.api",
+    "Gang": "raygang.api",
+    "GangRef": "raygang.api",
+    "start": "raygang.api",
+    "shutdown": "raygang.api",
+    "list_gangs": "raygang.api",
+    "get_context": "raygang.runtime.context",
+    "GangContext": "raygang.runtime.context",
+    "GangStatus": "raygang.runtime.status",
+    "MemberStatus": "raygang.runtime.status",
+    "GangError": "raygang.runtime.status",
+    "GangFailedError": "raygang.runtime.errors",
+    "GangCancelledError": "raygang.runtime.errors",
+    "UnschedulableError": "raygang.runtime.errors",
+    "SchedulerNotRunningError": "raygang.runtime.errors",
+    "GangSpec": "raygang.core.spec",
+    "RoleSpec": "raygang.core.spec",
+    "SpecError": "raygang.core.spec",
+    "Strategy": "raygang.core.spec",
+    "GangState": "raygang.core.gang",
+    "SchedulerConfig": "raygang.core.config",
+    "PriorityClass": "raygang.core.config",
+    "Resources": "raygang.core.resources",
+}
+
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'raygang' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)
+
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
+    from raygang.api import Gang, GangRef, GangTask, gang, gang_task, list_gangs, shutdown, start
+    from raygang.core.config import PriorityClass, SchedulerConfig
+    from raygang.core.gang import GangState
+    from raygang.core.resources import Resources
+    from raygang.core.spec import GangSpec, RoleSpec, SpecError, Strategy
+    from raygang.runtime.context import GangContext, get_context
+    from raygang.runtime.errors import (
+        GangCancelledError, GangFailedError, SchedulerNotRunningError, UnschedulableError,
+    )
+    from raygang.runtime.status import GangError, GangStatus, MemberStatus

@@ -1,0 +1,28 @@
+"""Pure scheduling decisions: no ray, kubernetes or web imports (checked by import-linter).
+
+`schedule(snapshot, pending, config, now) -> Plan` is the whole contract with the runtime.
+"""
+
+from raygang.core.capacity import Capacity
+from raygang.core.config import (
+    DEFAULT_PRIORITY_CLASSES,
+    PriorityClass,
+    SchedulerConfig,
+    UnknownPriorityClass,
+)
+from raygang.core.explain import describe_bundles, why_not
+from raygang.core.gang import GangState, PendingGang
+from raygang.core.placement import place
+from raygang.core.plan import Admission, Plan, WaitCode, Waiting
+from raygang.core.resources import Resources
+from raygang.core.schedule import schedule, unschedulable_reason
+from raygang.core.snapshot import ClusterSnapshot, NodeState, PlacedGang
+from raygang.core.spec import GangSpec, MemberSlot, RoleSpec, SpecError, Strategy, gang_spec
+
+__all__ = [
+    "Admission", "Capacity", "ClusterSnapshot", "DEFAULT_PRIORITY_CLASSES", "GangSpec",
+    "GangState", "MemberSlot", "NodeState", "PendingGang", "PlacedGang", "Plan",
+    "PriorityClass", "Resources", "RoleSpec", "SchedulerConfig", "SpecError", "Strategy",
+    "UnknownPriorityClass", "WaitCode", "Waiting", "describe_bundles", "gang_spec", "place",
+    "schedule", "unschedulable_reason", "why_not",
+]

@@ -1,0 +1,116 @@
+"""A scratch copy of free resources per node for one cycle, with undo.
+
+Nodes whose free vectors are identical form one class: a search for the best node looks
+at each distinct free vector once instead of at every node. A pool of 1,000 identical
+8-GPU nodes is a handful of classes, which is what makes a 10,000-gang cycle cheap.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+from raygang.core.resources import Resources, scarcity_key
+from raygang.core.snapshot import NodeState
+
+Undo = Callable[[], None]
+
+
+class Capacity:
+    def __init__(self, nodes: Iterable[NodeState], *, use_totals: bool = False):
+        """Free resources of `nodes`; with `use_totals` the cluster as if it were empty."""
+        self._free: dict[str, Resources] = {}
+        self._total: dict[str, Resources] = {}
+        self._display: dict[str, str] = {}
+        self._classes: dict[Resources, list[str]] = {}
+        for node in sorted(nodes, key=lambda n: n.node_id):
+            free = node.total if use_totals else node.free
+            self._free[node.node_id] = free
+            self._total[node.node_id] = node.total
+            self._display[node.node_id] = node.display
+            self._classes.setdefault(free, []).append(node.node_id)  # sorted: ids come in order
+        names: set[str] = set()
+        for total in self._total.values():
+            names.update(total)
+        # Best fit compares what a node would have left, scarcest resource first.
+        self.resource_names: tuple[str, ...] = tuple(sorted(names, key=scarcity_key))
+
+    # Reading ----------------------------------------------------------------------------
+    def free(self, node_id: str) -> Resources:
+        return self._free[node_id]
+
+    def total(self, node_id: str) -> Resources:
+        return self._total[node_id]
+
+    def display(self, node_id: str) -> str:
+        return self._display[node_id]
+
+    @property
+    def node_ids(self) -> list[str]:
+        return list(self._free)
+
+    def classes(self) -> Iterator[tuple[Resources, list[str]]]:
+        """(free vector, sorted node ids having exactly it), for every distinct free vector."""
+        return iter(self._classes.items())
+
+    def leftover_key(self, free: Resources, demand: Resources) -> tuple[int, ...]:
+        """Best-fit score: smaller means tighter. Scarce resources (GPU) are compared first,
+        so work that needs no GPU prefers nodes without free GPUs."""
+        return tuple(free.units(n) - demand.units(n) for n in self.resource_names)
+
+    def best_node(
+        self,
+        demand: Resources,
+        *,
+        exclude: set[str] | frozenset[str] = frozenset(),
+        among: Iterable[str] | None = None,
+    ) -> str | None:
+        """The node where `demand` fits tightest (ties: lowest node id), or None."""
+        if among is not None:
+            fitting = [n for n in among if n not in exclude and demand.fits_in(self._free[n])]
+            if not fitting:
+                return None
+            return min(fitting, key=lambda n: (self.leftover_key(self._free[n], demand), n))
+        best: tuple[tuple[int, ...], str] | None = None
+        for free, ids in self._classes.items():
+            if not demand.fits_in(free):
+                continue
+            node = _first_not_in(ids, exclude)
+            if node is None:
+                continue
+            key = (self.leftover_key(free, demand), node)
+            if best is None or key < best:
+                best = key
+        return None if best is None else best[1]
+
+    # Tentative changes ------------------------------------------------------------------
+    def reserve(self, assignment: Iterable[tuple[str, Resources]]) -> Undo:
+        """Take each bundle from its node; returns a function that puts them back."""
+        taken: list[tuple[str, Resources]] = []
+        for node_id, bundle in assignment:
+            self._set_free(node_id, self._free[node_id] - bundle)
+            taken.append((node_id, bundle))
+
+        def undo() -> None:
+            for node_id, bundle in reversed(taken):
+                self._set_free(node_id, self._free[node_id] + bundle)
+
+        return undo
+
+    def _set_free(self, node_id: str, free: Resources) -> None:
+        old = self._free[node_id]
+        ids = self._classes[old]
+        del ids[bisect.bisect_left(ids, node_id)]
+        if not ids:
+            del self._classes[old]
+        self._free[node_id] = free
+        bisect.insort(self._classes.setdefault(free, []), node_id)
+
+
+def _first_not_in(ids: Sequence[str], exclude: set[str] | frozenset[str]) -> str | None:
+    if not exclude:
+        return ids[0]
+    for node_id in ids:
+        if node_id not in exclude:
+            return node_id
+    return None

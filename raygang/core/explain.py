@@ -1,0 +1,105 @@
+"""Why a gang does not fit, in words with numbers.
+
+Called only for gangs that `place` could not place, so it may afford full scans.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from raygang.core.capacity import Capacity
+from raygang.core.resources import Resources, format_amount
+from raygang.core.spec import Strategy
+
+_LISTED_NODES = 4
+
+
+def describe_bundles(bundles: Sequence[Resources]) -> str:
+    """`4×{GPU: 1}` or `1×{CPU: 1} + 4×{GPU: 1}` (shapes in first-seen order)."""
+    counts = Counter(bundles)
+    return " + ".join(f"{n}×{shape}" for shape, n in counts.items())
+
+
+def why_not(bundles: Sequence[Resources], strategy: Strategy, capacity: Capacity) -> str:
+    """Why `bundles` cannot be placed under `strategy` on `capacity` right now."""
+    total = sum(bundles, Resources())
+    unknown = [n for n in total.names_by_scarcity() if n not in capacity.resource_names]
+    if unknown:
+        return f"needs resource {unknown[0]!r}, which no alive node has"
+    shape = f"{strategy.value}, {describe_bundles(bundles)}"
+    if strategy is Strategy.STRICT_PACK:
+        return f"needs {total} on one node ({shape}); {_largest_on_one_node(total, capacity)}"
+    if strategy is Strategy.STRICT_SPREAD:
+        return _strict_spread_reason(bundles, shape, capacity)
+    cluster_free = sum((capacity.free(n) for n in capacity.node_ids), Resources())
+    missing = total.shortfall(cluster_free)
+    if missing:
+        name = missing.names_by_scarcity()[0]
+        return (
+            f"needs {total} in all ({shape}); free in the cluster is "
+            f"{name} {format_amount(name, cluster_free.get(name))}{_by_node(name, capacity)}"
+        )
+    for bundle in sorted(set(bundles), key=lambda b: [-b.units(n) for n in capacity.resource_names]):
+        if capacity.best_node(bundle) is None:
+            return f"bundle {bundle} fits on no node ({shape}); {_largest_on_one_node(bundle, capacity)}"
+    name = total.names_by_scarcity()[0]
+    return (
+        f"needs {total} ({shape}); enough is free in all but it is fragmented across nodes: "
+        f"{name} free{_by_node(name, capacity)}"
+    )
+
+
+def _largest_on_one_node(demand: Resources, capacity: Capacity) -> str:
+    """Name the first resource (scarcest first) no single node has enough of."""
+    for name in demand.names_by_scarcity():
+        node = max(capacity.node_ids, key=lambda n: (capacity.free(n).units(name), _neg(n)))
+        most = capacity.free(node).get(name)
+        if most < demand[name]:
+            return (
+                f"largest free {name} on one node is {format_amount(name, most)} "
+                f"(node {capacity.display(node)})"
+            )
+    # Every resource alone is somewhere; no node has all of them together.
+    closest = min(
+        capacity.node_ids,
+        key=lambda n: (len(demand.shortfall(capacity.free(n))), capacity.leftover_key(
+            capacity.free(n), Resources()), n),
+    )
+    return (
+        f"no node has all of it free at once; closest is node {capacity.display(closest)} "
+        f"with {capacity.free(closest).only(set(demand))} free"
+    )
+
+
+def _strict_spread_reason(bundles: Sequence[Resources], shape: str, capacity: Capacity) -> str:
+    smallest = min(bundles, key=lambda b: [b.units(n) for n in capacity.resource_names])
+    able = [n for n in capacity.node_ids if smallest.fits_in(capacity.free(n))]
+    listed = ", ".join(capacity.display(n) for n in able[:_LISTED_NODES])
+    more = f" and {len(able) - _LISTED_NODES} more" if len(able) > _LISTED_NODES else ""
+    which = f": {listed}{more}" if able else ""
+    return (
+        f"needs {len(bundles)} distinct nodes ({shape}); only {len(able)} "
+        f"node{'s' if len(able) != 1 else ''} can hold {smallest}{which}"
+    )
+
+
+def _by_node(name: str, capacity: Capacity) -> str:
+    """` (w-1: 2, w-2: 1, 6 nodes with none)`: where `name` is free, most first."""
+    having = [n for n in capacity.node_ids if capacity.free(n).units(name) > 0]
+    having.sort(key=lambda n: (-capacity.free(n).units(name), n))
+    parts = [
+        f"{capacity.display(n)}: {format_amount(name, capacity.free(n)[name])}"
+        for n in having[:_LISTED_NODES]
+    ]
+    if len(having) > _LISTED_NODES:
+        parts.append(f"{len(having) - _LISTED_NODES} more")
+    none = len(capacity.node_ids) - len(having)
+    if none:
+        parts.append(f"{none} node{'s' if none != 1 else ''} with none")
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def _neg(node_id: str) -> tuple[int, ...]:
+    # For max(): among equal amounts prefer the lowest node id.
+    return tuple(-ord(c) for c in node_id)

@@ -1,0 +1,59 @@
+"""A gang as the core sees it: its spec plus the facts that order it."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from raygang.core.resources import Resources
+from raygang.core.spec import GangSpec, Strategy
+
+
+class GangState(str, enum.Enum):
+    PENDING = "PENDING"
+    ADMITTED = "ADMITTED"  # a plan placed it; its placement group is being created
+    RESERVED = "RESERVED"  # placement group ready
+    STARTING = "STARTING"  # members being started, not yet past the launch barrier
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    PREEMPTED = "PREEMPTED"  # transient: on its way back to PENDING
+    RESTARTING = "RESTARTING"  # transient: on its way back to PENDING
+
+    @property
+    def finished(self) -> bool:
+        return self in (GangState.SUCCEEDED, GangState.FAILED, GangState.CANCELLED)
+
+    @property
+    def holds_resources(self) -> bool:
+        return self in (
+            GangState.ADMITTED, GangState.RESERVED, GangState.STARTING, GangState.RUNNING
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PendingGang:
+    """A gang waiting for admission. `seq` is its submission order (kept across requeues)."""
+
+    gang_id: str
+    spec: GangSpec
+    priority: int
+    seq: int
+
+    @property
+    def bundles(self) -> tuple[Resources, ...]:
+        return self.spec.bundles
+
+    @property
+    def strategy(self) -> Strategy:
+        return self.spec.strategy
+
+    @property
+    def shape(self) -> tuple[Strategy, tuple[Resources, ...]]:
+        """Gangs of one shape fit or do not fit together (placement ignores names)."""
+        return (self.spec.strategy, self.spec.bundles)
+
+    def order_key(self) -> tuple[int, int, str]:
+        """Total order of admission: higher priority, then earlier submission, then id."""
+        return (-self.priority, self.seq, self.gang_id)

@@ -1,0 +1,124 @@
+"""Choose a node for every bundle of a gang, for each Ray placement strategy.
+
+The result is pinned on Ray with `bundle_label_selector=[{"ray.io/node-id": ...}]`, so it
+must be an assignment Ray accepts: STRICT_PACK on one node, STRICT_SPREAD on distinct
+nodes, and every node holding what is assigned to it. Searches are greedy (largest bundle
+first), like Ray's own bundle scheduling, and deterministic: ties go to the lowest node id.
+`place` leaves `capacity` as it found it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from raygang.core.capacity import Capacity, Undo
+from raygang.core.resources import Resources
+from raygang.core.spec import Strategy
+
+Assignment = tuple[str, ...]  # node id per bundle, in bundle (rank) order
+
+
+def place(
+    bundles: Sequence[Resources], strategy: Strategy, capacity: Capacity
+) -> Assignment | None:
+    """A node for each bundle under `strategy` on the free capacity, or None if none now."""
+    if strategy is Strategy.STRICT_PACK:
+        return _on_one_node(bundles, capacity)
+    if strategy is Strategy.STRICT_SPREAD:
+        return _strict_spread(bundles, capacity)
+    if strategy is Strategy.SPREAD:
+        return _spread(bundles, capacity)
+    return _on_one_node(bundles, capacity) or _pack(bundles, capacity)
+
+
+def largest_first(bundles: Sequence[Resources], capacity: Capacity) -> list[int]:
+    """Bundle indices, largest first (scarcest resource compared first), stable."""
+    names = capacity.resource_names
+    return sorted(range(len(bundles)), key=lambda i: tuple(-bundles[i].units(n) for n in names))
+
+
+def _on_one_node(bundles: Sequence[Resources], capacity: Capacity) -> Assignment | None:
+    total = Resources()
+    for bundle in bundles:
+        total = total + bundle
+    node = capacity.best_node(total)
+    return None if node is None else (node,) * len(bundles)
+
+
+def _strict_spread(bundles: Sequence[Resources], capacity: Capacity) -> Assignment | None:
+    assignment: list[str] = [""] * len(bundles)
+    used: set[str] = set()
+    for i in largest_first(bundles, capacity):
+        node = capacity.best_node(bundles[i], exclude=used)
+        if node is None:
+            return None
+        assignment[i] = node
+        used.add(node)
+    return tuple(assignment)
+
+
+def _spread(bundles: Sequence[Resources], capacity: Capacity) -> Assignment | None:
+    """A distinct node per bundle where possible; shares nodes only when it must."""
+    assignment: list[str] = [""] * len(bundles)
+    used: set[str] = set()
+    undos: list[Undo] = []
+    try:
+        for i in largest_first(bundles, capacity):
+            node = capacity.best_node(bundles[i], exclude=used) or capacity.best_node(
+                bundles[i], among=used
+            )
+            if node is None:
+                return None
+            assignment[i] = node
+            used.add(node)
+            undos.append(capacity.reserve([(node, bundles[i])]))
+        return tuple(assignment)
+    finally:
+        for undo in reversed(undos):
+            undo()
+
+
+def _pack(bundles: Sequence[Resources], capacity: Capacity) -> Assignment | None:
+    """Fewest nodes: repeatedly open the node that hosts the most remaining bundles
+    (first fit, largest first), ties to the tightest fit, then the lowest node id."""
+    assignment: list[str] = [""] * len(bundles)
+    remaining = largest_first(bundles, capacity)
+    used: set[str] = set()
+    undos: list[Undo] = []
+    try:
+        while remaining:
+            best: tuple[tuple, str, list[int]] | None = None  # (key, node, hosted)
+            for free, ids in capacity.classes():
+                node = next((n for n in ids if n not in used), None)
+                if node is None:
+                    continue
+                hosted, left = _first_fit(free, [(i, bundles[i]) for i in remaining])
+                if not hosted:
+                    continue
+                key = (-len(hosted), capacity.leftover_key(left, Resources()), node)
+                if best is None or key < best[0]:
+                    best = (key, node, hosted)
+            if best is None:
+                return None
+            _, node, hosted = best
+            for i in hosted:
+                assignment[i] = node
+            used.add(node)
+            undos.append(capacity.reserve([(node, bundles[i]) for i in hosted]))
+            placed = set(hosted)
+            remaining = [i for i in remaining if i not in placed]
+        return tuple(assignment)
+    finally:
+        for undo in reversed(undos):
+            undo()
+
+
+def _first_fit(
+    free: Resources, indexed: list[tuple[int, Resources]]
+) -> tuple[list[int], Resources]:
+    hosted: list[int] = []
+    for i, bundle in indexed:
+        if bundle.fits_in(free):
+            free = free - bundle
+            hosted.append(i)
+    return hosted, free

@@ -1,0 +1,40 @@
+"""What one scheduling cycle decided, as data. Only `raygang.runtime` acts on a plan."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """Start this gang with bundle i pinned to `nodes[i]`."""
+
+    gang_id: str
+    nodes: tuple[str, ...]
+
+
+class WaitCode(str, enum.Enum):
+    NO_FIT = "NO_FIT"  # not enough free resources of the right shape right now
+    BEHIND = "BEHIND"  # a gang earlier in the order is blocked and backfill is off
+    UNSCHEDULABLE = "UNSCHEDULABLE"  # cannot fit even on the empty cluster as it is now
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    gang_id: str
+    code: WaitCode
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    admissions: tuple[Admission, ...] = ()
+    waiting: Mapping[str, Waiting] = field(default_factory=lambda: MappingProxyType({}))
+    at: float = 0.0
+
+    @property
+    def admitted_ids(self) -> list[str]:
+        return [a.gang_id for a in self.admissions]

@@ -1,0 +1,197 @@
+"""Resource vectors: `{"CPU": 2, "GPU": 1, "memory": 8e9, "TPU": 4}`.
+
+Amounts are kept as integers in Ray's own fixed-point unit (1/10,000), so sums and
+differences are exact and a bundle that Ray would accept is never rejected here by a
+rounding error. Zero amounts are dropped: `{"GPU": 0}` equals `{}`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from pydantic import GetCoreSchemaHandler
+from pydantic_core import core_schema
+
+UNIT = 10_000  # Ray's resource granularity (ray::kResourceUnitScaling).
+
+# Order in which resources are compared for best fit and shown in messages: the scarce,
+# expensive ones first. Resources not listed here (custom ones) come after GPU.
+_FIRST = ("GPU",)
+_LAST = ("CPU", "memory", "object_store_memory")
+
+
+def scarcity_key(name: str) -> tuple[int, str]:
+    """Sort key putting GPU first, custom resources next, then CPU and memory."""
+    if name in _FIRST:
+        return (0, name)
+    if name in _LAST:
+        return (2 + _LAST.index(name), name)
+    return (1, name)
+
+
+def format_amount(name: str, amount: float) -> str:
+    if name in ("memory", "object_store_memory"):
+        return f"{amount / 2**30:.3g} GiB"
+    return f"{amount:g}"
+
+
+class Resources(Mapping[str, float]):
+    """An immutable, hashable vector of resource amounts."""
+
+    __slots__ = ("_units", "_hash")
+
+    def __init__(self, amounts: Mapping[str, float] | None = None, /, **kwargs: float):
+        units: dict[str, int] = {}
+        for source in (amounts or {}, kwargs):
+            for name, amount in source.items():
+                units[name] = _to_units(name, amount)
+        self._units = {k: v for k, v in units.items() if v}
+        self._hash: int | None = None
+
+    @classmethod
+    def _of_units(cls, units: dict[str, int]) -> Resources:
+        self = object.__new__(cls)
+        self._units = {k: v for k, v in units.items() if v}
+        self._hash = None
+        return self
+
+    # Mapping protocol ---------------------------------------------------------------
+    def __getitem__(self, name: str) -> float:
+        return self._units[name] / UNIT
+
+    def get(self, name: str, default: float = 0.0) -> float:  # type: ignore[override]
+        units = self._units.get(name)
+        return default if units is None else units / UNIT
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._units)
+
+    def __len__(self) -> int:
+        return len(self._units)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._units
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Resources):
+            return self._units == other._units
+        if isinstance(other, Mapping):
+            return self == Resources(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(frozenset(self._units.items()))
+        return self._hash
+
+    # Arithmetic -----------------------------------------------------------------------
+    def __add__(self, other: Resources) -> Resources:
+        units = dict(self._units)
+        for name, value in other._units.items():
+            units[name] = units.get(name, 0) + value
+        return Resources._of_units(units)
+
+    def __sub__(self, other: Resources) -> Resources:
+        """Difference; may hold negative amounts (a shortfall), see `is_nonnegative`."""
+        units = dict(self._units)
+        for name, value in other._units.items():
+            units[name] = units.get(name, 0) - value
+        return Resources._of_units(units)
+
+    def __mul__(self, factor: int) -> Resources:
+        if not isinstance(factor, int):
+            return NotImplemented
+        return Resources._of_units({k: v * factor for k, v in self._units.items()})
+
+    __rmul__ = __mul__
+
+    def fits_in(self, capacity: Resources) -> bool:
+        """True when every amount here is available in `capacity`."""
+        cap = capacity._units
+        return all(cap.get(name, 0) >= value for name, value in self._units.items())
+
+    def __le__(self, other: Resources) -> bool:
+        return self.fits_in(other)
+
+    def __ge__(self, other: Resources) -> bool:
+        return other.fits_in(self)
+
+    def is_nonnegative(self) -> bool:
+        return all(v >= 0 for v in self._units.values())
+
+    def minimum(self, other: Resources) -> Resources:
+        """Per-resource minimum (a resource missing on either side counts as 0)."""
+        return Resources._of_units(
+            {k: min(v, other._units.get(k, 0)) for k, v in self._units.items()}
+        )
+
+    def shortfall(self, capacity: Resources) -> Resources:
+        """What `capacity` lacks to hold this vector (only the missing amounts)."""
+        cap = capacity._units
+        return Resources._of_units(
+            {k: v - cap.get(k, 0) for k, v in self._units.items() if v > cap.get(k, 0)}
+        )
+
+    def only(self, names: set[str] | frozenset[str]) -> Resources:
+        return Resources._of_units({k: v for k, v in self._units.items() if k in names})
+
+    def units(self, name: str) -> int:
+        return self._units.get(name, 0)
+
+    def names_by_scarcity(self) -> list[str]:
+        return sorted(self._units, key=scarcity_key)
+
+    def to_dict(self) -> dict[str, float]:
+        return {k: v / UNIT for k, v in self._units.items()}
+
+    def __repr__(self) -> str:
+        return f"Resources({self.to_dict()!r})"
+
+    def __str__(self) -> str:
+        items = ", ".join(
+            f"{name}: {format_amount(name, self[name])}" for name in self.names_by_scarcity()
+        )
+        return "{" + items + "}"
+
+    # pydantic integration: validated from a mapping, serialized as a plain dict ----------
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler):
+        from_mapping = core_schema.no_info_plain_validator_function(_validate_resources)
+        return core_schema.json_or_python_schema(
+            json_schema=core_schema.chain_schema(
+                [core_schema.dict_schema(core_schema.str_schema(), core_schema.float_schema()),
+                 from_mapping]
+            ),
+            python_schema=from_mapping,
+            serialization=core_schema.plain_serializer_function_ser_schema(
+                lambda r: r.to_dict()
+            ),
+        )
+
+
+def _to_units(name: object, amount: object) -> int:
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"resource names must be non-empty strings, got {name!r}")
+    if isinstance(amount, bool) or not isinstance(amount, (int, float)):
+        raise ValueError(f"resource {name!r} must be a number, got {amount!r}")
+    if not math.isfinite(amount):
+        raise ValueError(f"resource {name!r} must be finite, got {amount!r}")
+    if amount < 0:
+        raise ValueError(f"resource {name!r} must be >= 0, got {amount:g}")
+    return round(amount * UNIT)
+
+
+def _validate_resources(value: Any) -> Resources:
+    if isinstance(value, Resources):
+        return value
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            f"expected a mapping of resource name to amount such as "
+            f'{{"CPU": 1, "GPU": 1}}, got {type(value).__name__}'
+        )
+    return Resources(value)
+
+
+ZERO = Resources()

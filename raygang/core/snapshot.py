@@ -1,0 +1,50 @@
+"""What the scheduler sees at the start of a cycle: nodes and the gangs placed on them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from raygang.core.resources import Resources
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    """One Ray node. `free` already excludes everything reserved or used on it."""
+
+    node_id: str
+    total: Resources
+    free: Resources
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    alive: bool = True
+    name: str = ""  # how messages show the node; defaults to a short id
+
+    @property
+    def display(self) -> str:
+        return self.name or self.node_id[:8]
+
+
+@dataclass(frozen=True, slots=True)
+class PlacedGang:
+    """A gang holding resources: which node each of its bundles sits on."""
+
+    gang_id: str
+    priority: int
+    bundles: tuple[tuple[str, Resources], ...]  # (node id, bundle), in rank order
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    nodes: tuple[NodeState, ...]
+    placed: tuple[PlacedGang, ...] = ()
+
+    @property
+    def alive_nodes(self) -> tuple[NodeState, ...]:
+        return tuple(n for n in self.nodes if n.alive)
+
+    def node(self, node_id: str) -> NodeState:
+        for n in self.nodes:
+            if n.node_id == node_id:
+                return n
+        raise KeyError(node_id)

@@ -1,0 +1,209 @@
+"""Frozen user intent: `GangSpec` and its `RoleSpec`s, validated with specific messages."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+from functools import cached_property
+from typing import NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from raygang.core.resources import Resources
+
+# Names become parts of Ray actor and placement group names (`raygang-<gang>-<role>-<i>`).
+NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$"
+MAX_MEMBERS = 4096
+
+
+class Strategy(str, enum.Enum):
+    """Ray placement group strategies, with Ray's meaning."""
+
+    STRICT_PACK = "STRICT_PACK"  # every bundle on one node
+    PACK = "PACK"  # as few nodes as possible
+    SPREAD = "SPREAD"  # as many distinct nodes as possible, sharing when it must
+    STRICT_SPREAD = "STRICT_SPREAD"  # every bundle on a distinct node
+
+
+class RoleSpec(BaseModel):
+    """One kind of member: `replicas` actors, each reserving `resources` (one bundle each)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(pattern=NAME_PATTERN, description="role name, unique in its gang")
+    replicas: int = Field(1, ge=1, le=MAX_MEMBERS)
+    resources: Resources = Field(default_factory=lambda: Resources(CPU=1))
+    after: tuple[str, ...] = Field(
+        (), description="roles whose members must all be ready before this role starts"
+    )
+
+    @field_validator("resources")
+    @classmethod
+    def _bundle_not_empty(cls, value: Resources) -> Resources:
+        # Ray rejects placement group bundles whose amounts are all zero.
+        if not value:
+            raise ValueError('needs at least one positive amount, e.g. {"CPU": 1}')
+        return value
+
+
+class MemberSlot(NamedTuple):
+    """Where one member sits in its gang: its role, index in the role, and gang rank."""
+
+    role: str
+    index: int
+    rank: int
+
+
+class GangSpec(BaseModel):
+    """What a user asks for: a set of roles that start together or not at all."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(pattern=NAME_PATTERN)
+    queue: str = Field("default", pattern=NAME_PATTERN)
+    priority: int | str = Field(
+        "training", description="an integer, or the name of a priority class"
+    )
+    strategy: Strategy = Strategy.PACK
+    roles: tuple[RoleSpec, ...] = Field(min_length=1)
+    reservation_timeout_s: float = Field(
+        60.0, gt=0, description="how long the placement group may take to become ready"
+    )
+    startup_timeout_s: float = Field(
+        600.0, gt=0, description="how long all members may take to become ready"
+    )
+    max_restarts: int = Field(0, ge=0, description="whole-gang restarts after a failure")
+
+    @field_validator("priority")
+    @classmethod
+    def _priority_name(cls, value: int | str) -> int | str:
+        if isinstance(value, str) and not value.isidentifier():
+            raise ValueError(
+                f"must be an integer or a priority class name such as 'training', got {value!r}"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _roles_consistent(self) -> GangSpec:
+        names = [role.name for role in self.roles]
+        seen: set[str] = set()
+        for i, name in enumerate(names):
+            if name in seen:
+                raise ValueError(f"roles[{i}].name: role {name!r} is declared twice")
+            seen.add(name)
+        for i, role in enumerate(self.roles):
+            for dep in role.after:
+                if dep == role.name:
+                    raise ValueError(f"roles[{i}].after: role {role.name!r} cannot wait for itself")
+                if dep not in seen:
+                    raise ValueError(
+                        f"roles[{i}].after: unknown role {dep!r} (roles are: {', '.join(names)})"
+                    )
+        cycle = _find_cycle({r.name: r.after for r in self.roles})
+        if cycle:
+            raise ValueError(f"roles.after: startup order has a cycle: {' -> '.join(cycle)}")
+        if self.strategy is Strategy.STRICT_SPREAD and self.world_size > MAX_MEMBERS:
+            raise ValueError(f"strategy: STRICT_SPREAD over more than {MAX_MEMBERS} members")
+        return self
+
+    # Derived views (cached: specs are frozen) ----------------------------------------------
+    @cached_property
+    def world_size(self) -> int:
+        return sum(role.replicas for role in self.roles)
+
+    @cached_property
+    def slots(self) -> tuple[MemberSlot, ...]:
+        """Every member, in rank order: roles in declaration order, replicas consecutive."""
+        out: list[MemberSlot] = []
+        for role in self.roles:
+            for index in range(role.replicas):
+                out.append(MemberSlot(role.name, index, len(out)))
+        return tuple(out)
+
+    @cached_property
+    def bundles(self) -> tuple[Resources, ...]:
+        """One bundle per member, in rank order (bundle i belongs to rank i)."""
+        by_role = {role.name: role.resources for role in self.roles}
+        return tuple(by_role[slot.role] for slot in self.slots)
+
+    @cached_property
+    def total(self) -> Resources:
+        total = Resources()
+        for role in self.roles:
+            total = total + role.resources * role.replicas
+        return total
+
+    def role(self, name: str) -> RoleSpec:
+        for role in self.roles:
+            if role.name == name:
+                return role
+        raise KeyError(name)
+
+    def startup_waves(self) -> list[list[str]]:
+        """Roles grouped by startup order: a role comes after every role in its `after`."""
+        done: set[str] = set()
+        waves: list[list[str]] = []
+        remaining = [r for r in self.roles]
+        while remaining:
+            wave = [r.name for r in remaining if set(r.after) <= done]
+            waves.append(wave)
+            done.update(wave)
+            remaining = [r for r in remaining if r.name not in done]
+        return waves
+
+
+def _find_cycle(edges: dict[str, tuple[str, ...]]) -> list[str] | None:
+    """A cycle in the `after` graph as a list of role names, or None."""
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = finished
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for dep in edges.get(node, ()):
+            if state.get(dep) == 1:
+                return path[path.index(dep):] + [dep]
+            if dep not in state:
+                found = visit(dep)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(edges):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+class SpecError(ValueError):
+    """A gang spec failed validation; `problems` lists (field path, message) pairs."""
+
+    def __init__(self, what: str, problems: list[tuple[str, str]]):
+        self.problems = problems
+        lines = [f"  {field}: {message}" if field else f"  {message}" for field, message in problems]
+        plural = "s" if len(problems) != 1 else ""
+        super().__init__(f"invalid {what}: {len(problems)} problem{plural}\n" + "\n".join(lines))
+
+
+def describe_errors(error: ValidationError) -> Iterator[tuple[str, str]]:
+    """(field path, message) for each pydantic error, in `roles[0].replicas` notation."""
+    for item in error.errors():
+        path = ""
+        for part in item["loc"]:
+            path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] not in ("value_error", "missing") and "input" in item:
+            message += f" (got {item['input']!r})"
+        yield path, message
+
+
+def gang_spec(what: str, **fields: object) -> GangSpec:
+    """Build a GangSpec, turning pydantic's error into a `SpecError` that names each field."""
+    try:
+        return GangSpec(**fields)
+    except ValidationError as error:
+        raise SpecError(what, list(describe_errors(error))) from None
