@@ -53,7 +53,8 @@ def why_not(bundles: Sequence[Resources], strategy: Strategy, capacity: Capacity
 def _largest_on_one_node(demand: Resources, capacity: Capacity) -> str:
     """Name the first resource (scarcest first) no single node has enough of."""
     for name in demand.names_by_scarcity():
-        node = max(capacity.node_ids, key=lambda n: (capacity.free(n).units(name), _neg(n)))
+        # Most free first; among equal amounts the lowest node id.
+        node = min(capacity.node_ids, key=lambda n: (-capacity.free(n).units(name), n))
         most = capacity.free(node).get(name)
         if most < demand[name]:
             return (
@@ -73,14 +74,20 @@ def _largest_on_one_node(demand: Resources, capacity: Capacity) -> str:
 
 
 def _strict_spread_reason(bundles: Sequence[Resources], shape: str, capacity: Capacity) -> str:
-    smallest = min(bundles, key=lambda b: [b.units(n) for n in capacity.resource_names])
-    able = [n for n in capacity.node_ids if smallest.fits_in(capacity.free(n))]
+    # Name a bundle that proves it: the bundles at least as large as `bundle` each need a
+    # distinct node that can hold `bundle`. Counting only for the smallest bundle says nothing
+    # when a larger one fits nowhere. Without such a proof this ends on the smallest bundle.
+    by_size = sorted(set(bundles), key=lambda b: [-b.units(n) for n in capacity.resource_names])
+    for bundle in by_size:
+        able = [n for n in capacity.node_ids if bundle.fits_in(capacity.free(n))]
+        if len(able) < sum(1 for other in bundles if bundle.fits_in(other)):
+            break
     listed = ", ".join(capacity.display(n) for n in able[:_LISTED_NODES])
     more = f" and {len(able) - _LISTED_NODES} more" if len(able) > _LISTED_NODES else ""
     which = f": {listed}{more}" if able else ""
     return (
         f"needs {len(bundles)} distinct nodes ({shape}); only {len(able)} "
-        f"node{'s' if len(able) != 1 else ''} can hold {smallest}{which}"
+        f"node{'s' if len(able) != 1 else ''} can hold {bundle}{which}"
     )
 
 
@@ -98,8 +105,3 @@ def _by_node(name: str, capacity: Capacity) -> str:
     if none:
         parts.append(f"{none} node{'s' if none != 1 else ''} with none")
     return f" ({', '.join(parts)})" if parts else ""
-
-
-def _neg(node_id: str) -> tuple[int, ...]:
-    # For max(): among equal amounts prefer the lowest node id.
-    return tuple(-ord(c) for c in node_id)

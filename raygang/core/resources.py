@@ -159,14 +159,13 @@ class Resources(Mapping[str, float]):
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler):
         from_mapping = core_schema.no_info_plain_validator_function(_validate_resources)
+        as_dict = core_schema.dict_schema(core_schema.str_schema(), core_schema.float_schema())
         return core_schema.json_or_python_schema(
-            json_schema=core_schema.chain_schema(
-                [core_schema.dict_schema(core_schema.str_schema(), core_schema.float_schema()),
-                 from_mapping]
-            ),
+            json_schema=core_schema.chain_schema([as_dict, from_mapping]),
             python_schema=from_mapping,
+            # return_schema: the JSON schema in serialization mode (FastAPI response models).
             serialization=core_schema.plain_serializer_function_ser_schema(
-                lambda r: r.to_dict()
+                lambda r: r.to_dict(), return_schema=as_dict
             ),
         )
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterator
 from functools import cached_property
 from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
 
 from raygang.core.resources import Resources
 
@@ -192,13 +194,32 @@ class SpecError(ValueError):
 def describe_errors(error: ValidationError) -> Iterator[tuple[str, str]]:
     """(field path, message) for each pydantic error, in `roles[0].replicas` notation."""
     for item in error.errors():
+        if _spurious_too_short(item):
+            continue
         path = ""
         for part in item["loc"]:
             path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
         message = item["msg"].removeprefix("Value error, ")
+        if not path:
+            # Checks across fields (`_roles_consistent`) put their field first in the message.
+            match = _LEADING_PATH.match(message)
+            if match:
+                path, message = match.groups()
         if item["type"] not in ("value_error", "missing") and "input" in item:
             message += f" (got {item['input']!r})"
         yield path, message
+
+
+_LEADING_PATH = re.compile(r"^([A-Za-z_][\w.\[\]]*): (.*)$", re.DOTALL)
+
+
+def _spurious_too_short(item: ErrorDetails) -> bool:
+    # pydantic counts only the items that validated, so one bad role also reports
+    # "roles: Tuple should have at least 1 item" although the input has one.
+    if item["type"] != "too_short":
+        return False
+    given = item.get("input")
+    return hasattr(given, "__len__") and len(given) >= item.get("ctx", {}).get("min_length", 0)
 
 
 def gang_spec(what: str, **fields: object) -> GangSpec:

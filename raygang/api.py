@@ -1,0 +1,279 @@
+"""The Python surface: `@gang_task`, `raygang.gang(...)` and `GangRef`.
+
+Like `@ray.remote`, decorating only declares: options are validated when the decorator is
+applied (a bad spec raises `SpecError` naming the field), `.options()` and `.bind()`
+return copies, and nothing touches the cluster until `.remote()`.
+
+    @raygang.gang_task(replicas=4, num_gpus=1, strategy="SPREAD")
+    def train(config):
+        ctx = raygang.get_context()          # rank, world size, peers...
+        ...
+    ref = train.remote(config)               # a GangRef
+    losses = ref.result()                    # one result per member, in rank order
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import ray
+from ray.exceptions import RayTaskError
+
+from raygang.core.gang import GangState
+from raygang.core.spec import GangSpec, RoleSpec, SpecError, describe_errors, gang_spec
+from raygang.runtime import client
+from raygang.runtime.errors import GangCancelledError, GangFailedError
+from raygang.runtime.launcher import NAMESPACE, member_name
+from raygang.runtime.program import RoleProgram
+from raygang.runtime.status import GangStatus
+
+# Options of a whole gang, and options of one role (the rest of the decorator's keywords).
+_GANG_OPTIONS = {
+    "name", "queue", "priority", "strategy", "reservation_timeout_s", "startup_timeout_s",
+    "max_restarts",
+}
+_ROLE_OPTIONS = {
+    "role", "replicas", "resources", "num_cpus", "num_gpus", "memory", "after",
+    "max_concurrency", "runtime_env",
+}
+
+start = client.start
+
+
+def shutdown() -> None:
+    """Cancel every unfinished gang and stop the scheduler actor."""
+    _cached.clear()
+    client.shutdown()
+
+
+def gang_task(_target: Any = None, /, **options: Any):
+    """Declare a gang whose members run a function or a class.
+
+    Works bare (`@gang_task`) and with options (`@gang_task(replicas=4, num_gpus=1)`).
+    Role options: `replicas`, `resources` (or `num_cpus`/`num_gpus`/`memory`), `after`,
+    `role` (name), `max_concurrency`, `runtime_env`. Gang options: `name`, `queue`,
+    `priority`, `strategy`, `reservation_timeout_s`, `startup_timeout_s`, `max_restarts`.
+    """
+    if _target is not None:
+        return GangTask(_target, options)
+    return lambda target: GangTask(target, options)
+
+
+class GangTask:
+    """One role's program and options; also a one-role gang you can `.remote()`."""
+
+    def __init__(self, target: Any, options: Mapping[str, Any], args: tuple = (),
+                 kwargs: Mapping[str, Any] | None = None):
+        if not callable(target):
+            raise TypeError(f"@gang_task decorates a function or a class, got {target!r}")
+        unknown = set(options) - _GANG_OPTIONS - _ROLE_OPTIONS
+        if unknown:
+            known = ", ".join(sorted(_GANG_OPTIONS | _ROLE_OPTIONS))
+            raise TypeError(f"unknown @gang_task option(s) {sorted(unknown)}; known: {known}")
+        self._target = target
+        self._options = dict(options)
+        self._args = tuple(args)
+        self._kwargs = dict(kwargs or {})
+        what = f"@gang_task {_display(target)}"
+        self.role_spec = _role_spec(self.role_name, self._options, what)
+        # Validate the gang-level options now, on a copy of this role without `after`
+        # (the roles it names exist only once composed with `raygang.gang`).
+        gang_spec(what, **self._gang_fields(), roles=(self.role_spec.model_copy(update={"after": ()}),))
+
+    @property
+    def role_name(self) -> str:
+        return self._options.get("role") or _default_name(self._target)
+
+    def options(self, **options: Any) -> GangTask:
+        """A copy with some options replaced (validated the same way)."""
+        return GangTask(self._target, {**self._options, **options}, self._args, self._kwargs)
+
+    def bind(self, *args: Any, **kwargs: Any) -> GangTask:
+        """A copy that will be started with these arguments (for `raygang.gang`)."""
+        return GangTask(self._target, self._options, args, kwargs)
+
+    def remote(self, *args: Any, **kwargs: Any) -> GangRef:
+        """Submit a one-role gang; returns at once with a `GangRef`."""
+        task = self.bind(*args, **kwargs) if (args or kwargs) else self
+        return Gang(self._gang_fields().get("name", _default_name(self._target)),
+                    {self.role_name: task}, **_without(self._gang_fields(), "name")).remote()
+
+    def program(self) -> RoleProgram:
+        return RoleProgram(
+            target=self._target, args=self._args, kwargs=self._kwargs,
+            max_concurrency=self._options.get("max_concurrency"),
+            runtime_env=self._options.get("runtime_env") or _driver_runtime_env(),
+        )
+
+    def _gang_fields(self) -> dict[str, Any]:
+        fields = {k: v for k, v in self._options.items() if k in _GANG_OPTIONS}
+        fields.setdefault("name", _default_name(self._target))
+        return fields
+
+    def __call__(self, *args: Any, **kwargs: Any):
+        raise TypeError(
+            f"{_display(self._target)} is a gang task: call "
+            f"{_display(self._target)}.remote(...) to run it as a gang"
+        )
+
+    def __repr__(self) -> str:
+        return f"GangTask({_display(self._target)}, role={self.role_name!r}, {self.role_spec!r})"
+
+
+class Gang:
+    """Several roles that start together: `raygang.gang("llm", roles={...}, strategy=...)`."""
+
+    def __init__(self, name: str, roles: Mapping[str, GangTask], **options: Any):
+        unknown = set(options) - (_GANG_OPTIONS - {"name"})
+        if unknown:
+            raise TypeError(f"unknown gang option(s) {sorted(unknown)}")
+        for role_name, task in roles.items():
+            if not isinstance(task, GangTask):
+                raise TypeError(f"role {role_name!r} must be a @gang_task, got {task!r}")
+        self._roles = dict(roles)
+        self._options = dict(options)
+        specs = tuple(t.role_spec.model_copy(update={"name": n}) for n, t in self._roles.items())
+        self.spec: GangSpec = gang_spec(f"gang {name!r}", name=name, roles=specs, **options)
+
+    def options(self, **options: Any) -> Gang:
+        return Gang(self.spec.name, self._roles, **{**self._options, **options})
+
+    def remote(self) -> GangRef:
+        programs = {name: task.program() for name, task in self._roles.items()}
+        gang_id = _call("submit", self.spec, programs)
+        return GangRef(gang_id)
+
+
+def gang(name: str, roles: Mapping[str, GangTask], **options: Any) -> Gang:
+    """Compose a gang of several roles; validated here (unknown roles in `after`, cycles)."""
+    return Gang(name, roles, **options)
+
+
+class GangRef:
+    """A handle to a submitted gang. Picklable: pass it to tasks and other drivers."""
+
+    def __init__(self, gang_id: str):
+        self.gang_id = gang_id
+
+    def status(self) -> GangStatus:
+        """State, pending reason, members and their nodes, restarts, error, history."""
+        return _call("status", self.gang_id)
+
+    def wait(self, timeout: float | None = None) -> GangStatus:
+        """Block until the gang has finished; raises TimeoutError after `timeout` seconds."""
+        status = _call("wait", self.gang_id, timeout)
+        if not status.finished:
+            raise TimeoutError(
+                f"gang {self.gang_id} still {status.state.value} after {timeout}s"
+                + (f": {status.reason}" if status.reason else "")
+            )
+        return status
+
+    def result(self, timeout: float | None = None) -> list[Any]:
+        """Every member's result in rank order; raises if the gang failed or was cancelled."""
+        status = self.wait(timeout)
+        if status.state is GangState.FAILED:
+            raise GangFailedError(status)
+        if status.state is GangState.CANCELLED:
+            raise GangCancelledError(status)
+        return ray.get(_call("results", self.gang_id))
+
+    def cancel(self) -> GangStatus:
+        """Cancel; returns once members are stopped and resources released."""
+        return _call("cancel", self.gang_id)
+
+    def handles(self) -> dict[str, list[Any]]:
+        """Actor handles of a running gang's members by role, to call their methods."""
+        status = self.status()
+        if status.state is not GangState.RUNNING:
+            raise RuntimeError(f"gang {self.gang_id} is {status.state.value}, not RUNNING")
+        out: dict[str, list[Any]] = {}
+        for member in status.members:
+            out.setdefault(member.role, []).append(
+                ray.get_actor(member.actor_name, namespace=NAMESPACE)
+            )
+        return out
+
+    def __reduce__(self):
+        return (GangRef, (self.gang_id,))
+
+    def __repr__(self) -> str:
+        return f"GangRef({self.gang_id!r})"
+
+
+def list_gangs(state: GangState | str | None = None) -> list[GangStatus]:
+    return _call("list_gangs", GangState(state) if state else None)
+
+
+# Helpers --------------------------------------------------------------------------------
+_cached: dict[str, Any] = {}
+
+
+def _call(method: str, *args: Any) -> Any:
+    """Call the scheduler (starting it if needed); re-raise its errors as themselves."""
+    job = _job_id()
+    handle = _cached.get(job) or client.start()
+    _cached.clear()
+    _cached[job] = handle
+    try:
+        return ray.get(getattr(handle, method).remote(*args))
+    except RayTaskError as error:
+        if error.cause is not None:
+            raise error.cause from None
+        raise
+    except ray.exceptions.RayActorError:
+        _cached.clear()  # the scheduler was replaced; the next call finds the new one
+        raise
+
+
+def _job_id() -> str:
+    if not ray.is_initialized():
+        ray.init()
+    return ray.get_runtime_context().get_job_id()
+
+
+def _driver_runtime_env() -> dict[str, Any] | None:
+    # Members are created by the scheduler, whose job may be another driver's; give them
+    # this driver's environment (working_dir, pip...) so its code imports there.
+    env = dict(ray.get_runtime_context().runtime_env or {}) if ray.is_initialized() else {}
+    return env or None
+
+
+def _role_spec(name: str, options: Mapping[str, Any], what: str) -> RoleSpec:
+    resources = dict(options.get("resources") or {})
+    problems = []
+    for option, key in (("num_cpus", "CPU"), ("num_gpus", "GPU"), ("memory", "memory")):
+        if options.get(option) is not None:
+            if key in resources:
+                problems.append((option, f"given twice, also as resources[{key!r}]"))
+            resources[key] = options[option]
+    if problems:
+        raise SpecError(what, problems)
+    fields: dict[str, Any] = {"name": name, "replicas": options.get("replicas", 1),
+                              "after": tuple(options.get("after") or ())}
+    if resources or "resources" in options:
+        fields["resources"] = resources
+    try:
+        return RoleSpec(**fields)
+    except Exception as error:
+        if hasattr(error, "errors"):
+            raise SpecError(what, list(describe_errors(error))) from None
+        raise
+
+
+def _default_name(target: Any) -> str:
+    name = getattr(target, "__name__", "gang")
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", name).strip("-_.").lower() or "gang"
+
+
+def _display(target: Any) -> str:
+    return getattr(target, "__qualname__", None) or repr(target)
+
+
+def _without(mapping: Mapping[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in mapping.items() if k != key}
+
+
+__all__ = ["Gang", "GangRef", "GangTask", "gang", "gang_task", "list_gangs", "shutdown", "start"]

@@ -1,0 +1,1 @@
+"""The Ray side: the scheduler actor, member actors, and applying plans."""

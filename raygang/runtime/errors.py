@@ -1,0 +1,32 @@
+"""Errors raised to users of the Python API (and, later, mapped to HTTP statuses)."""
+
+from __future__ import annotations
+
+
+class UnschedulableError(ValueError):
+    """The gang can never fit on this cluster as it is (even empty); it was not queued."""
+
+
+class GangNotFoundError(KeyError):
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0]) if self.args else "gang not found"
+
+
+class SchedulerNotRunningError(RuntimeError):
+    """No raygang scheduler actor answers in this Ray cluster."""
+
+
+class GangFailedError(RuntimeError):
+    """The gang ended FAILED; `.status` holds the member's error and the gang's history."""
+
+    def __init__(self, status):
+        self.status = status
+        error = status.error
+        detail = f": {error.summary}" if error else ""
+        super().__init__(f"gang {status.gang_id} failed{detail}")
+
+
+class GangCancelledError(RuntimeError):
+    def __init__(self, status):
+        self.status = status
+        super().__init__(f"gang {status.gang_id} was cancelled")

@@ -1,0 +1,253 @@
+"""Everything Ray does for one admitted gang: reserve, start, barrier, run, tear down.
+
+The launcher only acts and reports: it raises `ReservationTimeout` or `MemberFailure`,
+and the scheduler decides what that means for the gang (requeue, restart, fail).
+`teardown()` is idempotent and safe at any point, including after a cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError, RayTaskError
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from raygang.core.resources import Resources
+from raygang.core.spec import GangSpec, MemberSlot
+from raygang.runtime.context import GangContext
+from raygang.runtime.member import DONE, constructor_args, member_actor_class
+from raygang.runtime.program import RoleProgram
+from raygang.runtime.status import GangError, MemberStatus
+
+log = logging.getLogger(__name__)
+
+NAMESPACE = "raygang"
+NODE_ID_LABEL = "ray.io/node-id"
+
+
+def pg_name(gang_id: str) -> str:
+    return f"raygang-{gang_id}"
+
+
+def member_name(gang_id: str, slot: MemberSlot) -> str:
+    return f"raygang-{gang_id}-{slot.role}-{slot.index}"
+
+
+class ReservationTimeout(Exception):
+    pass
+
+
+class MemberFailure(Exception):
+    def __init__(self, error: GangError):
+        super().__init__(error.summary)
+        self.error = error
+
+
+def describe_failure(slot: MemberSlot | None, exc: BaseException) -> GangError:
+    """The member's own exception class and message, whichever way Ray delivered it."""
+    member = f"{slot.role}-{slot.index}" if slot else None
+    rank = slot.rank if slot else None
+    if isinstance(exc, RayTaskError):
+        cause = exc.cause if exc.cause is not None else exc
+        return GangError(
+            member=member, rank=rank, error_type=type(cause).__name__,
+            message=str(cause), traceback=str(exc),
+        )
+    if isinstance(exc, RayActorError):
+        first = (getattr(exc, "error_msg", None) or str(exc)).strip().splitlines()[0]
+        return GangError(member=member, rank=rank, error_type="ActorDiedError", message=first)
+    return GangError(member=member, rank=rank, error_type=type(exc).__name__, message=str(exc))
+
+
+def actor_resource_options(bundle: Resources) -> dict[str, Any]:
+    """Ask, inside the bundle, for all of it (so the member sees its GPUs)."""
+    amounts = bundle.to_dict()
+    options: dict[str, Any] = {
+        "num_cpus": amounts.pop("CPU", 0),
+        "num_gpus": amounts.pop("GPU", 0),
+    }
+    memory = amounts.pop("memory", 0)
+    if memory:
+        options["memory"] = memory
+    amounts.pop("object_store_memory", None)  # reserved by the bundle; actors cannot ask
+    if amounts:
+        options["resources"] = amounts
+    return options
+
+
+class GangLaunch:
+    def __init__(
+        self,
+        gang_id: str,
+        spec: GangSpec,
+        programs: dict[str, RoleProgram],
+        nodes: Sequence[str],
+        attempt: int,
+        on_member_ready: Callable[[MemberStatus], None] = lambda m: None,
+    ):
+        self.gang_id = gang_id
+        self.spec = spec
+        self.programs = programs
+        self.nodes = tuple(nodes)
+        self.attempt = attempt
+        self.on_member_ready = on_member_ready
+        self.pg: PlacementGroup | None = None
+        self.handles: list[Any] = [None] * spec.world_size
+        self._tasks: list[asyncio.Task] = []
+
+    # 1. Reserve ------------------------------------------------------------------------
+    async def reserve(self) -> None:
+        """One placement group, each bundle pinned to the node the plan chose."""
+        self.pg = placement_group(
+            [b.to_dict() for b in self.spec.bundles],
+            strategy=self.spec.strategy.value,
+            name=pg_name(self.gang_id),
+            lifetime="detached",  # the gang must outlive a restart of the scheduler
+            bundle_label_selector=[{NODE_ID_LABEL: n} for n in self.nodes],
+        )
+        try:
+            await asyncio.wait_for(self.pg.ready(), self.spec.reservation_timeout_s)
+        except asyncio.TimeoutError:
+            raise ReservationTimeout(
+                f"placement group {pg_name(self.gang_id)} was not ready within "
+                f"{self.spec.reservation_timeout_s:g}s"
+            ) from None
+
+    # 2. Start, in `after` order --------------------------------------------------------
+    async def start_members(self) -> None:
+        """Start each role once the roles it waits for are ready; return when all are."""
+        ready = {role.name: asyncio.Event() for role in self.spec.roles}
+
+        async def start_role(role_name: str) -> None:
+            role = self.spec.role(role_name)
+            for dep in role.after:
+                await ready[dep].wait()
+            slots = [s for s in self.spec.slots if s.role == role_name]
+            actor_cls = member_actor_class(self.programs[role_name])
+            for slot in slots:
+                self.handles[slot.rank] = self._create(actor_cls, slot)
+            await asyncio.gather(*(self._await_ready(slot) for slot in slots))
+            ready[role_name].set()
+
+        await self._all_or_first_error(
+            [start_role(r.name) for r in self.spec.roles], self.spec.startup_timeout_s,
+            f"members were not all ready within {self.spec.startup_timeout_s:g}s",
+        )
+
+    def _create(self, actor_cls, slot: MemberSlot):
+        program = self.programs[slot.role]
+        context = GangContext(
+            gang_id=self.gang_id,
+            gang_name=self.spec.name,
+            role=slot.role,
+            role_rank=slot.index,
+            rank=slot.rank,
+            world_size=self.spec.world_size,
+            role_sizes={r.name: r.replicas for r in self.spec.roles},
+            attempt=self.attempt,
+            _role_ranks=_role_ranks(self.spec),
+        )
+        options: dict[str, Any] = dict(
+            name=member_name(self.gang_id, slot),
+            namespace=NAMESPACE,
+            lifetime="detached",
+            max_restarts=0,  # a member never restarts alone: the gang restarts whole
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                placement_group=self.pg, placement_group_bundle_index=slot.rank
+            ),
+            **actor_resource_options(self.spec.bundles[slot.rank]),
+        )
+        if program.max_concurrency:
+            options["max_concurrency"] = program.max_concurrency
+        if program.runtime_env:
+            options["runtime_env"] = program.runtime_env
+        return actor_cls.options(**options).remote(*constructor_args(program, context))
+
+    async def _await_ready(self, slot: MemberSlot) -> None:
+        try:
+            node_id = await self.handles[slot.rank].__raygang_ready__.remote()
+        except Exception as exc:
+            raise MemberFailure(describe_failure(slot, exc)) from None
+        self.on_member_ready(
+            MemberStatus(
+                role=slot.role, index=slot.index, rank=slot.rank,
+                actor_name=member_name(self.gang_id, slot), node_id=node_id,
+                ready_at=time.time(),
+            )
+        )
+
+    # 3. Release past the barrier and run ----------------------------------------------
+    async def run(self) -> list[Any]:
+        """Release every member at once; return result refs in rank order when all finish.
+
+        A member that raises or dies fails the whole gang at once (the others may be
+        blocked on it in a collective). Service members (no `run()`) are watched until
+        they die or the gang is cancelled.
+        """
+        peers = tuple(self.handles)
+        pairs = [h.__raygang_run__.remote(peers) for h in self.handles]
+        markers = await self._all_or_first_error(
+            [self._await(slot, pairs[slot.rank][0]) for slot in self.spec.slots]
+        )
+        if any(m != DONE for m in markers):
+            await self._all_or_first_error(
+                [self._await(slot, self.handles[slot.rank].__raygang_watch__.remote())
+                 for slot in self.spec.slots]
+            )
+        return [result for _, result in pairs]
+
+    async def _await(self, slot: MemberSlot, ref) -> Any:
+        try:
+            return await ref
+        except Exception as exc:
+            raise MemberFailure(describe_failure(slot, exc)) from None
+
+    async def _all_or_first_error(self, coros, timeout: float | None = None, what: str = ""):
+        tasks = [asyncio.ensure_future(c) for c in coros]
+        self._tasks.extend(tasks)
+        try:
+            done, pending = await asyncio.wait(
+                tasks, timeout=timeout, return_when=asyncio.FIRST_EXCEPTION
+            )
+            for task in done:
+                if task.exception() is not None:
+                    raise task.exception()
+            if pending:
+                raise MemberFailure(GangError(error_type="StartupTimeout", message=what))
+            return [t.result() for t in tasks]
+        finally:
+            for task in tasks:
+                task.cancel()
+
+    # 4. Tear down ----------------------------------------------------------------------
+    def teardown(self) -> None:
+        """Kill every member and remove the placement group. Never raises."""
+        for task in self._tasks:
+            task.cancel()
+        for handle in self.handles:
+            if handle is not None:
+                try:
+                    ray.kill(handle, no_restart=True)
+                except Exception:  # already gone
+                    log.debug("kill of a member of %s failed", self.gang_id, exc_info=True)
+        self.handles = [None] * len(self.handles)
+        if self.pg is not None:
+            try:
+                remove_placement_group(self.pg)
+            except Exception:
+                log.warning("removing %s failed", pg_name(self.gang_id), exc_info=True)
+            self.pg = None
+
+
+def _role_ranks(spec: GangSpec) -> dict[str, range]:
+    ranks: dict[str, range] = {}
+    for slot in spec.slots:
+        start = ranks[slot.role].start if slot.role in ranks else slot.rank
+        ranks[slot.role] = range(start, slot.rank + 1)
+    return ranks

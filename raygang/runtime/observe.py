@@ -1,0 +1,66 @@
+"""Build the core's `ClusterSnapshot` from what Ray reports.
+
+Free capacity per node is the smaller of two views:
+- what the GCS says is available (it sees everything, including work raygang did not
+  start, which therefore counts as used), and
+- the node's total minus what raygang has reserved there itself, which covers placement
+  groups created a moment ago that the GCS view does not show yet.
+The GCS view lags removals by tens of milliseconds; taking the minimum errs on the side
+of waiting one more cycle, never of promising the same GPU twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import ray
+from ray._private import state as ray_state
+
+from raygang.core.resources import Resources
+from raygang.core.snapshot import ClusterSnapshot, NodeState, PlacedGang
+
+
+def schedulable(resources: Mapping[str, float]) -> Resources:
+    """Drop resources no bundle asks for: per-node markers (`node:10.0.0.1`,
+    `node:__internal_head__`) and the ones Ray derives from placement groups
+    (`GPU_group_<pg>`, `bundle_group_0_<pg>`)."""
+    return Resources(
+        {k: v for k, v in resources.items() if not k.startswith("node:") and "_group_" not in k}
+    )
+
+
+def observe(held: Iterable[PlacedGang]) -> ClusterSnapshot:
+    held = tuple(held)
+    ours: dict[str, Resources] = {}
+    for gang in held:
+        for node_id, bundle in gang.bundles:
+            ours[node_id] = ours.get(node_id, Resources()) + bundle
+    available = ray_state.available_resources_per_node()
+    nodes = []
+    for info in ray.nodes():
+        node_id = info["NodeID"]
+        alive = bool(info.get("Alive"))
+        total = schedulable(info.get("Resources", {}))
+        seen_free = schedulable(available.get(node_id, {})) if alive else Resources()
+        not_ours = total - ours.get(node_id, Resources())
+        free = seen_free.minimum(not_ours) if alive else Resources()
+        nodes.append(
+            NodeState(
+                node_id=node_id,
+                total=total,
+                free=free,
+                labels=dict(info.get("Labels") or {}),
+                alive=alive,
+                name=_display_name(info),
+            )
+        )
+    return ClusterSnapshot(nodes=tuple(nodes), placed=held)
+
+
+def _display_name(info: Mapping) -> str:
+    labels = info.get("Labels") or {}
+    # KubeRay and cloud providers label nodes; a short id is the fallback.
+    for key in ("ray.io/pod-name", "ray.io/node-name"):
+        if labels.get(key):
+            return labels[key]
+    return info["NodeID"][:8]

@@ -1,0 +1,92 @@
+"""The scheduler's book of gangs: one mutable record per gang, with its history."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from raygang.core.gang import GangState, PendingGang
+from raygang.core.plan import WaitCode
+from raygang.core.snapshot import PlacedGang
+from raygang.core.spec import GangSpec
+from raygang.runtime.program import RoleProgram
+from raygang.runtime.status import GangError, GangEvent, GangStatus, MemberStatus
+
+# Which moves a gang may make. Anything else is a bug in the scheduler, caught loudly.
+_ALLOWED: dict[GangState, set[GangState]] = {
+    GangState.PENDING: {GangState.ADMITTED, GangState.CANCELLED},
+    GangState.ADMITTED: {GangState.RESERVED, GangState.PENDING, GangState.RESTARTING,
+                         GangState.FAILED, GangState.CANCELLED},
+    GangState.RESERVED: {GangState.STARTING, GangState.RESTARTING, GangState.FAILED,
+                         GangState.CANCELLED},
+    GangState.STARTING: {GangState.RUNNING, GangState.RESTARTING, GangState.FAILED,
+                         GangState.CANCELLED},
+    GangState.RUNNING: {GangState.SUCCEEDED, GangState.RESTARTING, GangState.FAILED,
+                        GangState.CANCELLED},
+    GangState.RESTARTING: {GangState.PENDING, GangState.CANCELLED},
+    GangState.PREEMPTED: {GangState.PENDING, GangState.CANCELLED},
+}
+
+
+@dataclass
+class GangRecord:
+    gang_id: str
+    spec: GangSpec
+    programs: dict[str, RoleProgram]
+    priority: int
+    seq: int
+    submitted_at: float
+    state: GangState = GangState.PENDING
+    reason: str | None = None
+    wait_code: WaitCode | None = None
+    nodes: tuple[str, ...] = ()
+    members: list[MemberStatus] = field(default_factory=list)
+    restarts: int = 0
+    error: GangError | None = None
+    result_refs: list[Any] | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    events: list[GangEvent] = field(default_factory=list)
+    task: asyncio.Task | None = None
+    finished: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def move(self, to: GangState, reason: str, now: float) -> None:
+        if to not in _ALLOWED.get(self.state, set()):
+            raise RuntimeError(f"gang {self.gang_id}: illegal move {self.state.value} -> {to.value}")
+        self.events.append(GangEvent(at=now, from_state=self.state, to_state=to, reason=reason))
+        self.state = to
+        self.reason = reason or None
+        if to is GangState.RUNNING:
+            self.started_at = now
+        if to.finished:
+            self.finished_at = now
+            self.finished.set()
+
+    def set_waiting(self, code: WaitCode, message: str) -> None:
+        self.wait_code = code
+        self.reason = message
+
+    def pending_view(self) -> PendingGang:
+        return PendingGang(self.gang_id, self.spec, self.priority, self.seq)
+
+    def placed_view(self) -> PlacedGang:
+        return PlacedGang(self.gang_id, self.priority, tuple(zip(self.nodes, self.spec.bundles)))
+
+    def status(self) -> GangStatus:
+        return GangStatus(
+            gang_id=self.gang_id,
+            name=self.spec.name,
+            queue=self.spec.queue,
+            priority=self.priority,
+            state=self.state,
+            reason=self.reason,
+            world_size=self.spec.world_size,
+            members=sorted(self.members, key=lambda m: m.rank),
+            restarts=self.restarts,
+            error=self.error,
+            submitted_at=self.submitted_at,
+            started_at=self.started_at,
+            finished_at=self.finished_at,
+            events=list(self.events),
+        )

@@ -1,0 +1,71 @@
+"""What clients see of a gang: plain pydantic models, safe to send over Ray or HTTP."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from raygang.core.gang import GangState
+
+
+class GangEvent(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    at: float
+    from_state: GangState | None
+    to_state: GangState
+    reason: str = ""
+
+
+class MemberStatus(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    role: str
+    index: int
+    rank: int
+    actor_name: str
+    node_id: str | None = None
+    ready_at: float | None = None
+
+
+class GangError(BaseModel):
+    """Why a gang failed: which member, and its exception's class and message."""
+
+    model_config = ConfigDict(frozen=True)
+
+    member: str | None = None  # "<role>-<index>"
+    rank: int | None = None
+    error_type: str
+    message: str
+    traceback: str = ""
+
+    @property
+    def summary(self) -> str:
+        where = f"member {self.member} (rank {self.rank}) raised " if self.member else ""
+        return f"{where}{self.error_type}: {self.message}"
+
+
+class GangStatus(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    gang_id: str
+    name: str
+    queue: str
+    priority: int
+    state: GangState
+    reason: str | None = None
+    world_size: int
+    members: list[MemberStatus] = []
+    restarts: int = 0
+    error: GangError | None = None
+    submitted_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    events: list[GangEvent] = []
+
+    @property
+    def finished(self) -> bool:
+        return self.state.finished
+
+    def nodes(self) -> list[str | None]:
+        """The node of each member, in rank order."""
+        return [m.node_id for m in self.members]

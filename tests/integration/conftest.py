@@ -1,0 +1,52 @@
+"""One multi-node Ray cluster per test session (starting Ray costs seconds here).
+
+Head: 2 CPUs, no GPU (the scheduler actor and drivers live there).
+Two workers: 4 CPUs and 4 virtual GPUs each (8 GPUs in all).
+Every test that uses `ray_cluster` is wrapped by a leak check: afterwards no `raygang-*`
+placement group or member actor is left and the free CPUs/GPUs are back where they were.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import ray
+from ray.cluster_utils import Cluster
+
+import raygang
+from tests.integration import leaks
+
+WORKER_GPUS = 4
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    # Cluster() starts its nodes without token auth; the driver must match.
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    c = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 2, "num_gpus": 0, "include_dashboard": False},
+    )
+    workers = [c.add_node(num_cpus=4, num_gpus=WORKER_GPUS) for _ in range(2)]
+    ray.init(address=c.address)
+    c.wait_for_nodes()
+    raygang.start()
+    c.workers = workers
+    yield c
+    raygang.shutdown()
+    ray.shutdown()
+    c.shutdown()
+
+
+@pytest.fixture
+def ray_cluster(cluster):
+    """The shared cluster, checked for leaks after the test."""
+    before = leaks.wait_until_idle(cluster_resources=True)
+    yield cluster
+    leaks.assert_nothing_left(before)
+
+
+@pytest.fixture(scope="session")
+def worker_node_ids(cluster):
+    return sorted(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU"))

@@ -1,0 +1,152 @@
+"""Declarative builders for core tests, in the spirit of KAI Scheduler's topology tests.
+
+    cluster("w-1: GPU=4 CPU=8", "w-2: GPU=4 CPU=8 free GPU=2", "w-3: CPU=8 dead")
+    gang("g1", "4xGPU=1", strategy="STRICT_PACK", priority="training")
+    gang("svc", "1xCPU=1 + 4xGPU=1,CPU=2")      # two roles: r0 and r1
+
+Amounts: `name=value` separated by spaces or commas; `memory=8Gi` means 8 GiB. After
+`free`, the named resources are overridden (others stay at the node's total). `dead`
+marks a node that is not alive.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Iterable, Sequence
+
+from raygang.core import (
+    Capacity,
+    ClusterSnapshot,
+    GangSpec,
+    NodeState,
+    PendingGang,
+    PlacedGang,
+    Resources,
+    SchedulerConfig,
+    Strategy,
+    gang_spec,
+)
+
+_SUFFIX = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+_seq = itertools.count()
+
+
+def amounts(text: str) -> dict[str, float]:
+    """`"GPU=1, CPU=2 memory=8Gi"` -> `{"GPU": 1, "CPU": 2, "memory": 8 * 2**30}`."""
+    out: dict[str, float] = {}
+    for token in filter(None, re.split(r"[,\s]+", text.strip())):
+        name, _, value = token.partition("=")
+        if not value:
+            raise ValueError(f"bad amount {token!r}: expected name=value")
+        scale = 1
+        if value[-2:] in _SUFFIX:
+            value, scale = value[:-2], _SUFFIX[value[-2:]]
+        number = float(value) * scale
+        out[name] = int(number) if number.is_integer() else number
+    return out
+
+
+def res(text: str = "", **kwargs: float) -> Resources:
+    return Resources({**amounts(text), **kwargs})
+
+
+def node(line: str) -> NodeState:
+    """`"w-1: GPU=4 CPU=8 free GPU=2 dead"` -> NodeState (name = id, so messages show it)."""
+    node_id, sep, rest = line.partition(":")
+    if not sep:
+        raise ValueError(f"bad node {line!r}: expected 'id: amounts'")
+    words = rest.split()
+    alive = "dead" not in words
+    words = [w for w in words if w != "dead"]
+    if "free" in words:
+        at = words.index("free")
+        total, free_part = amounts(" ".join(words[:at])), amounts(" ".join(words[at + 1:]))
+    else:
+        total, free_part = amounts(" ".join(words)), {}
+    node_id = node_id.strip()
+    return NodeState(
+        node_id=node_id,
+        total=Resources(total),
+        free=Resources({**total, **free_part}),
+        alive=alive,
+        name=node_id,
+    )
+
+
+def cluster(*lines: str, placed: Sequence[PlacedGang] = ()) -> ClusterSnapshot:
+    return ClusterSnapshot(tuple(node(line) for line in lines), tuple(placed))
+
+
+def uniform(count: int, text: str, prefix: str = "w-") -> list[str]:
+    """`count` identical node lines, ids zero-padded so that string order is numeric order."""
+    width = len(str(count))
+    return [f"{prefix}{i:0{width}d}: {text}" for i in range(1, count + 1)]
+
+
+def capacity(*lines: str) -> Capacity:
+    return Capacity(cluster(*lines).alive_nodes)
+
+
+def roles(shape: str) -> list[dict]:
+    """`"1xCPU=1 + 4xGPU=1,CPU=2"` -> role dicts r0, r1 (a bare `GPU=1` means one replica)."""
+    out = []
+    for i, part in enumerate(shape.split("+")):
+        match = re.fullmatch(r"\s*(?:(\d+)x)?(.*?)\s*", part)
+        assert match, part
+        count, text = match.groups()
+        out.append({"name": f"r{i}", "replicas": int(count or 1), "resources": amounts(text)})
+    return out
+
+
+def bundles(shape: str) -> list[Resources]:
+    """All bundles of a shape, in rank order: `bundles("2xGPU=1 + CPU=1")`."""
+    return [Resources(r["resources"]) for r in roles(shape) for _ in range(r["replicas"])]
+
+
+def spec(name: str, shape: str, strategy: str | Strategy = "PACK", **fields: object) -> GangSpec:
+    return gang_spec(f"gang {name!r}", name=name, roles=roles(shape), strategy=strategy, **fields)
+
+
+def gang(
+    gang_id: str,
+    shape: str,
+    strategy: str | Strategy = "PACK",
+    priority: int | str = 0,
+    seq: int | None = None,
+    config: SchedulerConfig | None = None,
+) -> PendingGang:
+    """A pending gang; `seq` defaults to creation order (submission order)."""
+    s = spec(gang_id, shape, strategy, priority=priority)
+    value = (config or SchedulerConfig()).resolve_priority(s)
+    return PendingGang(gang_id, s, value, next(_seq) if seq is None else seq)
+
+
+def gangs(*rows: tuple) -> list[PendingGang]:
+    """Gangs from `(id, shape, strategy[, priority])` rows, seq in row order."""
+    return [gang(*row[:3], *row[3:4], seq=i) for i, row in enumerate(rows)]
+
+
+def per_node(nodes: Iterable[str], bundle_list: Sequence[Resources]) -> dict[str, Resources]:
+    """Sum of bundles per node for one admission."""
+    out: dict[str, Resources] = {}
+    for node_id, bundle in zip(nodes, bundle_list, strict=True):
+        out[node_id] = out.get(node_id, Resources()) + bundle
+    return out
+
+
+def free_map(cap: Capacity) -> dict[str, Resources]:
+    return {n: cap.free(n) for n in cap.node_ids}
+
+
+def class_map(cap: Capacity) -> dict[Resources, list[str]]:
+    return {free: list(ids) for free, ids in cap.classes()}
+
+
+def assignment(text: str) -> tuple[str, ...]:
+    """`"w-1 w-1 w-2"` -> ("w-1", "w-1", "w-2"); `"3*w-1 w-2"` repeats."""
+    out: list[str] = []
+    for token in text.split():
+        count, star, node_id = token.partition("*")
+        out.extend([node_id] * int(count) if star else [token])
+    return tuple(out)

@@ -1,0 +1,29 @@
+"""bench/core_cycle.py runs and prints its figures (small sizes: --quick)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_core_cycle_benchmark_quick():
+    out = subprocess.run(
+        [sys.executable, "bench/core_cycle.py", "--quick"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = out.stdout
+    for mode in ("off", "on "):
+        line = re.search(rf"^backfill {mode}: cycle +[\d.]+ ms, +[\d,]+ decisions/s, "
+                         rf"admitted (\d+), waiting: NO_FIT \d+, BEHIND \d+, UNSCHEDULABLE \d+$",
+                         text, re.MULTILINE)
+        assert line, text
+        assert int(line.group(1)) > 0
+    naive = re.search(r"naive reference .*: ([\d,]+) us/decision vs raygang ([\d,]+) us/decision "
+                      r"on the same gangs: ratio ([\d.]+)x, same decisions: yes", text)
+    assert naive, text
+    assert "target >= 5,000 decisions/s:" in text

@@ -1,0 +1,37 @@
+"""The layering from DESIGN.md: `raygang.core` stays pure, imports point one way."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_importing_core_does_not_import_ray_or_other_heavy_layers():
+    code = (
+        "import sys, raygang.core; "
+        "print(sorted(m for m in ('ray', 'kubernetes', 'fastapi', 'starlette', 'uvicorn', "
+        "'raygang.runtime', 'raygang.api') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_import_linter_contracts_hold():
+    # Contracts live in pyproject.toml [tool.importlinter]; lint-imports reads them from cwd.
+    lint = shutil.which("lint-imports") or str(Path(sys.executable).parent / "lint-imports")
+    if not Path(lint).exists():
+        pytest.fail("lint-imports is not installed: pip install -e '.[dev]'")
+    out = subprocess.run(
+        [lint, "--no-cache", "--no-logo"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "0 broken" in out.stdout
