@@ -165,19 +165,24 @@ class GangRef:
         """Block until the gang has finished; raises TimeoutError after `timeout` seconds."""
         status = _call("wait", self.gang_id, timeout)
         if not status.finished:
-            raise TimeoutError(
-                f"gang {self.gang_id} still {status.state.value} after {timeout}s"
-                + (f": {status.reason}" if status.reason else "")
-            )
+            raise _still(status, timeout)
+        return status
+
+    def ready(self, timeout: float | None = None) -> GangStatus:
+        """Block until every member is ready and released (RUNNING): for service gangs.
+
+        Raises GangFailedError / GangCancelledError if the gang ended first, and
+        TimeoutError after `timeout` seconds.
+        """
+        status = _call("wait", self.gang_id, timeout, True)
+        _raise_if_ended_badly(status)
+        if status.state not in (GangState.RUNNING, GangState.SUCCEEDED):
+            raise _still(status, timeout)
         return status
 
     def result(self, timeout: float | None = None) -> list[Any]:
         """Every member's result in rank order; raises if the gang failed or was cancelled."""
-        status = self.wait(timeout)
-        if status.state is GangState.FAILED:
-            raise GangFailedError(status)
-        if status.state is GangState.CANCELLED:
-            raise GangCancelledError(status)
+        _raise_if_ended_badly(self.wait(timeout))
         return ray.get(_call("results", self.gang_id))
 
     def cancel(self) -> GangStatus:
@@ -208,6 +213,18 @@ def list_gangs(state: GangState | str | None = None) -> list[GangStatus]:
 
 
 # Helpers --------------------------------------------------------------------------------
+def _still(status: GangStatus, timeout: float | None) -> TimeoutError:
+    reason = f": {status.reason}" if status.reason else ""
+    return TimeoutError(f"gang {status.gang_id} still {status.state.value} after {timeout}s{reason}")
+
+
+def _raise_if_ended_badly(status: GangStatus) -> None:
+    if status.state is GangState.FAILED:
+        raise GangFailedError(status)
+    if status.state is GangState.CANCELLED:
+        raise GangCancelledError(status)
+
+
 _cached: dict[str, Any] = {}
 
 

@@ -64,8 +64,8 @@ def _spread(bundles: Sequence[Resources], capacity: Capacity) -> Assignment | No
     undos: list[Undo] = []
     try:
         for i in largest_first(bundles, capacity):
-            node = capacity.best_node(bundles[i], exclude=used) or capacity.best_node(
-                bundles[i], among=used
+            node = capacity.best_node(bundles[i], exclude=used) or _least_shared(
+                bundles[i], assignment, capacity
             )
             if node is None:
                 return None
@@ -76,6 +76,21 @@ def _spread(bundles: Sequence[Resources], capacity: Capacity) -> Assignment | No
     finally:
         for undo in reversed(undos):
             undo()
+
+
+def _least_shared(
+    bundle: Resources, assignment: list[str], capacity: Capacity
+) -> str | None:
+    """When SPREAD must share, the used node holding fewest of this gang's bundles (even
+    spread, as Ray does), then the tightest fit, then the lowest id."""
+    counts: dict[str, int] = {}
+    for node in assignment:
+        if node:
+            counts[node] = counts.get(node, 0) + 1
+    fitting = [n for n in counts if bundle.fits_in(capacity.free(n))]
+    if not fitting:
+        return None
+    return min(fitting, key=lambda n: (counts[n], capacity.leftover_key(capacity.free(n), bundle), n))
 
 
 def _pack(bundles: Sequence[Resources], capacity: Capacity) -> Assignment | None:

@@ -78,7 +78,10 @@ class Resources(Mapping[str, float]):
         if isinstance(other, Resources):
             return self._units == other._units
         if isinstance(other, Mapping):
-            return self == Resources(other)
+            try:
+                return self == Resources(other)
+            except ValueError:  # not a resource vector, so not equal
+                return False
         return NotImplemented
 
     def __hash__(self) -> int:

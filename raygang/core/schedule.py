@@ -107,6 +107,13 @@ def _reasons(
         code, message = by_shape[gang.shape]
         waiting[gang.gang_id] = Waiting(gang.gang_id, code, message)
     for gang, blocker in behind:
+        if not ever.fits(gang):  # waiting behind anyone would not help it
+            reason = why_not(gang.bundles, gang.strategy, ever.empty)
+            waiting[gang.gang_id] = Waiting(
+                gang.gang_id, WaitCode.UNSCHEDULABLE,
+                f"cannot fit on the cluster as it is now, even empty: {reason}",
+            )
+            continue
         first = waiting[blocker.gang_id].message
         waiting[gang.gang_id] = Waiting(
             gang.gang_id,

@@ -8,7 +8,15 @@ from collections.abc import Iterator
 from functools import cached_property
 from typing import NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import ErrorDetails
 
 from raygang.core.resources import Resources
@@ -63,7 +71,7 @@ class GangSpec(BaseModel):
 
     name: str = Field(pattern=NAME_PATTERN)
     queue: str = Field("default", pattern=NAME_PATTERN)
-    priority: int | str = Field(
+    priority: StrictInt | str = Field(
         "training", description="an integer, or the name of a priority class"
     )
     strategy: Strategy = Strategy.PACK

@@ -50,6 +50,7 @@ class GangRecord:
     events: list[GangEvent] = field(default_factory=list)
     task: asyncio.Task | None = None
     finished: asyncio.Event = field(default_factory=asyncio.Event)
+    released: asyncio.Event = field(default_factory=asyncio.Event)  # RUNNING or finished
 
     def move(self, to: GangState, reason: str, now: float) -> None:
         if to not in _ALLOWED.get(self.state, set()):
@@ -59,9 +60,11 @@ class GangRecord:
         self.reason = reason or None
         if to is GangState.RUNNING:
             self.started_at = now
+            self.released.set()
         if to.finished:
             self.finished_at = now
             self.finished.set()
+            self.released.set()
 
     def set_waiting(self, code: WaitCode, message: str) -> None:
         self.wait_code = code

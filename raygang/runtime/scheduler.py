@@ -92,11 +92,15 @@ class Scheduler:
     async def list_gangs(self, state: GangState | None = None) -> list[GangStatus]:
         return [r.status() for r in self._gangs.values() if state is None or r.state is state]
 
-    async def wait(self, gang_id: str, timeout: float | None = None) -> GangStatus:
-        """The gang's status once it has finished, or as it is after `timeout` seconds."""
+    async def wait(
+        self, gang_id: str, timeout: float | None = None, until_running: bool = False
+    ) -> GangStatus:
+        """The gang's status once it has finished (or, with `until_running`, once it is
+        past the launch barrier), or as it is after `timeout` seconds."""
         record = self._get(gang_id)
+        event = record.released if until_running else record.finished
         try:
-            await asyncio.wait_for(record.finished.wait(), timeout)
+            await asyncio.wait_for(event.wait(), timeout)
         except asyncio.TimeoutError:
             pass
         return record.status()

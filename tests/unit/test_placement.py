@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import dataclass
 
 import pytest
@@ -160,8 +161,8 @@ def test_dead_nodes_are_ignored(strategy):
 
 
 def test_spread_shares_nodes_only_when_it_must():
-    # Which used node takes the extra bundles is not specified (today: best fit); only that
-    # every node is used before any is shared, and that nothing is oversubscribed.
+    # Every node is used before any is shared (test_spread_shares_evenly_when_it_must says how);
+    # nothing is oversubscribed.
     cap = capacity("w-1: GPU=8", "w-2: GPU=8", "w-3: GPU=2")
     got = place(bundles("5xGPU=1"), Strategy.SPREAD, cap)
     assert set(got[:3]) == {"w-1", "w-2", "w-3"}
@@ -191,3 +192,10 @@ def test_largest_first_is_stable_and_scarcest_first():
     cap = capacity("w-1: GPU=8 CPU=8")
     b = [res("CPU=8"), res("GPU=1"), res("GPU=2 CPU=1"), res("GPU=1"), res("GPU=2")]
     assert largest_first(b, cap) == [2, 4, 1, 3, 0]
+
+
+def test_spread_shares_evenly_when_it_must():
+    # 6 bundles on 3 nodes that could each hold all of them: two per node, as Ray spreads.
+    cap = capacity("w-1: GPU=8", "w-2: GPU=8", "w-3: GPU=8")
+    nodes = place(bundles("6xGPU=1"), Strategy.SPREAD, cap)
+    assert sorted(Counter(nodes).values()) == [2, 2, 2]

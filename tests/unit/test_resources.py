@@ -290,3 +290,8 @@ def test_json_schema_is_an_object_of_numbers(mode):
 
 def test_builder_amounts():
     assert amounts("GPU=1, CPU=2 memory=1Gi") == {"GPU": 1, "CPU": 2, "memory": 2**30}
+
+
+def test_comparing_with_a_mapping_that_is_not_resources_is_false_not_an_error():
+    assert Resources(CPU=1) != {"CPU": "x"}
+    assert Resources(CPU=1) != {"CPU": -1}

@@ -294,3 +294,12 @@ def test_plan_is_read_only():
     plan = schedule(cluster("w-1: GPU=1"), [gang("a", "2xGPU=1")], SchedulerConfig(), 0.0)
     with pytest.raises(TypeError):
         plan.waiting["x"] = None  # type: ignore[index]
+
+
+def test_a_gang_that_can_never_fit_says_so_even_behind_a_blocker():
+    snapshot = cluster("w-1: GPU=4 free GPU=1", "w-2: GPU=4 free GPU=1")
+    pending = gangs(("blocked", "4xGPU=1", "STRICT_PACK"), ("never", "5xGPU=1", "STRICT_PACK"))
+    plan = schedule(snapshot, pending, SchedulerConfig(), 0.0)
+    assert plan.waiting["blocked"].code is WaitCode.NO_FIT
+    assert plan.waiting["never"].code is WaitCode.UNSCHEDULABLE
+    assert "even empty" in plan.waiting["never"].message

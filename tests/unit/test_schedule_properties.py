@@ -156,7 +156,12 @@ def _check(snapshot: ClusterSnapshot, pending: list[PendingGang], plan: Plan, ba
     if not backfill and first_blocked is not None:
         later = order[order.index(first_blocked) + 1:]
         assert not set(later) & set(plan.admitted_ids), "admitted past a blocked gang"
-        assert all(plan.waiting[g].code is WaitCode.BEHIND for g in later)
+        # Behind the blocker every gang is BEHIND, except one that could never fit at
+        # all: waiting would not help it, and it says so.
+        for g in later:
+            never = unschedulable_reason(by_id[g].spec, snapshot) is not None
+            expected = WaitCode.UNSCHEDULABLE if never else WaitCode.BEHIND
+            assert plan.waiting[g].code is expected, plan.waiting[g]
 
 
 def _size(bundle: Resources) -> tuple[int, ...]:

@@ -302,3 +302,11 @@ def test_startup_waves(role_list, waves):
 def test_gang_name_patterns_accepted():
     for name in ["a", "A1", "llama-70b.train_v2", "x" * 63]:
         assert gang_spec("g", name=name, roles=[W]).name == name
+
+
+def test_priority_rejects_booleans_and_floats():
+    from raygang.core import SpecError, gang_spec
+
+    for bad in (True, 1.5):
+        with pytest.raises(SpecError, match="priority"):
+            gang_spec("g", name="g", priority=bad, roles=[{"name": "w"}])

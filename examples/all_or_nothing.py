@@ -1,0 +1,88 @@
+"""Two jobs of 3 GPUs each on 4 GPUs: raw Ray actors deadlock, raygang gangs do not.
+
+Started one actor at a time, as two independent drivers would, each job grabs 2 GPUs and
+waits forever for its third. As gangs, one job gets all 3 GPUs at once while the other
+waits holding nothing, then runs when the first ends.
+
+    python examples/all_or_nothing.py
+"""
+
+from __future__ import annotations
+
+import time
+
+import ray
+
+import raygang
+from local_cluster import connect
+
+SECONDS = 1.0
+
+
+@ray.remote(num_gpus=1, num_cpus=0)
+class RawWorker:
+    def ready(self):
+        return True
+
+
+def raw_ray(wait: float = 5.0) -> dict:
+    # Interleaved, as two drivers submitting at the same time would.
+    jobs = {"A": [], "B": []}
+    for _ in range(3):
+        for job in jobs:
+            jobs[job].append(RawWorker.remote())
+    up = {}
+    for job, actors in jobs.items():
+        ready, _ = ray.wait([a.ready.remote() for a in actors], num_returns=3, timeout=wait / 2)
+        up[job] = len(ready)
+    free = ray.available_resources().get("GPU", 0)
+    print(f"raw Ray after {wait:g}s: job A has {up['A']}/3 members, job B {up['B']}/3, "
+          f"{free:g} GPUs free -> {'DEADLOCK' if max(up.values()) < 3 else 'ok'}")
+    for actors in jobs.values():
+        for actor in actors:
+            ray.kill(actor)
+    return up
+
+
+@raygang.gang_task(replicas=3, num_gpus=1, num_cpus=0)
+def train(seconds: float) -> tuple[float, float]:
+    started = time.time()
+    time.sleep(seconds)
+    return started, time.time()
+
+
+def with_raygang() -> dict:
+    a = train.options(name="job-a").remote(SECONDS)
+    b = train.options(name="job-b").remote(SECONDS)
+    first, second = (a, b)
+    while True:  # look while one of them runs
+        states = {r: r.status() for r in (a, b)}
+        running = [r for r, s in states.items() if s.state is raygang.GangState.RUNNING]
+        if running:
+            first = running[0]
+            second = b if first is a else a
+            break
+        time.sleep(0.02)
+    waiting = second.status()
+    print(f"raygang: {first.gang_id} RUNNING with 3 GPUs; {second.gang_id} "
+          f"{waiting.state.value}, holding nothing: {waiting.reason}")
+    print(f"         free GPUs now: {ray.available_resources().get('GPU', 0):g}")
+    spans = {r.gang_id: r.result(timeout=120) for r in (first, second)}
+    end_first = max(e for _, e in spans[first.gang_id])
+    start_second = min(s for s, _ in spans[second.gang_id])
+    print(f"         {second.gang_id} started {start_second - end_first:.2f}s after "
+          f"{first.gang_id} ended: never both, never half")
+    return {"first": first, "second": second, "waiting": waiting, "spans": spans}
+
+
+def main() -> dict:
+    connect()
+    up = raw_ray()
+    raygang.start()
+    out = with_raygang()
+    raygang.shutdown()
+    return {"raw": up, **out}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,14 @@
+"""How the examples connect: to RAY_ADDRESS if set, else a local cluster with virtual GPUs."""
+
+from __future__ import annotations
+
+import os
+
+import ray
+
+
+def connect(num_cpus: int = 4, num_gpus: int = 4) -> None:
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init()  # an existing cluster, e.g. RAY_ADDRESS=auto
+    else:  # a local one: the GPUs are virtual, so none is needed
+        ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False)
