@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import threading
+import weakref
 from typing import Any
 
 import ray
@@ -125,15 +126,27 @@ class _AsyncFunctionMember(_AsyncControl):
         return self._call
 
 
+_actor_classes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def member_actor_class(program: RoleProgram):
-    """The Ray actor class for a role's members (options are applied per member)."""
+    """The Ray actor class for a role's members (options are applied per member).
+
+    Cached per user class (and once for all functions): each new actor class is exported
+    to the GCS and loaded by every worker that runs it, which costs a gang launch dearly.
+    """
     if program.is_class:
-        cls = _class_member(program.target)
+        key = program.target
     elif inspect.iscoroutinefunction(program.target):
-        cls = _AsyncFunctionMember
+        key = _AsyncFunctionMember
     else:
-        cls = _FunctionMember
-    return ray.remote(concurrency_groups={CONTROL_GROUP: 2})(cls)
+        key = _FunctionMember
+    actor_class = _actor_classes.get(key)
+    if actor_class is None:
+        cls = _class_member(key) if program.is_class else key
+        actor_class = ray.remote(concurrency_groups={CONTROL_GROUP: 2})(cls)
+        _actor_classes[key] = actor_class
+    return actor_class
 
 
 def constructor_args(program: RoleProgram, context: _ctx.GangContext) -> tuple:

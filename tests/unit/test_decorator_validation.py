@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import ray
 
@@ -19,8 +22,21 @@ class Worker:
 
 @pytest.fixture(autouse=True)
 def no_cluster():
+    before = ray.is_initialized()  # another tier may share this process's cluster
     yield
-    assert not ray.is_initialized(), "declaring a gang must not start or connect to Ray"
+    assert ray.is_initialized() == before, "declaring a gang must not start or connect to Ray"
+
+
+def test_declaring_touches_no_cluster_in_a_fresh_process():
+    code = (
+        "import ray, raygang\n"
+        "t = raygang.gang_task(replicas=2, num_gpus=1)(lambda: 1)\n"
+        "g = raygang.gang('g', roles={'a': t, 'b': t.options(after=['a']).bind(3)})\n"
+        "t.options(replicas=3)\n"
+        "assert not ray.is_initialized()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.parametrize(
