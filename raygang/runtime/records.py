@@ -13,6 +13,8 @@ from raygang.core.spec import GangSpec
 from raygang.runtime.program import RoleProgram
 from raygang.runtime.status import GangError, GangEvent, GangStatus, MemberStatus
 
+MAX_EVENTS = 500
+
 # Which moves a gang may make. Anything else is a bug in the scheduler, caught loudly.
 _ALLOWED: dict[GangState, set[GangState]] = {
     GangState.PENDING: {GangState.ADMITTED, GangState.CANCELLED},
@@ -56,6 +58,8 @@ class GangRecord:
         if to not in _ALLOWED.get(self.state, set()):
             raise RuntimeError(f"gang {self.gang_id}: illegal move {self.state.value} -> {to.value}")
         self.events.append(GangEvent(at=now, from_state=self.state, to_state=to, reason=reason))
+        if len(self.events) > MAX_EVENTS:  # e.g. requeued every reservation timeout for days
+            del self.events[1 : len(self.events) - MAX_EVENTS + 1]  # keep "submitted"
         self.state = to
         self.reason = reason or None
         if to is GangState.RUNNING:
@@ -63,6 +67,7 @@ class GangRecord:
             self.released.set()
         if to.finished:
             self.finished_at = now
+            self.programs = {}  # user code and arguments are not needed any more
             self.finished.set()
             self.released.set()
 

@@ -9,6 +9,7 @@ caught there and recorded on that gang, so the loop itself never stops.
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
 import time
@@ -20,6 +21,7 @@ import ray
 from raygang.core.config import SchedulerConfig
 from raygang.core.gang import GangState
 from raygang.core.schedule import schedule, unschedulable_reason
+from raygang.core.snapshot import ClusterSnapshot
 from raygang.core.spec import GangSpec
 from raygang.runtime.errors import GangNotFoundError, UnschedulableError
 from raygang.runtime.launcher import GangLaunch, MemberFailure, ReservationTimeout
@@ -44,6 +46,8 @@ class Scheduler:
         self._loop_task: asyncio.Task | None = None
         self._cycles = 0
         self._last_cycle_error: str | None = None
+        self._finished: collections.deque[str] = collections.deque()  # oldest first
+        self._observed: tuple[float, ClusterSnapshot] | None = None
 
     def _ensure_loop(self) -> None:
         if self._loop_task is None or self._loop_task.done():
@@ -67,7 +71,10 @@ class Scheduler:
         if missing:
             raise ValueError(f"roles without a program to run: {', '.join(missing)}")
         priority = self._config.resolve_priority(spec)
-        reason = unschedulable_reason(spec, observe(self._held()))
+        # A recent view may accept; only a fresh one may refuse (a node may just have joined).
+        reason = unschedulable_reason(spec, self._recent_snapshot()) and unschedulable_reason(
+            spec, self._recent_snapshot(max_age=0)
+        )
         if reason:
             raise UnschedulableError(f"gang {spec.name!r} can never fit on this cluster: {reason}")
         now = self._clock()
@@ -114,6 +121,7 @@ class Scheduler:
         record = self._get(gang_id)
         if record.state is GangState.PENDING:
             record.move(GangState.CANCELLED, reason, self._clock())
+            self._forget_finished(record)
         elif record.task is not None:
             record.reason = reason
             record.task.cancel()
@@ -148,8 +156,9 @@ class Scheduler:
         if not pending:
             return
         now = self._clock()
-        plan = schedule(observe(self._held()), [r.pending_view() for r in pending],
-                        self._config, now)
+        snapshot = observe(self._held())
+        self._observed = (now, snapshot)
+        plan = schedule(snapshot, [r.pending_view() for r in pending], self._config, now)
         self._cycles += 1
         for admission in plan.admissions:
             self._admit(self._gangs[admission.gang_id], admission.nodes, now)
@@ -158,6 +167,16 @@ class Scheduler:
 
     def _held(self):
         return [self._gangs[gang_id].placed_view() for gang_id in self._launches]
+
+    def _recent_snapshot(self, max_age: float | None = None) -> ClusterSnapshot:
+        """The last cycle's view if younger than `max_age` (default: one resync interval).
+        Whether a gang could *ever* fit depends only on the nodes' totals, which change
+        slowly; a burst of submissions then costs no GCS calls each."""
+        max_age = self._config.resync_interval_s if max_age is None else max_age
+        if self._observed and self._clock() - self._observed[0] < max_age:
+            return self._observed[1]
+        self._observed = (self._clock(), observe(self._held()))
+        return self._observed[1]
 
     # Applying an admission ------------------------------------------------------------
     def _admit(self, record: GangRecord, nodes: tuple[str, ...], now: float) -> None:
@@ -196,7 +215,7 @@ class Scheduler:
             self._launches.pop(record.gang_id, None)
             record.nodes = ()
             record.task = None
-            self._forget_finished()
+            self._forget_finished(record)
             self._wake.set()
 
     def _fail_or_restart(self, record: GangRecord, error: GangError) -> None:
@@ -218,12 +237,13 @@ class Scheduler:
         except KeyError:
             raise GangNotFoundError(f"no gang with id {gang_id!r}") from None
 
-    def _forget_finished(self) -> None:
-        finished = [r for r in self._gangs.values() if r.state.finished]
-        for record in sorted(finished, key=lambda r: r.finished_at or 0)[
-            : max(0, len(finished) - self._config.finished_gangs_kept)
-        ]:
-            del self._gangs[record.gang_id]
+    def _forget_finished(self, record: GangRecord) -> None:
+        """Keep the last `finished_gangs_kept` finished gangs (and their results)."""
+        if not record.state.finished:
+            return
+        self._finished.append(record.gang_id)
+        while len(self._finished) > self._config.finished_gangs_kept:
+            self._gangs.pop(self._finished.popleft(), None)
 
 
 # The actor: no resources of its own, many concurrent calls (waits are long polls).

@@ -84,11 +84,13 @@ class Barriered:
 
 
 def test_no_member_starts_work_before_every_member_is_ready(ray_cluster):
-    results = Barriered.remote(0.4).result(timeout=60)
+    results = Barriered.remote(1.0).result(timeout=60)
     last_ready = max(r["ready_at"] for r in results)
     first_start = min(r["started_at"] for r in results)
     assert first_start >= last_ready
-    assert last_ready - min(r["ready_at"] for r in results) >= 0.7  # the delays were real
+    # Not vacuous: readiness really was spread out (by up to 2 s, less the skew of actor
+    # start-up), so early members were held at the barrier.
+    assert last_ready - min(r["ready_at"] for r in results) >= 0.3
 
 
 @raygang.gang_task(num_cpus=0.5)

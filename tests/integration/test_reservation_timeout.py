@@ -7,6 +7,8 @@ the reason in its history, and runs elsewhere once the node is known dead.
 
 from __future__ import annotations
 
+import time
+
 import ray
 
 import raygang
@@ -32,3 +34,9 @@ def test_reservation_timeout_requeues_and_runs_elsewhere(ray_cluster):
                 if e.from_state is GangState.ADMITTED and e.to_state is GangState.PENDING]
     assert requeues, [e.reason for e in status.events]
     assert f"placement group raygang-{ref.gang_id} was not ready within 2s" in requeues[0].reason
+    # Leave the shared cluster as it was: until the GCS declares the node dead, it still
+    # counts in ray.cluster_resources().
+    deadline = time.time() + 60
+    while any(n["NodeID"] == doomed_id and n["Alive"] for n in ray.nodes()):
+        assert time.time() < deadline, "the killed node was never declared dead"
+        time.sleep(0.2)
