@@ -66,6 +66,12 @@ class Scheduler:
     async def submit(self, spec: GangSpec, programs: dict[str, RoleProgram]) -> str:
         """Validate, check the gang could ever fit, and queue it. Returns the gang id."""
         self._ensure_loop()
+        if not isinstance(spec, GangSpec):
+            raise TypeError(f"submit() takes a GangSpec, got {type(spec).__name__}")
+        if not isinstance(programs, dict) or not all(
+            isinstance(p, RoleProgram) for p in programs.values()
+        ):
+            raise TypeError("submit() takes programs as a dict of role name -> RoleProgram")
         spec = GangSpec.model_validate(spec.model_dump())  # never trust a pickled model
         missing = sorted({r.name for r in spec.roles} - set(programs))
         if missing:

@@ -122,8 +122,11 @@ def test_unknown_priority_class_is_refused_with_the_known_ones(ray_cluster):
 def test_scheduler_loop_survives_garbage(ray_cluster):
     handle = scheduler()
     for bad in [("not a spec", {}), (None, None), (42, "x")]:
-        with pytest.raises(Exception):
+        with pytest.raises(TypeError, match=r"submit\(\) takes a GangSpec, got "):
             ray.get(handle.submit.remote(*bad))
+    spec = LoadsWeights.options(replicas=1).bind(-1)
+    with pytest.raises(TypeError, match="programs as a dict"):
+        ray.get(handle.submit.remote(raygang.gang("g", roles={"w": spec}).spec, {"w": 3}))
     with pytest.raises(Exception, match="no gang with id"):
         ray.get(handle.status.remote("no-such-gang"))
     assert LoadsWeights.options(replicas=1).remote(-1).result(timeout=60) == ["ok"]
