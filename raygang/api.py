@@ -22,7 +22,7 @@ import ray
 from ray.exceptions import RayTaskError
 
 from raygang.core.gang import GangState
-from raygang.core.spec import GangSpec, RoleSpec, SpecError, describe_errors, gang_spec
+from raygang.core.spec import GangSpec, RoleSpec, SpecError, gang_spec, role_spec
 from raygang.runtime import client
 from raygang.runtime.errors import GangCancelledError, GangFailedError
 from raygang.runtime.launcher import NAMESPACE, member_name
@@ -97,8 +97,8 @@ class GangTask:
     def remote(self, *args: Any, **kwargs: Any) -> GangRef:
         """Submit a one-role gang; returns at once with a `GangRef`."""
         task = self.bind(*args, **kwargs) if (args or kwargs) else self
-        return Gang(self._gang_fields().get("name", _default_name(self._target)),
-                    {self.role_name: task}, **_without(self._gang_fields(), "name")).remote()
+        fields = self._gang_fields()
+        return Gang(fields.pop("name"), {self.role_name: task}, **fields).remote()
 
     def program(self) -> RoleProgram:
         return RoleProgram(
@@ -231,9 +231,10 @@ _cached: dict[str, Any] = {}
 def _call(method: str, *args: Any) -> Any:
     """Call the scheduler (starting it if needed); re-raise its errors as themselves."""
     job = _job_id()
-    handle = _cached.get(job) or client.start()
-    _cached.clear()
-    _cached[job] = handle
+    handle = _cached.get(job)
+    if handle is None:  # first call of this driver (or after a shutdown / replacement)
+        _cached.clear()
+        handle = _cached[job] = client.start()
     try:
         return ray.get(getattr(handle, method).remote(*args))
     except RayTaskError as error:
@@ -272,12 +273,7 @@ def _role_spec(name: str, options: Mapping[str, Any], what: str) -> RoleSpec:
                               "after": tuple(options.get("after") or ())}
     if resources or "resources" in options:
         fields["resources"] = resources
-    try:
-        return RoleSpec(**fields)
-    except Exception as error:
-        if hasattr(error, "errors"):
-            raise SpecError(what, list(describe_errors(error))) from None
-        raise
+    return role_spec(what, **fields)
 
 
 def _default_name(target: Any) -> str:
@@ -288,9 +284,6 @@ def _default_name(target: Any) -> str:
 def _display(target: Any) -> str:
     return getattr(target, "__qualname__", None) or repr(target)
 
-
-def _without(mapping: Mapping[str, Any], key: str) -> dict[str, Any]:
-    return {k: v for k, v in mapping.items() if k != key}
 
 
 __all__ = ["Gang", "GangRef", "GangTask", "gang", "gang_task", "list_gangs", "shutdown", "start"]

@@ -17,12 +17,12 @@ from raygang.core.plan import Admission, Plan, WaitCode, Waiting
 from raygang.core.resources import Resources
 from raygang.core.schedule import schedule, unschedulable_reason
 from raygang.core.snapshot import ClusterSnapshot, NodeState, PlacedGang
-from raygang.core.spec import GangSpec, MemberSlot, RoleSpec, SpecError, Strategy, gang_spec
+from raygang.core.spec import GangSpec, MemberSlot, RoleSpec, SpecError, Strategy, gang_spec, role_spec
 
 __all__ = [
     "Admission", "Capacity", "ClusterSnapshot", "DEFAULT_PRIORITY_CLASSES", "GangSpec",
     "GangState", "MemberSlot", "NodeState", "PendingGang", "PlacedGang", "Plan",
     "PriorityClass", "Resources", "RoleSpec", "SchedulerConfig", "SpecError", "Strategy",
     "UnknownPriorityClass", "WaitCode", "Waiting", "describe_bundles", "gang_spec", "place",
-    "schedule", "unschedulable_reason", "why_not",
+    "role_spec", "schedule", "unschedulable_reason", "why_not",
 ]

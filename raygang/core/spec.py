@@ -6,7 +6,7 @@ import enum
 import re
 from collections.abc import Iterator
 from functools import cached_property
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -24,6 +24,9 @@ from raygang.core.resources import Resources
 # Names become parts of Ray actor and placement group names (`raygang-<gang>-<role>-<i>`).
 NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$"
 MAX_MEMBERS = 4096
+
+
+_M = TypeVar("_M", bound=BaseModel)
 
 
 class Strategy(str, enum.Enum):
@@ -230,9 +233,17 @@ def _spurious_too_short(item: ErrorDetails) -> bool:
     return hasattr(given, "__len__") and len(given) >= item.get("ctx", {}).get("min_length", 0)
 
 
-def gang_spec(what: str, **fields: object) -> GangSpec:
-    """Build a GangSpec, turning pydantic's error into a `SpecError` that names each field."""
+def _validated(model: type[_M], what: str, fields: dict[str, object]) -> _M:
+    """Build `model`, turning pydantic's error into a `SpecError` that names each field."""
     try:
-        return GangSpec(**fields)
+        return model(**fields)
     except ValidationError as error:
         raise SpecError(what, list(describe_errors(error))) from None
+
+
+def gang_spec(what: str, **fields: object) -> GangSpec:
+    return _validated(GangSpec, what, fields)
+
+
+def role_spec(what: str, **fields: object) -> RoleSpec:
+    return _validated(RoleSpec, what, fields)

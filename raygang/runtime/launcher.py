@@ -100,6 +100,7 @@ class GangLaunch:
         self.pg: PlacementGroup | None = None
         self.handles: list[Any] = [None] * spec.world_size
         self._tasks: list[asyncio.Task] = []
+        self._role_ranks = _role_ranks(spec)
 
     # 1. Reserve ------------------------------------------------------------------------
     async def reserve(self) -> None:
@@ -151,7 +152,7 @@ class GangLaunch:
             world_size=self.spec.world_size,
             role_sizes={r.name: r.replicas for r in self.spec.roles},
             attempt=self.attempt,
-            _role_ranks=_role_ranks(self.spec),
+            _role_ranks=self._role_ranks,
         )
         options: dict[str, Any] = dict(
             name=member_name(self.gang_id, slot),

@@ -106,9 +106,11 @@ def _class_member(user_cls: type) -> type:
     return Member
 
 
-class _FunctionMember(_SyncControl):
+class _FunctionBody:
+    """A function program: the gang function is the member's whole body."""
+
     def __init__(self, context: _ctx.GangContext, fn: Any, args: tuple, kwargs: dict):
-        self._raygang_enter(context)
+        self._raygang_enter(context)  # type: ignore[attr-defined]
         self._raygang_error = None
         self._call = lambda: fn(*args, **kwargs)
 
@@ -116,14 +118,12 @@ class _FunctionMember(_SyncControl):
         return self._call
 
 
-class _AsyncFunctionMember(_AsyncControl):
-    def __init__(self, context: _ctx.GangContext, fn: Any, args: tuple, kwargs: dict):
-        self._raygang_enter(context)
-        self._raygang_error = None
-        self._call = lambda: fn(*args, **kwargs)
+class _FunctionMember(_FunctionBody, _SyncControl):
+    pass
 
-    def _raygang_body(self):
-        return self._call
+
+class _AsyncFunctionMember(_FunctionBody, _AsyncControl):
+    pass
 
 
 _actor_classes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
