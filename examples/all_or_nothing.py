@@ -26,11 +26,16 @@ class RawWorker:
 
 
 def raw_ray(wait: float = 5.0) -> dict:
-    # Interleaved, as two drivers submitting at the same time would.
+    # Two drivers taking turns, each starting its next worker once the last one is up.
+    # (Ray does not schedule actors in creation order, so firing all six at once would
+    # sometimes let one job win by luck; taking turns is the common, deterministic case.)
     jobs = {"A": [], "B": []}
-    for _ in range(3):
+    for turn in range(3):
         for job in jobs:
-            jobs[job].append(RawWorker.remote())
+            worker = RawWorker.remote()
+            jobs[job].append(worker)
+            if turn < 2:
+                ray.get(worker.ready.remote())
     up = {}
     for job, actors in jobs.items():
         ready, _ = ray.wait([a.ready.remote() for a in actors], num_returns=3, timeout=wait / 2)
