@@ -23,9 +23,11 @@ class Capacity:
         self._total: dict[str, Resources] = {}
         self._display: dict[str, str] = {}
         self._classes: dict[Resources, list[str]] = {}
+        self.free_total = Resources()  # over all nodes: a cheap "cannot fit" test
         for node in sorted(nodes, key=lambda n: n.node_id):
             free = node.total if use_totals else node.free
             self._free[node.node_id] = free
+            self.free_total = self.free_total + free
             self._total[node.node_id] = node.total
             self._display[node.node_id] = node.display
             self._classes.setdefault(free, []).append(node.node_id)  # sorted: ids come in order
@@ -97,8 +99,24 @@ class Capacity:
 
         return undo
 
+    def release(self, assignment: Iterable[tuple[str, Resources]]) -> Undo:
+        """Give each bundle back to its node (nodes not in this capacity are skipped);
+        returns a function that takes them again."""
+        given: list[tuple[str, Resources]] = []
+        for node_id, bundle in assignment:
+            if node_id in self._free:
+                self._set_free(node_id, self._free[node_id] + bundle)
+                given.append((node_id, bundle))
+
+        def undo() -> None:
+            for node_id, bundle in reversed(given):
+                self._set_free(node_id, self._free[node_id] - bundle)
+
+        return undo
+
     def _set_free(self, node_id: str, free: Resources) -> None:
         old = self._free[node_id]
+        self.free_total = self.free_total - old + free
         ids = self._classes[old]
         del ids[bisect.bisect_left(ids, node_id)]
         if not ids:

@@ -40,6 +40,15 @@ class PendingGang:
     spec: GangSpec
     priority: int
     seq: int
+    preemptible: bool = True  # its priority class's flag
+
+    @property
+    def queue(self) -> str:
+        return self.spec.queue
+
+    @property
+    def total(self) -> Resources:
+        return self.spec.total
 
     @property
     def bundles(self) -> tuple[Resources, ...]:

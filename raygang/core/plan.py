@@ -10,15 +10,29 @@ from types import MappingProxyType
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """Start this gang with bundle i pinned to `nodes[i]`."""
+    """Start this gang with bundle i pinned to `nodes[i]` — once `victims` (if any) are
+    gone: their resources are promised to this gang and to nothing else."""
 
     gang_id: str
     nodes: tuple[str, ...]
+    action: str = "allocate"  # or "reclaim" / "preempt"
+    victims: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """Stop `victim` (whole) and requeue it, so that `preemptor` fits."""
+
+    victim: str
+    preemptor: str
+    action: str  # "reclaim" (its queue was over its share) or "preempt" (lower priority)
+    reason: str
 
 
 class WaitCode(str, enum.Enum):
     NO_FIT = "NO_FIT"  # not enough free resources of the right shape right now
     BEHIND = "BEHIND"  # a gang earlier in the order is blocked and backfill is off
+    LIMIT = "LIMIT"  # its queue (or a parent queue) is at its limit
     UNSCHEDULABLE = "UNSCHEDULABLE"  # cannot fit even on the empty cluster as it is now
 
 
@@ -34,6 +48,9 @@ class Plan:
     admissions: tuple[Admission, ...] = ()
     waiting: Mapping[str, Waiting] = field(default_factory=lambda: MappingProxyType({}))
     at: float = 0.0
+    preemptions: tuple[Preemption, ...] = ()
+    positions: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    """1-based place of each pending gang in its queue's order."""
 
     @property
     def admitted_ids(self) -> list[str]:

@@ -1,18 +1,30 @@
-"""One scheduling cycle as a pure function: `schedule(snapshot, pending, config, now) -> Plan`."""
+"""One scheduling cycle as a pure function: `schedule(snapshot, pending, config, now) -> Plan`.
+
+A cycle runs the configured actions in order (`allocate`, `reclaim`, `preempt`), each a
+pass over the pending gangs in fair-share order: the queue furthest below its fair share
+goes next (hierarchically, ancestors first), and inside a queue the total order
+(-priority, submission sequence, id). Every tentative move is made on a scratch copy of
+the free capacity and the queues' usage. Without backfill, the first gang of a queue that
+cannot be admitted (and could fit on this cluster at all) holds back the rest of its queue
+(strict FIFO per queue, like Kueue's StrictFIFO); other queues go on.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import MappingProxyType
 
 from raygang.core.capacity import Capacity
 from raygang.core.config import SchedulerConfig
 from raygang.core.explain import why_not
+from raygang.core.fairshare import QueueBook
 from raygang.core.gang import PendingGang
 from raygang.core.placement import place
-from raygang.core.plan import Admission, Plan, WaitCode, Waiting
-from raygang.core.snapshot import ClusterSnapshot
+from raygang.core.plan import Admission, Plan, Preemption, WaitCode, Waiting
+from raygang.core.resources import Resources
+from raygang.core.snapshot import ClusterSnapshot, PlacedGang
 from raygang.core.spec import GangSpec
+from raygang.core.victims import VictimSearch, in_quota_gangs, victim_order
 
 
 def schedule(
@@ -21,41 +33,19 @@ def schedule(
     config: SchedulerConfig,
     now: float,
 ) -> Plan:
-    """Admit pending gangs in their total order while they fit; say why the rest wait.
-
-    Admissions are tried on a scratch copy of the free capacity. Capacity only shrinks
-    during a cycle, so a shape (strategy + bundles) that did not fit will not fit later in
-    the same cycle: it is not searched again. Without backfill the first gang that is
-    blocked (and could fit on this cluster at all) holds back every gang after it.
-    """
-    capacity = Capacity(snapshot.alive_nodes)
-    ever = _EverFits(snapshot)
-    admissions: list[Admission] = []
-    no_fit: list[PendingGang] = []
-    behind: list[tuple[PendingGang, PendingGang]] = []
-    failed_shapes: set = set()
-    blocker: PendingGang | None = None
-
-    for gang in sorted(pending, key=PendingGang.order_key):
-        if blocker is not None and not config.backfill:
-            behind.append((gang, blocker))
-            continue
-        nodes = None if gang.shape in failed_shapes else place(gang.bundles, gang.strategy, capacity)
-        if nodes is None:
-            failed_shapes.add(gang.shape)
-            no_fit.append(gang)
-            if blocker is None and ever.fits(gang):
-                blocker = gang
-            continue
-        capacity.reserve(zip(nodes, gang.bundles))
-        admissions.append(Admission(gang.gang_id, nodes))
-
-    waiting = _reasons(no_fit, behind, capacity, ever)
-    return Plan(tuple(admissions), MappingProxyType(waiting), at=now)
+    """Admit what fits, reclaim and preempt what policy allows; say why the rest wait."""
+    return _Cycle(snapshot, config, now).run(pending)
 
 
-def unschedulable_reason(spec: GangSpec, snapshot: ClusterSnapshot) -> str | None:
-    """Why `spec` could never fit on this cluster even if it were empty, or None."""
+def unschedulable_reason(
+    spec: GangSpec, snapshot: ClusterSnapshot, config: SchedulerConfig | None = None
+) -> str | None:
+    """Why `spec` could never be admitted: a bad queue, a limit below its size, or no
+    room for it on this cluster even if it were empty. None if it could be."""
+    if config is not None:
+        problem = config.queue_tree.problem(spec)
+        if problem:
+            return problem
     empty = Capacity(snapshot.alive_nodes, use_totals=True)
     if not empty.node_ids:
         return "the cluster has no alive nodes"
@@ -84,41 +74,222 @@ class _EverFits:
         return self._cache[gang.shape]
 
 
-def _reasons(
-    no_fit: list[PendingGang],
-    behind: list[tuple[PendingGang, PendingGang]],
-    capacity: Capacity,
-    ever: _EverFits,
-) -> dict[str, Waiting]:
-    """Reasons against the capacity left after this cycle's admissions (what users see
-    next), computed once per shape."""
-    by_shape: dict = {}
-    waiting: dict[str, Waiting] = {}
-    for gang in no_fit:
-        if gang.shape not in by_shape:
-            if ever.fits(gang):
-                by_shape[gang.shape] = (WaitCode.NO_FIT, why_not(gang.bundles, gang.strategy, capacity))
-            else:
-                reason = why_not(gang.bundles, gang.strategy, ever.empty)
-                by_shape[gang.shape] = (
-                    WaitCode.UNSCHEDULABLE,
-                    f"cannot fit on the cluster as it is now, even empty: {reason}",
-                )
-        code, message = by_shape[gang.shape]
-        waiting[gang.gang_id] = Waiting(gang.gang_id, code, message)
-    for gang, blocker in behind:
-        if not ever.fits(gang):  # waiting behind anyone would not help it
-            reason = why_not(gang.bundles, gang.strategy, ever.empty)
-            waiting[gang.gang_id] = Waiting(
-                gang.gang_id, WaitCode.UNSCHEDULABLE,
-                f"cannot fit on the cluster as it is now, even empty: {reason}",
-            )
-            continue
-        first = waiting[blocker.gang_id].message
-        waiting[gang.gang_id] = Waiting(
-            gang.gang_id,
-            WaitCode.BEHIND,
-            f"waiting behind gang {blocker.gang_id} (priority {blocker.priority}, "
-            f"earlier in line; backfill is off), which does not fit yet: {first}",
+class _QueueOrder:
+    """Which leaf queue goes next: the lowest hierarchical dominant share, then name.
+    Admitting into a queue changes the shares of its ancestors only, so only leaves under
+    the same top-level queue are re-keyed."""
+
+    def __init__(self, book: QueueBook, leaves: Sequence[str]):
+        self.book = book
+        self.keys = {q: book.order_key(q) for q in leaves}
+
+    def pick(self) -> str | None:
+        if not self.keys:
+            return None
+        return min(self.keys, key=lambda q: (self.keys[q], q))
+
+    def touched(self, queue: str) -> None:
+        top = self.book.tree.paths[queue][0]
+        for leaf in self.keys:
+            if self.book.tree.paths[leaf][0] == top:
+                self.keys[leaf] = self.book.order_key(leaf)
+
+    def done(self, queue: str) -> None:
+        self.keys.pop(queue, None)
+
+
+class _Cycle:
+    def __init__(self, snapshot: ClusterSnapshot, config: SchedulerConfig, now: float):
+        self.snapshot = snapshot
+        self.config = config
+        self.now = now
+        self.tree = config.queue_tree
+        self.capacity = Capacity(snapshot.alive_nodes)
+        self.ever = _EverFits(snapshot)
+        self.book = QueueBook(self.tree, snapshot.placed)
+        self.admissions: list[Admission] = []
+        self.preemptions: list[Preemption] = []
+        self.admitted: set[str] = set()
+        self.attempted: set[str] = set()
+        self.limited: dict[str, str] = {}  # gang id -> the limit it hit last
+        self.taken: set[str] = set()  # victims chosen this cycle
+        self.failed: set = set()  # shapes (per action) that did not fit this cycle
+        self.waiting: dict[str, Waiting] = {}
+        self._victims: dict[str, list[PlacedGang]] = {}
+
+    # The cycle ----------------------------------------------------------------------------
+    def run(self, pending: Sequence[PendingGang]) -> Plan:
+        self.left = self._by_queue(pending)
+        positions = {g.gang_id: i + 1 for gangs in self.left.values() for i, g in enumerate(gangs)}
+        self.book.compute_fair_shares(self._cluster_total(), self._demand())
+        for action in self.config.actions:
+            self._pass(getattr(self, f"_{action}"))
+        self._explain()
+        return Plan(
+            admissions=tuple(self.admissions),
+            waiting=MappingProxyType(self.waiting),
+            at=self.now,
+            preemptions=tuple(self.preemptions),
+            positions=MappingProxyType(positions),
         )
-    return waiting
+
+    def _by_queue(self, pending: Sequence[PendingGang]) -> dict[str, list[PendingGang]]:
+        """Pending gangs per leaf queue, in order. A gang whose queue is gone from the
+        config (or is no leaf any more) waits with the reason."""
+        left: dict[str, list[PendingGang]] = {}
+        for gang in sorted(pending, key=PendingGang.order_key):
+            problem = self.tree.problem(gang.spec)
+            if problem:
+                self.waiting[gang.gang_id] = Waiting(gang.gang_id, WaitCode.UNSCHEDULABLE, problem)
+            else:
+                left.setdefault(gang.queue, []).append(gang)
+        return left
+
+    def _cluster_total(self) -> Resources:
+        total = Resources()
+        for node in self.snapshot.alive_nodes:
+            total = total + node.total
+        return total
+
+    def _demand(self) -> dict[str, Resources]:
+        demand = {q: self.book.usage[q] for q in self.tree.leaves}
+        for queue, gangs in self.left.items():
+            for gang in gangs:
+                demand[queue] = demand[queue] + gang.total
+        return demand
+
+    def _pass(self, attempt: Callable[[PendingGang], bool]) -> None:
+        """Offer each queue's gangs, in fair-share order, to `attempt`; without backfill a
+        queue stops at its first gang that is not admitted."""
+        order = _QueueOrder(self.book, [q for q, gangs in self.left.items() if gangs])
+        at = dict.fromkeys(self.left, 0)
+        while (queue := order.pick()) is not None:
+            gangs = self.left[queue]
+            gang = gangs[at[queue]]
+            at[queue] += 1
+            if at[queue] >= len(gangs):
+                order.done(queue)
+            if not self.ever.fits(gang):
+                continue  # never fits here: it blocks nobody
+            self.attempted.add(gang.gang_id)
+            if attempt(gang):
+                order.touched(queue)
+            elif not self.config.backfill:
+                order.done(queue)
+        for queue, gangs in self.left.items():
+            self.left[queue] = [g for g in gangs if g.gang_id not in self.admitted]
+
+    # Actions ------------------------------------------------------------------------------
+    def _allocate(self, gang: PendingGang) -> bool:
+        problem = self.book.limit_problem(gang.queue, gang.total)
+        if problem:
+            self.limited[gang.gang_id] = problem
+            return False
+        key = ("allocate", gang.shape)
+        nodes = None if key in self.failed else place(gang.bundles, gang.strategy, self.capacity)
+        if nodes is None:
+            self.failed.add(key)  # capacity only shrinks during allocate
+            return False
+        self._admit(gang, nodes, "allocate", [])
+        return True
+
+    def _reclaim(self, gang: PendingGang) -> bool:
+        """A queue below its quota takes back what other queues borrowed beyond theirs."""
+        if not self.book.within_quota(gang.queue, gang.total):
+            return False
+        candidates = [v for v in self._candidates("reclaim") if v.queue != gang.queue]
+        return self._search(gang, candidates, "reclaim")
+
+    def _preempt(self, gang: PendingGang) -> bool:
+        """Higher priority displaces strictly lower-priority preemptible gangs of its own
+        queue — or of any queue when it is of a non-preemptible class (inference)."""
+        across = self.config.cross_queue_preemption and not gang.preemptible
+        candidates = [
+            v for v in self._candidates("preempt")
+            if v.priority < gang.priority and (across or v.queue == gang.queue)
+        ]
+        return self._search(gang, candidates, "preempt")
+
+    def _candidates(self, action: str) -> list[PlacedGang]:
+        """Running gangs that `action` may stop, least important first (cached per cycle;
+        ones already taken this cycle are filtered out)."""
+        if action not in self._victims:
+            inside = in_quota_gangs(self.book, self.snapshot.placed) if action == "reclaim" else set()
+            self._victims[action] = sorted(
+                (g for g in self.snapshot.placed
+                 if g.preemptible and not g.draining and not g.protected(self.now)
+                 and g.gang_id not in inside),
+                key=victim_order,
+            )
+        return [v for v in self._victims[action] if v.gang_id not in self.taken]
+
+    def _search(self, gang: PendingGang, candidates: list[PlacedGang], action: str) -> bool:
+        key = (action, gang.shape, gang.priority, gang.queue, gang.preemptible)
+        if key in self.failed:
+            return False
+        found = VictimSearch(gang, self.capacity, self.book).run(candidates)
+        if found is None:
+            self.failed.add(key)
+            return False
+        nodes, victims = found
+        for victim in victims:
+            self.taken.add(victim.gang_id)
+            self.preemptions.append(
+                Preemption(victim.gang_id, gang.gang_id, action, _why(action, victim, gang))
+            )
+        self.failed.clear()  # freed leftovers may now fit shapes that failed before
+        self._admit(gang, nodes, action if victims else "allocate", victims)
+        return True
+
+    def _admit(
+        self, gang: PendingGang, nodes: tuple[str, ...], action: str, victims: list[PlacedGang]
+    ) -> None:
+        self.capacity.reserve(zip(nodes, gang.bundles))
+        self.book.add(gang.queue, gang.total)
+        self.admitted.add(gang.gang_id)
+        self.limited.pop(gang.gang_id, None)
+        self.admissions.append(
+            Admission(gang.gang_id, nodes, action, tuple(v.gang_id for v in victims))
+        )
+
+    # Reasons ------------------------------------------------------------------------------
+    def _explain(self) -> None:
+        """A reason with numbers for every gang left pending, against the capacity left
+        after this cycle's decisions (what users see next); computed once per shape."""
+        by_shape: dict = {}
+        for queue, gangs in self.left.items():
+            blocker: PendingGang | None = None
+            for gang in gangs:
+                self.waiting[gang.gang_id] = self._reason(gang, blocker, by_shape)
+                if blocker is None and self.ever.fits(gang) and not self.config.backfill:
+                    blocker = gang
+
+    def _reason(self, gang: PendingGang, blocker: PendingGang | None, by_shape: dict) -> Waiting:
+        if not self.ever.fits(gang):
+            reason = why_not(gang.bundles, gang.strategy, self.ever.empty)
+            return Waiting(gang.gang_id, WaitCode.UNSCHEDULABLE,
+                           f"cannot fit on the cluster as it is now, even empty: {reason}")
+        if blocker is not None:
+            first = self.waiting[blocker.gang_id].message
+            return Waiting(
+                gang.gang_id, WaitCode.BEHIND,
+                f"waiting behind gang {blocker.gang_id} (priority {blocker.priority}, earlier "
+                f"in queue {gang.queue!r}; backfill is off), which cannot start yet: {first}",
+            )
+        if gang.gang_id in self.limited:
+            return Waiting(gang.gang_id, WaitCode.LIMIT, self.limited[gang.gang_id])
+        if gang.shape not in by_shape:
+            by_shape[gang.shape] = why_not(gang.bundles, gang.strategy, self.capacity)
+        return Waiting(gang.gang_id, WaitCode.NO_FIT, by_shape[gang.shape])
+
+
+def _why(action: str, victim: PlacedGang, gang: PendingGang) -> str:
+    if action == "reclaim":
+        return (
+            f"reclaimed for gang {gang.gang_id}: queue {gang.queue!r} is below its quota and "
+            f"queue {victim.queue!r} runs this gang beyond its own quota"
+        )
+    return (
+        f"preempted for gang {gang.gang_id} (priority {gang.priority} > {victim.priority}"
+        f"{'' if victim.queue == gang.queue else f', from queue {gang.queue!r}'})"
+    )

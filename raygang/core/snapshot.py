@@ -27,11 +27,30 @@ class NodeState:
 
 @dataclass(frozen=True, slots=True)
 class PlacedGang:
-    """A gang holding resources: which node each of its bundles sits on."""
+    """A gang holding resources: which node each of its bundles sits on, and the facts
+    preemption needs (its queue, whether its class may be preempted, how long it ran)."""
 
     gang_id: str
     priority: int
     bundles: tuple[tuple[str, Resources], ...]  # (node id, bundle), in rank order
+    queue: str = "default"
+    preemptible: bool = True
+    running_since: float | None = None  # None: admitted, not yet past the launch barrier
+    min_runtime_s: float = 0.0  # protected from preemption until it has run this long
+    draining: bool = False  # already being preempted: its resources are not free yet
+    total: Resources = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        total = Resources()
+        for _, bundle in self.bundles:
+            total = total + bundle
+        object.__setattr__(self, "total", total)
+
+    def protected(self, now: float) -> bool:
+        """Too young to preempt: it has not yet run its class's `min_runtime_s`."""
+        if self.min_runtime_s <= 0:
+            return False
+        return self.running_since is None or now - self.running_since < self.min_runtime_s
 
 
 @dataclass(frozen=True, slots=True)

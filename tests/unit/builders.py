@@ -22,6 +22,7 @@ from raygang.core import (
     NodeState,
     PendingGang,
     PlacedGang,
+    QueueSpec,
     Resources,
     SchedulerConfig,
     Strategy,
@@ -115,11 +116,52 @@ def gang(
     priority: int | str = 0,
     seq: int | None = None,
     config: SchedulerConfig | None = None,
+    queue: str = "default",
 ) -> PendingGang:
     """A pending gang; `seq` defaults to creation order (submission order)."""
-    s = spec(gang_id, shape, strategy, priority=priority)
-    value = (config or SchedulerConfig()).resolve_priority(s)
-    return PendingGang(gang_id, s, value, next(_seq) if seq is None else seq)
+    s = spec(gang_id, shape, strategy, priority=priority, queue=queue)
+    cls = (config or SchedulerConfig()).priority_class(s)
+    return PendingGang(gang_id, s, cls.value, next(_seq) if seq is None else seq,
+                       preemptible=cls.preemptible)
+
+
+def running(
+    gang_id: str,
+    where: str,
+    priority: int = 100,
+    queue: str = "default",
+    since: float | None = 0.0,
+    **fields: object,
+) -> PlacedGang:
+    """A gang holding resources: `running("t1", "w-1: 2xGPU=1; w-2: GPU=1", queue="a")`."""
+    placed: list[tuple[str, Resources]] = []
+    for part in where.split(";"):
+        node_id, _, shape = part.partition(":")
+        placed.extend((node_id.strip(), b) for b in bundles(shape))
+    return PlacedGang(gang_id, priority, tuple(placed), queue=queue, running_since=since,
+                      **fields)  # type: ignore[arg-type]
+
+
+def busy(*lines: str, placed: Sequence[PlacedGang] = ()) -> ClusterSnapshot:
+    """A cluster whose free resources are its totals minus what `placed` gangs hold."""
+    snapshot = cluster(*lines)
+    held: dict[str, Resources] = {}
+    for g in placed:
+        for node_id, bundle in g.bundles:
+            held[node_id] = held.get(node_id, Resources()) + bundle
+    nodes = tuple(
+        NodeState(n.node_id, n.total, n.free - held.get(n.node_id, Resources()), n.labels,
+                  n.alive, n.name)
+        for n in snapshot.nodes
+    )
+    return ClusterSnapshot(nodes, tuple(placed))
+
+
+def queue(name: str, parent: str | None = None, quota: str = "", limit: str | None = None,
+          weight: float = 1.0) -> QueueSpec:
+    """`queue("a", "org", quota="GPU=4", limit="GPU=8", weight=2)`."""
+    return QueueSpec(name=name, parent=parent, quota=res(quota),
+                     limit=None if limit is None else res(limit), weight=weight)
 
 
 def gangs(*rows: tuple) -> list[PendingGang]:

@@ -200,6 +200,6 @@ def test_random_cases_exercise_every_outcome():
             admitted += len(plan.admissions)
             by_id = {g.gang_id: g for g in pending}
             strategies.update(by_id[a.gang_id].strategy for a in plan.admissions)
-    assert codes == set(WaitCode)
+    assert codes == set(WaitCode) - {WaitCode.LIMIT}  # no limits here: see test_queues
     assert strategies == set(Strategy)
     assert admitted > 500

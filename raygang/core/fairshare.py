@@ -1,0 +1,147 @@
+"""Queue usage, hierarchical fair shares and the dominant-share order between queues.
+
+Fair share, as KAI Scheduler and Kueue compute it, per resource and top-down: a parent's
+share (the root's is the cluster) goes first to each child's quota (capped by what it
+wants: its demand, and its limit), and what is left is divided between the children that
+still want more in proportion to their weights (water-filling). A queue's dominant share is
+its largest usage/fair-share ratio over the resources it uses (DRF); queues further below
+their fair share go first, comparing ancestors before their children (hierarchical DRF).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+
+from raygang.core.queues import QueueTree, exceeds_limit
+from raygang.core.resources import Resources, format_amount
+from raygang.core.snapshot import PlacedGang
+
+Undo = Callable[[], None]
+Share = dict[str, float]  # resource name -> amount (floats: shares are not allocations)
+
+
+class QueueBook:
+    """Usage per queue during one cycle (a parent's is the sum of its children's), with undo."""
+
+    def __init__(self, tree: QueueTree, placed: Iterable[PlacedGang] = ()):
+        self.tree = tree
+        self.usage: dict[str, Resources] = {name: Resources() for name in tree.specs}
+        for gang in placed:
+            if gang.queue in tree.specs:  # a gang of a queue since removed still uses nodes
+                self.add(gang.queue, gang.total)
+        self.fair: dict[str, Share] = {}
+
+    def add(self, queue: str, amount: Resources) -> Undo:
+        for name in self.tree.paths[queue]:
+            self.usage[name] = self.usage[name] + amount
+        return lambda: self.remove(queue, amount)
+
+    def remove(self, queue: str, amount: Resources) -> Undo:
+        for name in self.tree.paths[queue]:
+            self.usage[name] = self.usage[name] - amount
+        return lambda: self.add(queue, amount)
+
+    def limit_problem(self, queue: str, demand: Resources) -> str | None:
+        """Why admitting `demand` into `queue` would break a limit on its path (the queue's
+        own first, then its ancestors'), or None."""
+        for name in reversed(self.tree.paths[queue]):
+            limit = self.tree.specs[name].limit
+            res = exceeds_limit(self.usage[name] + demand, limit)
+            if res is not None:
+                assert limit is not None
+                return (
+                    f"queue {name!r} is at its limit: uses {res} "
+                    f"{format_amount(res, self.usage[name].get(res))} of "
+                    f"{format_amount(res, limit[res])}, the gang needs "
+                    f"{format_amount(res, demand[res])} more"
+                )
+        return None
+
+    def within_quota(self, queue: str, demand: Resources) -> bool:
+        """Whether `queue` would stay within its guaranteed quota with `demand` added."""
+        return (self.usage[queue] + demand).fits_in(self.tree.specs[queue].quota)
+
+    # Fair share -------------------------------------------------------------------------
+    def compute_fair_shares(self, cluster: Resources, demand: Mapping[str, Resources]) -> None:
+        """Fair share of every queue, given the cluster's capacity and each leaf's demand
+        (what it uses plus what its pending gangs ask for)."""
+        want = _wants(self.tree, demand)
+        shares: dict[str | None, Share] = {None: cluster.to_dict()}
+        for parent in self.tree.top_down():
+            kids = self.tree.children.get(parent, [])
+            if not kids:
+                continue
+            pool = shares[parent]
+            for kid in kids:
+                shares[kid] = {}
+            for res in sorted(set(pool).union(*(want[k] for k in kids))):
+                items = [
+                    (self.tree.specs[k].quota.get(res), want[k].get(res, 0.0),
+                     self.tree.specs[k].weight)
+                    for k in kids
+                ]
+                for kid, amount in zip(kids, water_fill(pool.get(res, 0.0), items)):
+                    shares[kid][res] = amount
+        self.fair = {name: share for name, share in shares.items() if name is not None}
+
+    def share_ratio(self, queue: str) -> float:
+        """Dominant share: the largest usage / fair share over the resources it uses
+        (below 1: the queue is below its fair share)."""
+        fair = self.fair.get(queue, {})
+        ratio = 0.0
+        usage = self.usage[queue]
+        for res in usage:
+            used = usage[res]
+            if used <= 0:
+                continue
+            share = fair.get(res, 0.0)
+            ratio = max(ratio, used / share if share > 0 else math.inf)
+        return ratio
+
+    def order_key(self, leaf: str) -> tuple[float, ...]:
+        """Ancestors' dominant shares from the top down, then the leaf's own."""
+        return tuple(self.share_ratio(name) for name in self.tree.paths[leaf])
+
+
+def _wants(tree: QueueTree, demand: Mapping[str, Resources]) -> dict[str, Share]:
+    """What each queue would use if it could: its leaves' demand, capped by limits."""
+    want: dict[str, Share] = {}
+    order = [q for q in tree.top_down() if q is not None]
+    for name in reversed(order):  # children before parents
+        if tree.is_leaf(name):
+            total = demand.get(name, Resources()).to_dict()
+        else:
+            total = {}
+            for kid in tree.children[name]:
+                for res, amount in want[kid].items():
+                    total[res] = total.get(res, 0.0) + amount
+        limit = tree.specs[name].limit
+        if limit is not None:
+            total = {r: min(a, limit[r]) if r in limit else a for r, a in total.items()}
+        want[name] = total
+    return want
+
+
+def water_fill(pool: float, items: list[tuple[float, float, float]]) -> list[float]:
+    """Divide `pool` among (quota, want, weight) claimants: quotas first (capped by want;
+    pro rata if they overcommit the pool), then the rest by weight, never above want."""
+    given = [min(quota, want) for quota, want, _ in items]
+    guaranteed = sum(given)
+    if guaranteed >= pool:
+        return [g * pool / guaranteed if guaranteed else 0.0 for g in given]
+    rest = pool - guaranteed
+    active = [i for i, (_, want, _) in enumerate(items) if want > given[i]]
+    while rest > 1e-9 and active:
+        weights = sum(items[i][2] for i in active)
+        portion = {i: rest * items[i][2] / weights for i in active}
+        full = [i for i in active if items[i][1] - given[i] <= portion[i]]
+        if not full:  # nobody saturates: everyone takes its weighted portion
+            for i in active:
+                given[i] += portion[i]
+            break
+        for i in full:  # saturate, then divide what is left again among the others
+            rest -= items[i][1] - given[i]
+            given[i] = items[i][1]
+        active = [i for i in active if i not in full]
+    return given

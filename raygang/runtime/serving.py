@@ -1,0 +1,214 @@
+"""The Serve side of a "deployment" gang: hand the nodes raygang chose to Ray Serve.
+
+raygang picks the nodes for an application's replicas (one bundle per replica); Serve then
+runs them. The replicas must start all at once and only on those nodes, so the ingress
+deployment gets Serve's gang scheduling (one placement group for the whole gang: nothing
+is held unless every replica fits) with a node-id label selector on every bundle.
+
+The async functions are called from the scheduler's event loop: every blocking Serve call
+(they poll the controller with `ray.get` and `time.sleep`) runs in a thread.
+Importing this module imports `ray.serve` (~0.7 s); import it lazily where that matters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ray import serve
+from ray._common.utils import import_attr  # what Serve itself uses for `import_path`
+from ray.serve import Application
+from ray.serve.exceptions import RayServeException
+
+from raygang.core.resources import Resources
+from raygang.runtime.launcher import NODE_ID_LABEL, actor_resource_options
+
+DEFAULT_HTTP_PORT = 8000
+POLL_S = 0.25
+# Resource requests a user may have put in the deployment's ray_actor_options: replaced,
+# because the replica must ask exactly for its bundle to be placed in it.
+_RESOURCE_KEYS = ("num_cpus", "num_gpus", "memory", "resources", "accelerator_type")
+# raygang strategy -> Serve's gang placement strategy (Serve has no strict variants; the
+# node selector, not the strategy, is what keeps replicas on the chosen nodes).
+_GANG_STRATEGY = {"STRICT_PACK": "PACK", "PACK": "PACK", "SPREAD": "SPREAD",
+                  "STRICT_SPREAD": "SPREAD"}
+
+
+class ServeAppFailed(Exception):
+    """The application did not reach RUNNING; the message is Serve's own explanation."""
+
+
+def resolve_app(app: Any) -> Application:
+    """An `Application` (`Deployment.bind(...)`), or one named by "pkg.module:attr"."""
+    if isinstance(app, Application):
+        return app
+    if not isinstance(app, str):
+        raise TypeError(
+            f"app: expected a Serve Application (MyDeployment.bind(...)) or an import path "
+            f"'pkg.module:attr', got {type(app).__name__} {app!r}"
+        )
+    if ":" not in app or not all(app.split(":", 1)):
+        raise ValueError(f"app: expected an import path 'pkg.module:attr', got {app!r}")
+    try:
+        target = import_attr(app)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"app: cannot import {app!r}: {e}") from e
+    if not isinstance(target, Application):
+        hint = " (call .bind() on the deployment)" if isinstance(target, serve.Deployment) else ""
+        raise TypeError(
+            f"app: {app!r} is a {type(target).__name__}, expected a Serve Application{hint}"
+        )
+    return target
+
+
+def node_selector(nodes: Sequence[str]) -> str:
+    """Label selector value matching any of `nodes` (Ray accepts `in(a,b)`)."""
+    if not nodes:
+        raise ValueError("nodes: at least one Ray node id is needed")
+    unique = sorted(set(nodes))
+    return unique[0] if len(unique) == 1 else f"in({','.join(unique)})"
+
+
+def deployment_options(
+    replicas: int, bundle: Mapping[str, float], nodes: Sequence[str], strategy: str
+) -> dict[str, Any]:
+    """Serve options: exactly `replicas` replicas of `bundle`, all or none, on `nodes` only.
+
+    With `gang_scheduling_config` Serve reserves one placement group of `gang_size` copies
+    of the replica's bundles before it starts any replica, and copies the bundle label
+    selector onto each copy, so the selector confines every replica to `nodes`.
+    Autoscaling, `max_replicas_per_node` and `placement_group_strategy` are cleared: the
+    first would change the count, Serve rejects the other two together with a gang.
+    """
+    if replicas < 1:
+        raise ValueError(f"replicas: expected at least 1, got {replicas}")
+    name = str(getattr(strategy, "value", strategy))
+    if name not in _GANG_STRATEGY:
+        raise ValueError(f"strategy: expected one of {sorted(_GANG_STRATEGY)}, got {name!r}")
+    resources = Resources(bundle)
+    return {
+        "num_replicas": replicas,
+        "autoscaling_config": None,
+        "max_replicas_per_node": None,
+        "placement_group_strategy": None,
+        "ray_actor_options": actor_resource_options(resources),
+        "placement_group_bundles": [resources.to_dict()],
+        "placement_group_bundle_label_selector": [{NODE_ID_LABEL: node_selector(nodes)}],
+        "gang_scheduling_config": {
+            "gang_size": replicas,
+            "gang_placement_strategy": _GANG_STRATEGY[name],
+        },
+    }
+
+
+def with_options(app: Application, options: Mapping[str, Any]) -> Application:
+    """A copy of `app` whose ingress deployment has `options`; bind args are kept.
+
+    `Application` exposes no public accessor for its deployment, so this reads
+    `_bound_deployment` (the attribute Serve's own `build_app` reads; there since 2.7).
+    `Deployment.options()` keeps the bound init args and returns a new deployment, so
+    `app` itself is left unchanged. Non-resource `ray_actor_options` (runtime_env, ...) of
+    the user's deployment are kept.
+    """
+    deployment = resolve_app(app)._bound_deployment
+    options = dict(options)
+    if "ray_actor_options" in options:
+        kept = {k: v for k, v in (deployment.ray_actor_options or {}).items()
+                if k not in _RESOURCE_KEYS}
+        options["ray_actor_options"] = {**kept, **options["ray_actor_options"]}
+    return Application(deployment.options(**options))
+
+
+def ensure_serve_started(http_port: int | None = None) -> None:
+    """Start Serve unless it runs; safe to call any number of times (blocking).
+
+    One proxy on the head bound to loopback: on a local multi-node test cluster every node
+    has the same IP, so Serve's default proxy-on-every-node fails to bind the port.
+    A running Serve keeps its HTTP options (they cannot change without a restart); with
+    `http_port=None` it is not even asked, so that Serve logs no "config differs" warning.
+    """
+    if http_port is None and serve.status().proxies:  # an empty status: Serve not running
+        return
+    serve.start(
+        proxy_location="HeadOnly",
+        http_options={"host": "127.0.0.1", "port": http_port or DEFAULT_HTTP_PORT},
+    )
+
+
+def _app_status(name: str):
+    """Serve's status of application `name`, or None if Serve has no such application."""
+    return serve.status().applications.get(name)
+
+
+def app_running(name: str) -> bool:
+    status = _app_status(name)
+    return status is not None and status.status == "RUNNING"
+
+
+def _name(enum_or_str: Any) -> str:
+    return str(getattr(enum_or_str, "value", enum_or_str))  # f"{StrEnum}" is "Cls.MEMBER"
+
+
+def _explain(status) -> str:
+    """Serve's application message, then each deployment's state, replicas and message."""
+    parts = [status.message] if status.message else []
+    for dep_name, dep in status.deployments.items():
+        replicas = ", ".join(f"{n} {_name(s)}" for s, n in dep.replica_states.items())
+        parts.append(f"deployment {dep_name} {_name(dep.status)} (replicas: {replicas or 'none'})"
+                     + (f": {dep.message}" if dep.message else ""))
+    return "; ".join(parts)
+
+
+def _deploy(name: str, app: Application, route_prefix: str) -> None:
+    ensure_serve_started()
+    # `serve.run(blocking=False)` still waits until the app is RUNNING (its `blocking` only
+    # means "then wait for Ctrl-C"); `_run(_blocking=False)` (underscored but marked
+    # PublicAPI) returns once the ingress deployment is registered with the controller.
+    serve._run(app, _blocking=False, name=name, route_prefix=route_prefix)
+
+
+async def start_app(name: str, app: Any, route_prefix: str, timeout_s: float) -> None:
+    """Deploy `app` as `name` and wait for RUNNING; on failure or timeout delete it.
+
+    Raises `ServeAppFailed` with Serve's message on DEPLOY_FAILED or UNHEALTHY, or when
+    `timeout_s` passes (e.g. the gang does not fit on its nodes: Serve then waits forever).
+    The cleanup can add the deployment's `graceful_shutdown_timeout_s` (default 20 s): Serve
+    waits it out even for replicas that were never placed. `name` should be new: an app
+    already RUNNING under it would count as started before the new version is.
+    """
+    application = resolve_app(app)
+    deadline = time.monotonic() + timeout_s
+    try:
+        await asyncio.to_thread(_deploy, name, application, route_prefix)
+        while True:
+            status = await asyncio.to_thread(_app_status, name)
+            state = _name(status.status) if status else "NOT_STARTED"
+            if state == "RUNNING":
+                return
+            if state in ("DEPLOY_FAILED", "UNHEALTHY"):
+                raise ServeAppFailed(f"Serve application {name!r} is {state}: "
+                                     f"{_explain(status)}")
+            if time.monotonic() > deadline:
+                why = _explain(status) if status else "not known to Serve"
+                raise ServeAppFailed(f"Serve application {name!r} not RUNNING after "
+                                     f"{timeout_s:g}s ({state}): {why}")
+            await asyncio.sleep(POLL_S)
+    except BaseException:
+        # Covers failures, timeouts and cancellation: leave nothing behind.
+        await asyncio.shield(delete_app(name))
+        raise
+
+
+def _delete(name: str) -> None:
+    try:
+        if _app_status(name) is not None:
+            serve.delete(name)  # waits until Serve reports it gone
+    except RayServeException:
+        pass  # Serve is not running: nothing to delete
+
+
+async def delete_app(name: str) -> None:
+    """Delete application `name` and wait until it is gone; no error if it is absent."""
+    await asyncio.to_thread(_delete, name)

@@ -1,0 +1,148 @@
+"""A Serve application as a gang: its replicas start all at once, only on the chosen nodes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+import urllib.request
+
+import pytest
+import ray
+from ray import serve
+from ray.util.placement_group import placement_group_table
+
+from raygang.runtime import serving
+from raygang.runtime.serving import ServeAppFailed
+
+
+# A short grace period: Serve waits it out even for replicas that never got placed (the
+# default, 20 s, would make the failure test slow).
+@serve.deployment(graceful_shutdown_timeout_s=2)
+class WhereAmI:
+    def __init__(self, greeting: str):
+        self.greeting = greeting
+
+    async def __call__(self, request):
+        ctx = ray.get_runtime_context()
+        return {"greeting": self.greeting, "node": ctx.get_node_id(),
+                "replica": serve.get_replica_context().replica_id.unique_id,
+                "gpus": ray.get_gpu_ids()}
+
+
+where_am_i = WhereAmI.bind("hello")  # for the import-path form
+
+
+def test_resolve_app_and_options_without_ray():
+    assert serving.resolve_app(where_am_i) is where_am_i
+    assert serving.resolve_app(f"{__name__}:where_am_i") is where_am_i
+    with pytest.raises(TypeError, match="expected a Serve Application .* got int 42"):
+        serving.resolve_app(42)
+    with pytest.raises(ValueError, match="expected an import path 'pkg.module:attr'"):
+        serving.resolve_app("no_colon_here")
+    with pytest.raises(ValueError, match="cannot import"):
+        serving.resolve_app("no_such_module_xyz:app")
+    with pytest.raises(TypeError, match=r"is a Deployment, .*call \.bind\(\)"):
+        serving.resolve_app(f"{__name__}:WhereAmI")
+
+    options = serving.deployment_options(2, {"CPU": 1, "GPU": 1}, ["b", "a", "b"], "STRICT_PACK")
+    assert options["placement_group_bundle_label_selector"] == [{"ray.io/node-id": "in(a,b)"}]
+    assert options["gang_scheduling_config"] == {"gang_size": 2, "gang_placement_strategy": "PACK"}
+    app = serving.with_options(where_am_i, options)  # Serve's own validators accept it
+    deployment = app._bound_deployment
+    assert deployment.num_replicas == 2 and deployment.init_args == ("hello",)
+    assert deployment.ray_actor_options["num_gpus"] == 1
+    assert where_am_i._bound_deployment.num_replicas == 1  # the original is unchanged
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def http_port(cluster):
+    """Serve with one loopback proxy; a free port, since others may run Serve here too."""
+    port = _free_port()
+    serving.ensure_serve_started(port)
+    serving.ensure_serve_started(port)  # idempotent
+    yield port
+    serve.shutdown()
+
+
+def _serve_gang_pgs() -> list[str]:
+    return [pg["name"] for pg in placement_group_table().values()
+            if pg["name"].startswith("SERVE_GANG::") and pg["state"] != "REMOVED"]
+
+
+def _gpus_free() -> float:
+    return ray.available_resources().get("GPU", 0.0)  # the key vanishes at 0
+
+
+def test_gpu_app_runs_only_on_its_node(ray_cluster, worker_node_ids, http_port):
+    node = worker_node_ids[0]
+    gpus_before = _gpus_free()
+    options = serving.deployment_options(2, {"CPU": 1, "GPU": 1}, [node], "PACK")
+    app = serving.with_options(where_am_i, options)
+    started = time.monotonic()
+    asyncio.run(serving.start_app("rg-where", app, "/where", timeout_s=120))
+    print(f"start_app: {time.monotonic() - started:.1f}s")
+    try:
+        assert serving.app_running("rg-where")
+        assert _gpus_free() == gpus_before - 2
+        replies = []
+        for _ in range(20):
+            with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/where", timeout=30) as r:
+                replies.append(json.loads(r.read()))
+        assert {r["greeting"] for r in replies} == {"hello"}  # bind args kept
+        assert {r["node"] for r in replies} == {node}
+        assert all(len(r["gpus"]) == 1 for r in replies)
+        assert len({r["replica"] for r in replies}) == 2  # both replicas answered
+    finally:
+        started = time.monotonic()
+        asyncio.run(serving.delete_app("rg-where"))
+        print(f"delete_app: {time.monotonic() - started:.1f}s")
+    assert not serving.app_running("rg-where")
+    assert _gpus_free() == gpus_before
+    assert not _serve_gang_pgs()
+    asyncio.run(serving.delete_app("rg-where"))  # idempotent
+
+
+def _serve_gang_nodes() -> list[str]:
+    """The nodes of the bundles of Serve's (only) gang placement group."""
+    (pg,) = [pg for pg in placement_group_table().values()
+             if pg["name"].startswith("SERVE_GANG::") and pg["state"] == "CREATED"]
+    return [pg["bundles_to_node_id"][i] for i in sorted(pg["bundles_to_node_id"])]
+
+
+def test_several_nodes_selector_and_a_gang_that_does_not_fit(
+    ray_cluster, worker_node_ids, http_port
+):
+    """Nodes = head (0 GPUs) + one worker (4 GPUs), while the cluster has 8 GPUs: SPREAD
+    would use the other worker too unless the in(head,worker) selector holds. 4 one-GPU
+    replicas fit (all on that worker); 5 do not, so none may start."""
+    head = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and not n["Resources"].get("GPU"))
+    nodes = [head, worker_node_ids[0]]
+    gpus_before = _gpus_free()
+
+    app = serving.with_options(
+        where_am_i, serving.deployment_options(4, {"CPU": 1, "GPU": 1}, nodes, "SPREAD"))
+    asyncio.run(serving.start_app("rg-fits", app, "/fits", timeout_s=120))
+    try:
+        assert _serve_gang_nodes() == [worker_node_ids[0]] * 4
+        assert _gpus_free() == gpus_before - 4
+    finally:
+        asyncio.run(serving.delete_app("rg-fits"))
+    assert _gpus_free() == gpus_before and not _serve_gang_pgs()
+
+    app = serving.with_options(
+        where_am_i, serving.deployment_options(5, {"CPU": 1, "GPU": 1}, nodes, "SPREAD"))
+    started = time.monotonic()
+    with pytest.raises(ServeAppFailed, match="not RUNNING after 8s") as failure:
+        asyncio.run(serving.start_app("rg-toobig", app, "/toobig", timeout_s=8))
+    print(f"failed after {time.monotonic() - started:.1f}s: {failure.value}")
+    assert _gpus_free() == gpus_before  # all-or-nothing: no replica took a GPU
+    assert "rg-toobig" not in serve.status().applications
+    assert not _serve_gang_pgs()

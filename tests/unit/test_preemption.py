@@ -1,0 +1,219 @@
+"""reclaim and preempt: whole-gang victims, minimal sets, protection, and the reasons."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from raygang.core import PriorityClass, SchedulerConfig, WaitCode, schedule
+
+from tests.unit.builders import busy, gang, queue, running
+
+TWO_NODES = ("w-1: GPU=4 CPU=8", "w-2: GPU=4 CPU=8")
+
+
+@dataclass
+class Case:
+    id: str
+    running: list
+    pending: list
+    victims: list[str]  # expected, in the plan's order
+    admitted: list[str] = field(default_factory=list)
+    nodes: tuple[str, ...] = TWO_NODES
+    queues: list = field(default_factory=list)
+    now: float = 100.0
+    config: dict = field(default_factory=dict)
+
+
+CASES = [
+    Case(
+        "minimal-set-lowest-priority-first",
+        running=[running("batch-1", "w-1: 2xGPU=1", priority=10),
+                 running("train-1", "w-1: 2xGPU=1", priority=100),
+                 running("train-2", "w-2: 4xGPU=1", priority=100)],
+        pending=[gang("infer", "2xGPU=1", "STRICT_PACK", priority=1000)],
+        victims=["batch-1"], admitted=["infer"],
+    ),
+    Case(
+        "gives-back-victims-not-needed",
+        # Least important first: b-small (1 GPU on w-1) then b-big (4 GPUs on w-2). Only
+        # w-2 can hold 4 on one node, so b-small was taken for nothing and is given back.
+        running=[running("b-small", "w-1: GPU=1", priority=10, since=50.0),
+                 running("b-big", "w-2: 4xGPU=1", priority=20),
+                 running("keep", "w-1: 3xGPU=1", priority=500)],
+        pending=[gang("infer", "4xGPU=1", "STRICT_PACK", priority=1000)],
+        victims=["b-big"], admitted=["infer"],
+    ),
+    Case(
+        "no-preemption-if-it-would-still-not-fit",
+        # 8 GPUs on one node are needed; no node has 8, whatever is stopped
+        running=[running("t1", "w-1: 4xGPU=1", priority=10)],
+        pending=[gang("infer", "5xGPU=1", "STRICT_PACK", priority=1000)],
+        victims=[], nodes=("w-1: GPU=4 CPU=8", "w-2: GPU=4 CPU=8 free GPU=0"),
+    ),
+    Case(
+        "never-equal-or-higher-priority",
+        running=[running("t1", "w-1: 4xGPU=1", priority=100),
+                 running("t2", "w-2: 4xGPU=1", priority=200)],
+        pending=[gang("t3", "GPU=1", priority=100)],
+        victims=[],
+    ),
+    Case(
+        "never-a-non-preemptible-gang",
+        running=[running("svc", "w-1: 4xGPU=1", priority=10, preemptible=False),
+                 running("t2", "w-2: 4xGPU=1", priority=900, preemptible=False)],
+        pending=[gang("infer", "GPU=1", priority=1000)],
+        victims=[],
+    ),
+    Case(
+        "min-runtime-protects-young-gangs",
+        running=[running("young", "w-1: 4xGPU=1", priority=10, since=95.0, min_runtime_s=60),
+                 running("old", "w-2: 4xGPU=1", priority=100, since=0.0, min_runtime_s=60)],
+        pending=[gang("infer", "GPU=1", priority=1000)],
+        victims=["old"], admitted=["infer"],
+    ),
+    Case(
+        "a-gang-not-yet-running-is-protected-by-min-runtime",
+        running=[running("starting", "w-1: 4xGPU=1; w-2: 4xGPU=1", priority=10, since=None,
+                         min_runtime_s=1)],
+        pending=[gang("infer", "GPU=1", priority=1000)],
+        victims=[],
+    ),
+    Case(
+        "most-recently-started-first-then-smallest",
+        running=[running("old", "w-1: 2xGPU=1", priority=10, since=1.0),
+                 running("new-big", "w-1: 2xGPU=1", priority=10, since=9.0),
+                 running("new-small", "w-2: GPU=1", priority=10, since=9.0),
+                 running("other", "w-2: 3xGPU=1", priority=500)],
+        pending=[gang("infer", "GPU=1", priority=1000)],
+        victims=["new-small"], admitted=["infer"],
+    ),
+    Case(
+        "draining-victims-are-not-taken-twice-and-their-gpus-are-not-free",
+        running=[running("going", "w-1: 4xGPU=1", priority=10, draining=True),
+                 running("t2", "w-2: 4xGPU=1", priority=10)],
+        pending=[gang("infer", "2xGPU=1", priority=1000)],
+        victims=["t2"], admitted=["infer"],
+    ),
+    Case(
+        "training-does-not-preempt-across-queues",
+        queues=[queue("a"), queue("b")],
+        running=[running("b-batch", "w-1: 4xGPU=1; w-2: 4xGPU=1", priority=10, queue="b")],
+        pending=[gang("a-train", "GPU=1", priority="training", queue="a")],
+        victims=[],
+    ),
+    Case(
+        "inference-preempts-across-queues",
+        queues=[queue("a"), queue("b")],
+        running=[running("b-batch", "w-1: 4xGPU=1; w-2: 4xGPU=1", priority=10, queue="b")],
+        pending=[gang("a-infer", "GPU=1", priority="inference", queue="a")],
+        victims=["b-batch"], admitted=["a-infer"],
+    ),
+    Case(
+        "cross-queue-preemption-can-be-switched-off",
+        queues=[queue("a"), queue("b")], config={"cross_queue_preemption": False},
+        running=[running("b-batch", "w-1: 4xGPU=1; w-2: 4xGPU=1", priority=10, queue="b")],
+        pending=[gang("a-infer", "GPU=1", priority="inference", queue="a")],
+        victims=[],
+    ),
+    Case(
+        "same-queue-victim-makes-room-under-the-limit",
+        queues=[queue("a", limit="GPU=4")],
+        running=[running("low", "w-1: 4xGPU=1", priority=10, queue="a")],
+        pending=[gang("high", "2xGPU=1", priority=100, queue="a")],
+        victims=["low"], admitted=["high"],
+    ),
+    Case(
+        "preempt-is-off-when-not-configured",
+        config={"actions": ("allocate", "reclaim")},
+        running=[running("t1", "w-1: 4xGPU=1; w-2: 4xGPU=1", priority=10)],
+        pending=[gang("infer", "GPU=1", priority=1000)],
+        victims=[],
+    ),
+]
+
+
+def run(case: Case):
+    config = SchedulerConfig(queues=case.queues or [queue("default")], **case.config)
+    snapshot = busy(*case.nodes, placed=case.running)
+    return schedule(snapshot, case.pending, config, case.now)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_preemption(case: Case):
+    plan = run(case)
+    assert [p.victim for p in plan.preemptions] == case.victims
+    assert plan.admitted_ids == case.admitted
+    for admission in plan.admissions:
+        assert list(admission.victims) == [p.victim for p in plan.preemptions
+                                           if p.preemptor == admission.gang_id]
+    if not case.admitted:
+        assert all(w.code is not WaitCode.BEHIND for w in plan.waiting.values())
+
+
+def test_the_plan_says_which_gang_each_preemption_is_for_and_why():
+    plan = run(CASES[0])
+    (preemption,) = plan.preemptions
+    assert (preemption.victim, preemption.preemptor, preemption.action) == (
+        "batch-1", "infer", "preempt")
+    assert preemption.reason == "preempted for gang infer (priority 1000 > 10)"
+    assert plan.admissions[0].action == "preempt"
+    assert plan.admissions[0].nodes == ("w-1", "w-1")
+
+
+def test_victims_resources_go_to_the_preemptor_and_to_nothing_else():
+    # After infer takes 2 of batch-1's 4 GPUs, the 2 left over may be used by others in
+    # later passes, but never the 2 promised to infer.
+    plan = schedule(
+        busy(*TWO_NODES, placed=[running("batch-1", "w-1: 4xGPU=1", priority=10),
+                                 running("t2", "w-2: 4xGPU=1", priority=100)]),
+        [gang("infer", "2xGPU=1", priority=1000, seq=0),
+         gang("infer-2", "4xGPU=1", priority=1000, seq=1)],
+        SchedulerConfig(), 0.0,
+    )
+    assert [(p.victim, p.preemptor) for p in plan.preemptions] == [
+        ("batch-1", "infer"), ("t2", "infer-2")]
+
+
+def test_reclaim_takes_back_borrowed_capacity_and_never_in_quota_gangs():
+    # team-a: quota 4 but runs 8 GPUs (4 borrowed from team-b's idle quota).
+    # team-b submits within its quota: team-a's over-quota gang is reclaimed, not its
+    # in-quota one, although both are of the same priority.
+    config = SchedulerConfig(queues=[queue("team-a", quota="GPU=4"),
+                                     queue("team-b", quota="GPU=4")])
+    snapshot = busy(*TWO_NODES, placed=[
+        running("a-in", "w-1: 4xGPU=1", queue="team-a", since=1.0),
+        running("a-over", "w-2: 4xGPU=1", queue="team-a", since=2.0),
+    ])
+    pending = [gang("b-1", "4xGPU=1", "STRICT_PACK", priority="training", queue="team-b")]
+    plan = schedule(snapshot, pending, config, 10.0)
+    assert [(p.victim, p.action) for p in plan.preemptions] == [("a-over", "reclaim")]
+    assert plan.admissions[0].nodes == ("w-2",) * 4
+    assert "queue 'team-b' is below its quota" in plan.preemptions[0].reason
+
+
+def test_reclaim_needs_the_queue_to_stay_within_its_quota():
+    config = SchedulerConfig(queues=[queue("team-a", quota="GPU=4"),
+                                     queue("team-b", quota="GPU=2")])
+    snapshot = busy(*TWO_NODES, placed=[
+        running("a-in", "w-1: 4xGPU=1", queue="team-a"),
+        running("a-over", "w-2: 4xGPU=1", queue="team-a"),
+    ])
+    pending = [gang("b-1", "4xGPU=1", priority="training", queue="team-b")]  # 4 > quota 2
+    plan = schedule(snapshot, pending, config, 10.0)
+    assert plan.preemptions == () and plan.admissions == ()
+    assert plan.waiting["b-1"].code is WaitCode.NO_FIT
+
+
+def test_equal_inputs_give_equal_plans():
+    case = CASES[1]
+    assert run(case) == run(case)
+
+
+def test_min_runtime_comes_from_the_priority_class():
+    config = SchedulerConfig(priority_classes=(
+        PriorityClass(name="inference", value=1000, preemptible=False),
+        PriorityClass(name="training", value=100, min_runtime_s=600),
+    ))
+    assert config.priority_class(gang("g", "GPU=1", priority="training").spec).min_runtime_s == 600
