@@ -22,17 +22,24 @@ import ray
 from ray.exceptions import RayTaskError
 
 from raygang.core.gang import GangState
-from raygang.core.spec import GangSpec, RoleSpec, SpecError, gang_spec, role_spec
+from raygang.core.spec import (
+    GangSpec,
+    RoleSpec,
+    SpecError,
+    deployment_spec,
+    gang_spec,
+    role_spec,
+)
 from raygang.runtime import client
 from raygang.runtime.errors import GangCancelledError, GangFailedError
 from raygang.runtime.launcher import NAMESPACE, member_name
 from raygang.runtime.program import RoleProgram
-from raygang.runtime.status import GangStatus
+from raygang.runtime.status import DryRunResult, GangStatus
 
 # Options of a whole gang, and options of one role (the rest of the decorator's keywords).
 _GANG_OPTIONS = {
     "name", "queue", "priority", "strategy", "reservation_timeout_s", "startup_timeout_s",
-    "max_restarts",
+    "max_restarts", "preemption_grace_s",
 }
 _ROLE_OPTIONS = {
     "role", "replicas", "resources", "num_cpus", "num_gpus", "memory", "after",
@@ -212,6 +219,74 @@ def list_gangs(state: GangState | str | None = None) -> list[GangStatus]:
     return _call("list_gangs", GangState(state) if state else None)
 
 
+def dry_run(what: GangTask | Gang | GangSpec) -> DryRunResult:
+    """What submitting `what` now would do — be admitted on which nodes, preempt which
+    gangs, or wait and why — without doing any of it."""
+    if isinstance(what, GangTask):
+        fields = what._gang_fields()
+        what = Gang(fields.pop("name"), {what.role_name: what}, **fields)
+    spec = what.spec if isinstance(what, Gang) else what
+    if not isinstance(spec, GangSpec):
+        raise TypeError(f"dry_run() takes a @gang_task, a gang or a GangSpec, got {what!r}")
+    return _call("dry_run", spec)
+
+
+class DeploymentRef(GangRef):
+    """A handle to a Serve application run as a gang; `undeploy()` frees its capacity."""
+
+    def __init__(self, gang_id: str, name: str):
+        super().__init__(gang_id)
+        self.name = name
+
+    def undeploy(self) -> GangStatus:
+        return undeploy(self.name)
+
+    def __reduce__(self):
+        return (DeploymentRef, (self.gang_id, self.name))
+
+    def __repr__(self) -> str:
+        return f"DeploymentRef({self.gang_id!r}, name={self.name!r})"
+
+
+def deploy(
+    name: str,
+    app: Any,
+    *,
+    replicas: int = 1,
+    resources: Mapping[str, float] | None = None,
+    num_cpus: float | None = None,
+    num_gpus: float | None = None,
+    **options: Any,
+) -> DeploymentRef:
+    """Run a Ray Serve application as a gang: `replicas` replicas of its ingress deployment,
+    each reserving `resources`, admitted whole — preempting lower-priority training if it
+    must — then deployed with Serve on exactly the reserved nodes.
+
+    `app` is a bound Serve application (`MyDeployment.bind(...)`) or an import path
+    (`"pkg.module:app"`). Options: `queue`, `priority` (default `inference`), `strategy`,
+    `route_prefix` (default `/<name>`), `reservation_timeout_s`, `startup_timeout_s`.
+    """
+    given = {"resources": resources, "num_cpus": num_cpus, "num_gpus": num_gpus}
+    role = _role_spec("replica", {k: v for k, v in given.items() if v is not None},
+                      f"deployment {name!r}")
+    fields: dict[str, Any] = {"name": name, "replicas": replicas, "resources": role.resources,
+                              **options}
+    if isinstance(app, str):
+        fields["import_path"], app = app, None
+    spec = deployment_spec(f"deployment {name!r}", **fields)
+    return DeploymentRef(_call("deploy", spec, app), spec.name)
+
+
+def list_deployments() -> list[GangStatus]:
+    return _call("list_deployments")
+
+
+def undeploy(name: str) -> GangStatus:
+    """Delete a deployment; returns once its Serve application is gone and its capacity
+    is free (requeued training can then resume)."""
+    return _call("undeploy", name)
+
+
 # Helpers --------------------------------------------------------------------------------
 def _still(status: GangStatus, timeout: float | None) -> TimeoutError:
     reason = f": {status.reason}" if status.reason else ""
@@ -286,4 +361,7 @@ def _display(target: Any) -> str:
 
 
 
-__all__ = ["Gang", "GangRef", "GangTask", "gang", "gang_task", "list_gangs", "shutdown", "start"]
+__all__ = [
+    "DeploymentRef", "Gang", "GangRef", "GangTask", "deploy", "dry_run", "gang", "gang_task",
+    "list_deployments", "list_gangs", "shutdown", "start", "undeploy",
+]

@@ -59,6 +59,10 @@ class SchedulerConfig(BaseModel):
     resync_interval_s: float = Field(
         1.0, gt=0, description="cycle at least this often even without events"
     )
+    serve_http_port: int | None = Field(
+        None, ge=1, le=65535,
+        description="port of Serve's HTTP proxy if raygang starts Serve (default 8000)",
+    )
     finished_gangs_kept: int = Field(
         10_000, ge=0, description="finished gangs (and their results) remembered"
     )

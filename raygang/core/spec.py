@@ -86,6 +86,10 @@ class GangSpec(BaseModel):
         600.0, gt=0, description="how long all members may take to become ready"
     )
     max_restarts: int = Field(0, ge=0, description="whole-gang restarts after a failure")
+    preemption_grace_s: float = Field(
+        30.0, ge=0, description="how long a preempted gang may take to checkpoint before it is "
+        "stopped (like a pod's terminationGracePeriodSeconds)",
+    )
 
     @field_validator("priority")
     @classmethod
@@ -163,6 +167,49 @@ class GangSpec(BaseModel):
             done.update(wave)
             remaining = [r for r in remaining if r.name not in done]
         return waves
+
+
+class DeploymentSpec(BaseModel):
+    """A Ray Serve application run as a gang: `replicas` replicas of its ingress deployment,
+    each reserving `resources`, admitted whole (preempting lower priorities if it must)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(pattern=NAME_PATTERN, description="Serve application name; unique")
+    import_path: str | None = Field(
+        None, pattern=r"^[\w.]+:[\w.]+$",
+        description='"package.module:app" naming a bound Serve application (for REST/CLI)',
+    )
+    replicas: int = Field(1, ge=1, le=MAX_MEMBERS)
+    resources: Resources = Field(default_factory=lambda: Resources(CPU=1))
+    queue: str = Field("default", pattern=NAME_PATTERN)
+    priority: StrictInt | str = "inference"
+    strategy: Strategy = Strategy.PACK
+    route_prefix: str | None = Field(
+        None, pattern=r"^/", description='HTTP route; default "/<name>"'
+    )
+    reservation_timeout_s: float = Field(60.0, gt=0)
+    startup_timeout_s: float = Field(300.0, gt=0)
+
+    _bundle_not_empty = field_validator("resources")(RoleSpec._bundle_not_empty.__func__)  # type: ignore[attr-defined]
+    _priority_name = field_validator("priority")(GangSpec._priority_name.__func__)  # type: ignore[attr-defined]
+
+    @property
+    def route(self) -> str:
+        return self.route_prefix or f"/{self.name}"
+
+    def gang_spec(self) -> GangSpec:
+        """The gang that reserves this deployment's replicas (one bundle each)."""
+        return GangSpec(
+            name=self.name, queue=self.queue, priority=self.priority, strategy=self.strategy,
+            roles=(RoleSpec(name="replica", replicas=self.replicas, resources=self.resources),),
+            reservation_timeout_s=self.reservation_timeout_s,
+            startup_timeout_s=self.startup_timeout_s, preemption_grace_s=0,
+        )
+
+
+def deployment_spec(what: str, **fields: object) -> DeploymentSpec:
+    return _validated(DeploymentSpec, what, fields)
 
 
 def _find_cycle(edges: dict[str, tuple[str, ...]]) -> list[str] | None:

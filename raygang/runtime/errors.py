@@ -30,3 +30,7 @@ class GangCancelledError(RuntimeError):
     def __init__(self, status):
         self.status = status
         super().__init__(f"gang {status.gang_id} was cancelled")
+
+
+class DeploymentExistsError(ValueError):
+    """A deployment with this name is queued or running; undeploy it first."""

@@ -226,6 +226,44 @@ class GangLaunch:
             for task in tasks:
                 task.cancel()
 
+    # Preemption signal (before teardown) ----------------------------------------------
+    async def signal_preempt(self, grace_s: float) -> list[dict]:
+        """Tell every started member its gang is being preempted; wait up to `grace_s`.
+
+        Calls `__raygang_preempt__` on each member that has a handle and returns, once all
+        replied or `grace_s` passed, one entry per signalled member in rank order:
+        `{"member": "<role>-<index>", "hooks": n, "error": None | "<Class>: <message>"}`.
+        No member is silently missing: one that did not answer in time contributes
+        `{"hooks": 0, "error": "GraceTimeout: ..."}` (its hooks may still be running), one
+        that died or failed `{"hooks": 0, "error": "ActorDiedError: ..."}`.
+        `grace_s <= 0` sends nothing and returns `[]` (no time to checkpoint: a hook
+        started then would be killed mid-write). Kills nothing (`teardown()` does), and
+        never raises, except `CancelledError` when the caller itself is cancelled.
+        """
+        if not grace_s or grace_s <= 0:
+            return []
+        slots = [s for s in self.spec.slots if self.handles[s.rank] is not None]
+        tasks = [asyncio.ensure_future(self._preempt_one(s, self.handles[s.rank])) for s in slots]
+        if not tasks:
+            return []
+        try:
+            _, pending = await asyncio.wait(tasks, timeout=grace_s)
+        finally:
+            for task in tasks:
+                task.cancel()  # no-op on finished ones; a late reply is not wanted
+        timeout = GangError(error_type="GraceTimeout", message=f"no reply within {grace_s:g}s")
+        return [
+            _preempt_entry(slot, error=timeout) if task in pending else task.result()
+            for slot, task in zip(slots, tasks)
+        ]
+
+    async def _preempt_one(self, slot: MemberSlot, handle: Any) -> dict:
+        try:
+            reply = await handle.__raygang_preempt__.remote()
+            return _preempt_entry(slot, hooks=int(reply["hooks"]), error=reply["error"])
+        except Exception as exc:  # died, or not a member that knows the signal
+            return _preempt_entry(slot, error=describe_failure(slot, exc))
+
     # 4. Tear down ----------------------------------------------------------------------
     def teardown(self) -> None:
         """Kill every member and remove the placement group. Never raises."""
@@ -244,6 +282,12 @@ class GangLaunch:
             except Exception:
                 log.warning("removing %s failed", pg_name(self.gang_id), exc_info=True)
             self.pg = None
+
+
+def _preempt_entry(slot: MemberSlot, hooks: int = 0, error: GangError | str | None = None) -> dict:
+    if isinstance(error, GangError):
+        error = f"{error.error_type}: {error.message}"
+    return {"member": f"{slot.role}-{slot.index}", "hooks": hooks, "error": error}
 
 
 def _role_ranks(spec: GangSpec) -> dict[str, range]:

@@ -11,14 +11,27 @@ stay out of the user's namespace:
   which stays in the object store for the client (the scheduler never copies it).
 - `__raygang_watch__()`: in a concurrency group of its own, blocks until the actor dies;
   it is how the scheduler notices a member of a long-running service dying.
+- `__raygang_preempt__()`: the graceful preemption signal, in the same control group so
+  that it runs while `run()` is busy. Sets the context's `preempted` flag, then runs the
+  user class's `on_preempt()` method (if any) and the callbacks registered with
+  `get_context().on_preempt(...)`. Returns `{"hooks": n, "error": None | "Class: message"}`;
+  a hook that raises is reported there, never raised (the member is killed after the
+  grace period anyway). Only the first signal runs hooks; a repeat returns hooks=0.
+
+The control group has 3 slots: `__raygang_watch__` holds one for the member's whole life,
+`__raygang_preempt__` needs one while `run()` holds the default group, and one is spare
+(a repeated signal, or a watch from a scheduler that restarted). In a sync actor a slot
+is a thread; in an async actor the group is its own event loop, on a thread of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -27,12 +40,25 @@ from raygang.runtime import context as _ctx
 from raygang.runtime.program import RoleProgram
 
 CONTROL_GROUP = "raygang"
+CONTROL_SLOTS = 3  # watch (held for life) + preempt (while run() is busy) + one spare
 SERVING = "serving"  # marker: the member has no run(); the gang runs until cancelled
 DONE = "done"
 
 
+log = logging.getLogger(__name__)
+
+
 def _node_id() -> str:
     return ray.get_runtime_context().get_node_id()
+
+
+def _preempt_reply(hooks: int, errors: list[str]) -> dict[str, Any]:
+    return {"hooks": hooks, "error": "; ".join(errors) if errors else None}
+
+
+def _hook_error(hook: Callable[[], Any], exc: BaseException) -> str:
+    log.error("raygang: preemption hook %r raised", hook, exc_info=exc)
+    return f"{type(exc).__name__}: {exc}"
 
 
 class _SyncControl:
@@ -57,16 +83,47 @@ class _SyncControl:
     def __raygang_watch__(self) -> None:
         threading.Event().wait()
 
+    def _raygang_preempt_hooks(self) -> list[Callable[[], Any]] | None:
+        """Set the preempted flag; the hooks to run (None if signalled before)."""
+        callbacks = _ctx.get_context()._signal_preempted()
+        if callbacks is None:
+            return None
+        # The user class's own method (a class member's user class is a base of it);
+        # function members have no user class, so only callbacks.
+        own = getattr(self, "on_preempt", None)
+        return ([own] if callable(own) else []) + callbacks
+
+    @ray.method(concurrency_group=CONTROL_GROUP)
+    def __raygang_preempt__(self) -> dict[str, Any]:
+        # A thread of the control group: hooks run here, concurrently with run() (which
+        # holds the default group's thread); an `async def` callback gets its own loop.
+        hooks = self._raygang_preempt_hooks()
+        if hooks is None:
+            return _preempt_reply(0, [])
+        errors = []
+        for hook in hooks:
+            try:
+                result = hook()
+                if inspect.isawaitable(result):
+                    asyncio.run(_ctx._awaited(result))
+            except Exception as exc:
+                errors.append(_hook_error(hook, exc))
+        return _preempt_reply(len(hooks), errors)
+
 
 class _AsyncControl(_SyncControl):
     """For members whose class has `async def` methods: Ray runs those actors on an event
     loop, where a blocking control method would stall every call."""
 
     async def __raygang_ready__(self) -> str:  # type: ignore[override]
+        # The default group's loop, where run() and the user's methods run: preemption
+        # hooks are sent there (see __raygang_preempt__).
+        self._raygang_loop = asyncio.get_running_loop()
         return _SyncControl.__raygang_ready__(self)
 
     @ray.method(num_returns=2)
     async def __raygang_run__(self, peers: tuple[Any, ...]) -> tuple[str, Any]:  # type: ignore[override]
+        self._raygang_loop = asyncio.get_running_loop()
         _ctx.get_context().peers = peers
         body = self._raygang_body()
         if body is None:
@@ -79,6 +136,44 @@ class _AsyncControl(_SyncControl):
     @ray.method(concurrency_group=CONTROL_GROUP)
     async def __raygang_watch__(self) -> None:  # type: ignore[override]
         await asyncio.Event().wait()
+
+    @ray.method(concurrency_group=CONTROL_GROUP)
+    async def __raygang_preempt__(self) -> dict[str, Any]:  # type: ignore[override]
+        # This runs on the control group's own loop (Ray gives each concurrency group of
+        # an async actor an event loop on a thread of its own). Every hook, sync or async,
+        # is run on the member's main loop instead, the one run() and the user's methods
+        # use: hooks typically poke the user's asyncio objects (set an asyncio.Event that
+        # run() awaits), which is safe only from their own loop, and a sync hook there
+        # behaves as a sync method of an async Ray actor does (it runs on the loop). Not
+        # `asyncio.to_thread`, which would race the loop's objects. This coroutine only
+        # awaits the outcome, so it blocks neither loop. A run() that blocks its loop
+        # delays the hooks (bounded by the grace period); the `preempted` flag, set
+        # first, from this thread, is visible to it at once.
+        hooks = self._raygang_preempt_hooks()
+        if hooks is None:
+            return _preempt_reply(0, [])
+        loop = getattr(self, "_raygang_loop", None)
+        errors = []
+        for hook in hooks:
+            try:
+                await _call_on_loop(loop, hook)
+            except Exception as exc:
+                errors.append(_hook_error(hook, exc))
+        return _preempt_reply(len(hooks), errors)
+
+
+async def _call_on_loop(loop: asyncio.AbstractEventLoop | None, hook: Callable[[], Any]) -> Any:
+    """Call `hook` (awaiting what it returns) on `loop`, from another loop's coroutine."""
+
+    async def call() -> Any:
+        result = hook()
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    if loop is None or loop.is_closed() or loop is asyncio.get_running_loop():
+        return await call()  # not released yet: no main loop known; run it here
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call(), loop))
 
 
 def _is_async_class(cls: type) -> bool:
@@ -144,7 +239,7 @@ def member_actor_class(program: RoleProgram):
     actor_class = _actor_classes.get(key)
     if actor_class is None:
         cls = _class_member(key) if program.is_class else key
-        actor_class = ray.remote(concurrency_groups={CONTROL_GROUP: 2})(cls)
+        actor_class = ray.remote(concurrency_groups={CONTROL_GROUP: CONTROL_SLOTS})(cls)
         _actor_classes[key] = actor_class
     return actor_class
 

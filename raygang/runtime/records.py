@@ -19,13 +19,13 @@ MAX_EVENTS = 500
 _ALLOWED: dict[GangState, set[GangState]] = {
     GangState.PENDING: {GangState.ADMITTED, GangState.CANCELLED},
     GangState.ADMITTED: {GangState.RESERVED, GangState.PENDING, GangState.RESTARTING,
-                         GangState.FAILED, GangState.CANCELLED},
+                         GangState.FAILED, GangState.CANCELLED, GangState.PREEMPTED},
     GangState.RESERVED: {GangState.STARTING, GangState.RESTARTING, GangState.FAILED,
-                         GangState.CANCELLED},
+                         GangState.CANCELLED, GangState.PREEMPTED},
     GangState.STARTING: {GangState.RUNNING, GangState.RESTARTING, GangState.FAILED,
-                         GangState.CANCELLED},
+                         GangState.CANCELLED, GangState.PREEMPTED},
     GangState.RUNNING: {GangState.SUCCEEDED, GangState.RESTARTING, GangState.FAILED,
-                        GangState.CANCELLED},
+                        GangState.CANCELLED, GangState.PREEMPTED},
     GangState.RESTARTING: {GangState.PENDING, GangState.CANCELLED},
     GangState.PREEMPTED: {GangState.PENDING, GangState.CANCELLED},
 }
@@ -39,12 +39,22 @@ class GangRecord:
     priority: int
     seq: int
     submitted_at: float
+    preemptible: bool = True
+    min_runtime_s: float = 0.0
+    kind: str = "gang"  # or "deployment" (a Serve application)
+    deployment: Any = None  # its DeploymentSpec, for a deployment
+    app: Any = None  # the Serve application (or import path) of a deployment
     state: GangState = GangState.PENDING
     reason: str | None = None
     wait_code: WaitCode | None = None
     nodes: tuple[str, ...] = ()
     members: list[MemberStatus] = field(default_factory=list)
     restarts: int = 0
+    preemptions: int = 0
+    preempted_by: str | None = None  # "deployment llm": shown until it runs again
+    stopping: str | None = None  # set while being preempted: the reason it will requeue with
+    cancel_reason: str | None = None  # set by cancel() before the gang's task is cancelled
+    position: int | None = None  # in its queue, as of the last cycle
     error: GangError | None = None
     result_refs: list[Any] | None = None
     started_at: float | None = None
@@ -62,24 +72,41 @@ class GangRecord:
             del self.events[1 : len(self.events) - MAX_EVENTS + 1]  # keep "submitted"
         self.state = to
         self.reason = reason or None
+        if to is not GangState.PENDING:
+            self.position = None
+        if to is GangState.PREEMPTED:
+            self.preemptions += 1
         if to is GangState.RUNNING:
             self.started_at = now
+            self.preempted_by = None
             self.released.set()
         if to.finished:
             self.finished_at = now
             self.programs = {}  # user code and arguments are not needed any more
+            self.app = None
             self.finished.set()
             self.released.set()
 
-    def set_waiting(self, code: WaitCode, message: str) -> None:
+    def set_waiting(self, code: WaitCode, message: str, position: int | None) -> None:
         self.wait_code = code
-        self.reason = message
+        self.position = position
+        # A preempted gang keeps saying so (and by whom) until it runs again.
+        self.reason = f"{self.preempted_by}; {message}" if self.preempted_by else message
+
+    @property
+    def display(self) -> str:
+        return f"{self.kind} {self.spec.name if self.kind == 'deployment' else self.gang_id}"
 
     def pending_view(self) -> PendingGang:
-        return PendingGang(self.gang_id, self.spec, self.priority, self.seq)
+        return PendingGang(self.gang_id, self.spec, self.priority, self.seq, self.preemptible)
 
     def placed_view(self) -> PlacedGang:
-        return PlacedGang(self.gang_id, self.priority, tuple(zip(self.nodes, self.spec.bundles)))
+        return PlacedGang(
+            self.gang_id, self.priority, tuple(zip(self.nodes, self.spec.bundles)),
+            queue=self.spec.queue, preemptible=self.preemptible,
+            running_since=self.started_at if self.state is GangState.RUNNING else None,
+            min_runtime_s=self.min_runtime_s, draining=self.stopping is not None,
+        )
 
     def status(self) -> GangStatus:
         return GangStatus(
@@ -92,6 +119,9 @@ class GangRecord:
             world_size=self.spec.world_size,
             members=sorted(self.members, key=lambda m: m.rank),
             restarts=self.restarts,
+            preemptions=self.preemptions,
+            queue_position=self.position,
+            kind=self.kind,
             error=self.error,
             submitted_at=self.submitted_at,
             started_at=self.started_at,

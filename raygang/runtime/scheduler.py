@@ -15,20 +15,23 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 import ray
 
 from raygang.core.config import SchedulerConfig
-from raygang.core.gang import GangState
+from raygang.core.gang import GangState, PendingGang
+from raygang.core.plan import Admission, Preemption
 from raygang.core.schedule import schedule, unschedulable_reason
 from raygang.core.snapshot import ClusterSnapshot
-from raygang.core.spec import GangSpec
-from raygang.runtime.errors import GangNotFoundError, UnschedulableError
+from raygang.core.spec import DeploymentSpec, GangSpec
+from raygang.runtime.errors import DeploymentExistsError, GangNotFoundError, UnschedulableError
+from raygang.runtime.deployment import ServeLaunch
 from raygang.runtime.launcher import GangLaunch, MemberFailure, ReservationTimeout
 from raygang.runtime.observe import observe
 from raygang.runtime.program import RoleProgram
 from raygang.runtime.records import GangRecord
-from raygang.runtime.status import GangError, GangEvent, GangStatus
+from raygang.runtime.status import DryRunResult, GangError, GangEvent, GangStatus, Victim
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +51,7 @@ class Scheduler:
         self._last_cycle_error: str | None = None
         self._finished: collections.deque[str] = collections.deque()  # oldest first
         self._observed: tuple[float, ClusterSnapshot] | None = None
+        self._deployments: dict[str, str] = {}  # deployment name -> its latest gang id
 
     def _ensure_loop(self) -> None:
         if self._loop_task is None or self._loop_task.done():
@@ -64,7 +68,7 @@ class Scheduler:
         }
 
     async def submit(self, spec: GangSpec, programs: dict[str, RoleProgram]) -> str:
-        """Validate, check the gang could ever fit, and queue it. Returns the gang id."""
+        """Validate, check the gang could ever be admitted, and queue it. Returns its id."""
         self._ensure_loop()
         if not isinstance(spec, GangSpec):
             raise TypeError(f"submit() takes a GangSpec, got {type(spec).__name__}")
@@ -76,28 +80,52 @@ class Scheduler:
         missing = sorted({r.name for r in spec.roles} - set(programs))
         if missing:
             raise ValueError(f"roles without a program to run: {', '.join(missing)}")
-        priority = self._config.resolve_priority(spec)
-        # A recent view may accept; only a fresh one may refuse (a node may just have joined).
-        reason = unschedulable_reason(spec, self._recent_snapshot()) and unschedulable_reason(
-            spec, self._recent_snapshot(max_age=0)
-        )
-        if reason:
-            raise UnschedulableError(f"gang {spec.name!r} can never fit on this cluster: {reason}")
-        now = self._clock()
-        record = GangRecord(
-            gang_id=f"{spec.name}-{uuid.uuid4().hex[:8]}",
-            spec=spec,
-            programs=dict(programs),
-            priority=priority,
-            seq=next(self._seq),
-            submitted_at=now,
-        )
-        record.events.append(
-            GangEvent(at=now, from_state=None, to_state=GangState.PENDING, reason="submitted")
-        )
-        self._gangs[record.gang_id] = record
-        self._wake.set()
+        return self._enqueue(spec, dict(programs), "gang").gang_id
+
+    async def deploy(self, deployment: DeploymentSpec, app: Any = None) -> str:
+        """Queue a Serve application as a gang (see `runtime.deployment`). Returns its id."""
+        self._ensure_loop()
+        if not isinstance(deployment, DeploymentSpec):
+            raise TypeError(f"deploy() takes a DeploymentSpec, got {type(deployment).__name__}")
+        deployment = DeploymentSpec.model_validate(deployment.model_dump())
+        app = app if app is not None else deployment.import_path
+        if app is None:
+            raise ValueError("deployment needs an application: a bound Serve app or import_path")
+        current = self._gangs.get(self._deployments.get(deployment.name, ""))
+        if current is not None and not current.state.finished:
+            raise DeploymentExistsError(
+                f"deployment {deployment.name!r} exists ({current.state.value}); "
+                "undeploy it first"
+            )
+        record = self._enqueue(deployment.gang_spec(), {}, "deployment")
+        record.deployment, record.app = deployment, app
+        self._deployments[deployment.name] = record.gang_id
         return record.gang_id
+
+    async def undeploy(self, name: str) -> GangStatus:
+        """Stop a deployment and free its capacity; returns once its app is deleted."""
+        gang_id = self._deployments.get(name)
+        if gang_id is None or gang_id not in self._gangs:
+            raise GangNotFoundError(f"no deployment named {name!r}")
+        return await self.cancel(gang_id, "undeployed")
+
+    async def list_deployments(self) -> list[GangStatus]:
+        return [self._gangs[g].status() for g in self._deployments.values() if g in self._gangs]
+
+    async def dry_run(self, spec: GangSpec) -> DryRunResult:
+        """What a cycle would do with `spec` submitted now, without doing any of it."""
+        if not isinstance(spec, GangSpec):
+            raise TypeError(f"dry_run() takes a GangSpec, got {type(spec).__name__}")
+        spec = GangSpec.model_validate(spec.model_dump())
+        cls = self._config.priority_class(spec)
+        snapshot = self._recent_snapshot(max_age=0)
+        reason = unschedulable_reason(spec, snapshot, self._config)
+        if reason:
+            return DryRunResult(outcome="rejected", reason=reason)
+        probe = PendingGang("(dry run)", spec, cls.value, next(self._seq), cls.preemptible)
+        pending = [r.pending_view() for r in self._gangs.values() if r.state is GangState.PENDING]
+        plan = schedule(snapshot, [*pending, probe], self._config, self._clock())
+        return _dry_run_result(plan, probe, snapshot, self._gangs)
 
     async def status(self, gang_id: str) -> GangStatus:
         return self._get(gang_id).status()
@@ -129,9 +157,10 @@ class Scheduler:
             record.move(GangState.CANCELLED, reason, self._clock())
             self._forget_finished(record)
         elif record.task is not None:
-            record.reason = reason
-            record.task.cancel()
-            await asyncio.wait([record.task])
+            record.cancel_reason = reason
+            task = record.task
+            task.cancel()
+            await asyncio.wait([task])
         return record.status()
 
     async def shutdown(self) -> int:
@@ -142,6 +171,33 @@ class Scheduler:
         if self._loop_task is not None:
             self._loop_task.cancel()
         return len(unfinished)
+
+    def _enqueue(self, spec: GangSpec, programs: dict[str, RoleProgram], kind: str) -> GangRecord:
+        cls = self._config.priority_class(spec)
+        # A recent view may accept; only a fresh one may refuse (a node may just have joined).
+        reason = unschedulable_reason(spec, self._recent_snapshot(), self._config) and (
+            unschedulable_reason(spec, self._recent_snapshot(max_age=0), self._config)
+        )
+        if reason:
+            raise UnschedulableError(f"{kind} {spec.name!r} can never be admitted: {reason}")
+        now = self._clock()
+        record = GangRecord(
+            gang_id=f"{spec.name}-{uuid.uuid4().hex[:8]}",
+            spec=spec,
+            programs=programs,
+            priority=cls.value,
+            seq=next(self._seq),
+            submitted_at=now,
+            preemptible=cls.preemptible,
+            min_runtime_s=cls.min_runtime_s,
+            kind=kind,
+        )
+        record.events.append(
+            GangEvent(at=now, from_state=None, to_state=GangState.PENDING, reason="submitted")
+        )
+        self._gangs[record.gang_id] = record
+        self._wake.set()
+        return record
 
     # The loop ---------------------------------------------------------------------------
     async def _loop(self) -> None:
@@ -166,10 +222,15 @@ class Scheduler:
         self._observed = (now, snapshot)
         plan = schedule(snapshot, [r.pending_view() for r in pending], self._config, now)
         self._cycles += 1
+        # Victims first: an admission that needs them waits for them to be gone.
+        for preemption in plan.preemptions:
+            self._preempt(preemption)
         for admission in plan.admissions:
-            self._admit(self._gangs[admission.gang_id], admission.nodes, now)
+            self._admit(self._gangs[admission.gang_id], admission, now)
         for waiting in plan.waiting.values():
-            self._gangs[waiting.gang_id].set_waiting(waiting.code, waiting.message)
+            self._gangs[waiting.gang_id].set_waiting(
+                waiting.code, waiting.message, plan.positions.get(waiting.gang_id)
+            )
 
     def _held(self):
         return [self._gangs[gang_id].placed_view() for gang_id in self._launches]
@@ -184,45 +245,109 @@ class Scheduler:
         self._observed = (self._clock(), observe(self._held()))
         return self._observed[1]
 
-    # Applying an admission ------------------------------------------------------------
-    def _admit(self, record: GangRecord, nodes: tuple[str, ...], now: float) -> None:
-        record.nodes = nodes
+    # Applying a plan ------------------------------------------------------------------
+    def _admit(self, record: GangRecord, admission: Admission, now: float) -> None:
+        record.nodes = admission.nodes
         record.members = []
-        record.move(GangState.ADMITTED, f"placed on {len(set(nodes))} node(s)", now)
-        launch = GangLaunch(
-            record.gang_id, record.spec, record.programs, nodes,
-            attempt=record.restarts, on_member_ready=record.members.append,
-        )
+        victims = [self._gangs[v].task for v in admission.victims if self._gangs[v].task]
+        note = f"; waiting for {len(victims)} preempted gang(s) to stop" if victims else ""
+        record.move(GangState.ADMITTED, f"placed on {len(set(admission.nodes))} node(s){note}",
+                    now)
+        launch: GangLaunch | ServeLaunch
+        if record.kind == "deployment":
+            launch = ServeLaunch(record.gang_id, record.spec, record.deployment, record.app,
+                                 admission.nodes, self._config.serve_http_port)
+        else:
+            launch = GangLaunch(
+                record.gang_id, record.spec, record.programs, admission.nodes,
+                attempt=record.restarts + record.preemptions,
+                on_member_ready=record.members.append,
+            )
         self._launches[record.gang_id] = launch
-        record.task = asyncio.get_running_loop().create_task(self._drive(record, launch))
+        record.task = asyncio.get_running_loop().create_task(
+            self._drive(record, launch, victims)
+        )
 
-    async def _drive(self, record: GangRecord, launch: GangLaunch) -> None:
+    def _preempt(self, preemption: Preemption) -> None:
+        """Tell the victim, give it its grace period, then stop it (see _stop)."""
+        victim = self._gangs[preemption.victim]
+        preemptor = self._gangs[preemption.preemptor]
+        if victim.task is None or victim.stopping is not None:
+            return  # it ended on its own meanwhile
+        verb = "reclaimed" if preemption.action == "reclaim" else "preempted"
+        victim.stopping = f"{verb} by {preemptor.display}"
+        victim.events.append(GangEvent(
+            at=self._clock(), from_state=victim.state, to_state=victim.state,
+            reason=f"{victim.stopping}: {preemption.reason}; grace "
+                   f"{victim.spec.preemption_grace_s:g}s",
+        ))
+        asyncio.get_running_loop().create_task(self._stop(victim))
+
+    async def _stop(self, record: GangRecord) -> None:
+        task, launch = record.task, self._launches.get(record.gang_id)
+        if task is None:
+            return
+        grace = record.spec.preemption_grace_s
+        if record.state is GangState.RUNNING and launch is not None and grace > 0:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + grace
+            replies = await launch.signal_preempt(grace)
+            hooked = len(replies) == record.spec.world_size and all(
+                r.get("hooks") for r in replies
+            )
+            if not hooked:  # a body watching `get_context().preempted` may checkpoint and return
+                await asyncio.wait([task], timeout=max(0.0, deadline - loop.time()))
+        if not task.done():
+            task.cancel()
+        await asyncio.wait([task])
+
+    async def _drive(self, record: GangRecord, launch, victims: list[asyncio.Task]) -> None:
         try:
+            if victims:  # their resources are promised to this gang: wait until freed
+                await asyncio.wait(victims)
             await launch.reserve()
             record.move(GangState.RESERVED, "placement group ready", self._clock())
             record.move(GangState.STARTING, "starting members in role order", self._clock())
             await launch.start_members()
             record.move(GangState.RUNNING, "all members ready: released past the launch barrier",
                         self._clock())
-            record.result_refs = await launch.run()
+            results = await launch.run()
+            if record.stopping:  # it returned after being told it is preempted
+                raise asyncio.CancelledError
+            record.result_refs = results
             record.move(GangState.SUCCEEDED, "all members finished", self._clock())
         except ReservationTimeout as timeout:
             record.move(GangState.PENDING, f"requeued: {timeout}", self._clock())
         except MemberFailure as failure:
             self._fail_or_restart(record, failure.error)
         except asyncio.CancelledError:
-            record.move(GangState.CANCELLED, record.reason or "cancelled", self._clock())
+            if record.stopping and record.cancel_reason is None:
+                self._requeue_preempted(record)
+            else:
+                record.move(GangState.CANCELLED, record.cancel_reason or "cancelled",
+                            self._clock())
         except Exception as error:  # a Ray error while applying: this gang only
             log.exception("launch of %s failed", record.gang_id)
             self._fail_or_restart(record, GangError(error_type=type(error).__name__,
                                                     message=str(error)))
         finally:
-            launch.teardown()
+            if isinstance(launch, ServeLaunch):
+                await launch.close()
+            else:
+                launch.teardown()
             self._launches.pop(record.gang_id, None)
             record.nodes = ()
             record.task = None
+            record.stopping = None
             self._forget_finished(record)
             self._wake.set()
+
+    def _requeue_preempted(self, record: GangRecord) -> None:
+        """Back to its queue with the same id and submission order, preemption counted."""
+        now = self._clock()
+        record.move(GangState.PREEMPTED, record.stopping or "preempted", now)
+        record.preempted_by = record.stopping
+        record.move(GangState.PENDING, record.stopping or "preempted", now)
 
     def _fail_or_restart(self, record: GangRecord, error: GangError) -> None:
         record.error = error
@@ -250,6 +375,30 @@ class Scheduler:
         self._finished.append(record.gang_id)
         while len(self._finished) > self._config.finished_gangs_kept:
             self._gangs.pop(self._finished.popleft(), None)
+
+
+def _dry_run_result(plan, probe: PendingGang, snapshot: ClusterSnapshot,
+                    gangs: dict[str, GangRecord]) -> DryRunResult:
+    names = {n.node_id: n.display for n in snapshot.nodes}
+    for admission in plan.admissions:
+        if admission.gang_id != probe.gang_id:
+            continue
+        victims = [
+            Victim(gang_id=p.victim, name=gangs[p.victim].spec.name, action=p.action,
+                   reason=p.reason)
+            for p in plan.preemptions if p.preemptor == probe.gang_id
+        ]
+        where = ", ".join(sorted({names.get(n, n) for n in admission.nodes}))
+        if victims:
+            return DryRunResult(
+                outcome="preempt", nodes=list(admission.nodes), victims=victims,
+                reason=f"would {admission.action} {len(victims)} gang(s), then run on {where}",
+            )
+        return DryRunResult(outcome="admit", nodes=list(admission.nodes),
+                            reason=f"would be admitted now on {where}")
+    waiting = plan.waiting[probe.gang_id]
+    return DryRunResult(outcome="wait", code=waiting.code.value, reason=waiting.message,
+                        queue_position=plan.positions.get(probe.gang_id))
 
 
 # The actor: no resources of its own, many concurrent calls (waits are long polls).

@@ -56,6 +56,9 @@ class GangStatus(BaseModel):
     world_size: int
     members: list[MemberStatus] = []
     restarts: int = 0
+    preemptions: int = 0
+    queue_position: int | None = None  # 1 = next in its queue (while PENDING)
+    kind: str = "gang"  # or "deployment"
     error: GangError | None = None
     submitted_at: float
     started_at: float | None = None
@@ -69,3 +72,26 @@ class GangStatus(BaseModel):
     def nodes(self) -> list[str | None]:
         """The node of each member, in rank order."""
         return [m.node_id for m in self.members]
+
+
+class Victim(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    gang_id: str
+    name: str
+    action: str  # "reclaim" or "preempt"
+    reason: str
+
+
+class DryRunResult(BaseModel):
+    """What submitting a gang now would do: `admit`, `preempt` (these victims), `wait`
+    (with the reason and queue position) or `rejected` (it can never be admitted)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    outcome: str
+    reason: str = ""
+    nodes: list[str] = []
+    victims: list[Victim] = []
+    code: str | None = None
+    queue_position: int | None = None

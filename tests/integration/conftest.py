@@ -2,6 +2,8 @@
 
 Head: 2 CPUs, no GPU (the scheduler actor and drivers live there).
 Two workers: 4 CPUs and 4 virtual GPUs each (8 GPUs in all).
+The scheduler has two team queues next to `default` (GPU quota 4 each) for queue tests;
+with nothing in them they change nothing for the other tests.
 Every test that uses `ray_cluster` is wrapped by a leak check: afterwards no `raygang-*`
 placement group or member actor is left and the free CPUs/GPUs are back where they were.
 """
@@ -18,6 +20,11 @@ import raygang
 from tests.integration import leaks
 
 WORKER_GPUS = 4
+SCHEDULER_CONFIG = raygang.SchedulerConfig(queues=[
+    raygang.QueueSpec(name="default"),
+    raygang.QueueSpec(name="team-a", quota={"GPU": 4}),
+    raygang.QueueSpec(name="team-b", quota={"GPU": 4}),
+])
 
 
 @pytest.fixture(scope="session")
@@ -31,7 +38,7 @@ def cluster():
     workers = [c.add_node(num_cpus=4, num_gpus=WORKER_GPUS) for _ in range(2)]
     ray.init(address=c.address)
     c.wait_for_nodes()
-    raygang.start()
+    raygang.start(SCHEDULER_CONFIG)
     c.workers = workers
     yield c
     raygang.shutdown()
@@ -42,6 +49,7 @@ def cluster():
 @pytest.fixture
 def ray_cluster(cluster):
     """The shared cluster, checked for leaks after the test."""
+    _scheduler_with(SCHEDULER_CONFIG)
     before = leaks.wait_until_idle(cluster_resources=True)
     yield cluster
     leaks.assert_nothing_left(before)
@@ -50,3 +58,11 @@ def ray_cluster(cluster):
 @pytest.fixture(scope="session")
 def worker_node_ids(cluster):
     return sorted(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU"))
+
+
+def _scheduler_with(config: raygang.SchedulerConfig) -> None:
+    """A test that replaced the scheduler (test_start) may have left another config."""
+    handle = raygang.start(config)
+    if ray.get(handle.ping.remote())["config"] != config.model_dump(mode="json"):
+        raygang.shutdown()
+        raygang.start(config)

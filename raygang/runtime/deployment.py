@@ -1,0 +1,100 @@
+"""A Ray Serve application driven as a gang ("deployment").
+
+Admission is the same as for any gang: the core chooses a node per replica (preempting
+training if it must) and raygang reserves those bundles with its own placement group — so
+admission is all-or-nothing and waits until preempted victims are really gone. Then the
+reservation is handed to Serve: raygang removes its placement group and deploys the app
+with Serve's gang scheduling pinned to exactly those nodes (`serving.deployment_options`).
+The scheduler keeps counting the replicas' bundles on those nodes while the app runs, so
+nothing raygang admits can take them in between; work started outside raygang could, in
+which case Serve's own gang placement group waits and the startup timeout fails the gang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+from raygang.core.spec import DeploymentSpec, GangSpec
+from raygang.runtime.launcher import GangLaunch, MemberFailure
+from raygang.runtime.status import GangError
+
+WATCH_INTERVAL_S = 2.0
+
+
+class ServeLaunch:
+    """The launcher of a deployment gang; same steps as `GangLaunch`, Serve underneath."""
+
+    def __init__(
+        self,
+        gang_id: str,
+        spec: GangSpec,
+        deployment: DeploymentSpec,
+        app: Any,
+        nodes: Sequence[str],
+        http_port: int | None,
+    ):
+        self.gang_id = gang_id
+        self.spec = spec
+        self.deployment = deployment
+        self.app = app
+        self.nodes = tuple(nodes)
+        self.http_port = http_port
+        self._reservation = GangLaunch(gang_id, spec, {}, nodes, attempt=0)
+        self._deployed = False
+
+    async def reserve(self) -> None:
+        await self._reservation.reserve()
+
+    # `serving` imports ray.serve (~0.7 s): only the scheduler pays for it, when it first
+    # runs a deployment, not every driver that imports the scheduler module.
+
+    async def start_members(self) -> None:
+        """Hand the reserved nodes to Serve and wait until the application is RUNNING."""
+        from raygang.runtime import serving
+
+        d = self.deployment
+        try:
+            app = serving.with_options(
+                serving.resolve_app(self.app),
+                serving.deployment_options(d.replicas, d.resources.to_dict(), self.nodes,
+                                           d.strategy.value),
+            )
+            await asyncio.to_thread(serving.ensure_serve_started, self.http_port)
+        except Exception as error:
+            raise MemberFailure(GangError(error_type=type(error).__name__, message=str(error)))
+        self._reservation.teardown()  # Serve's own gang placement group takes its place
+        self._deployed = True
+        try:
+            await serving.start_app(d.name, app, d.route, d.startup_timeout_s)
+        except serving.ServeAppFailed as error:
+            raise MemberFailure(GangError(error_type="ServeAppFailed", message=str(error)))
+
+    async def run(self) -> list[Any]:
+        """Serve until undeployed (cancelled); fail if the application disappears."""
+        from raygang.runtime import serving
+
+        while True:
+            await asyncio.sleep(WATCH_INTERVAL_S)
+            running = await asyncio.to_thread(serving.app_running, self.deployment.name)
+            if not running:
+                raise MemberFailure(GangError(
+                    error_type="ServeAppStopped",
+                    message=f"Serve application {self.deployment.name!r} is no longer RUNNING",
+                ))
+
+    async def signal_preempt(self, grace_s: float) -> list[dict]:
+        return []  # Serve drains its replicas itself (graceful_shutdown_timeout_s)
+
+    async def close(self) -> None:
+        """Delete the application (if it was deployed) and the reservation. Never raises."""
+        from raygang.runtime import serving
+
+        self._reservation.teardown()
+        if self._deployed:
+            self._deployed = False
+            try:
+                await asyncio.shield(serving.delete_app(self.deployment.name))
+            except Exception:  # noqa: BLE001 - logged by Serve; the gang ends regardless
+                pass

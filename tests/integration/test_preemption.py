@@ -1,0 +1,144 @@
+"""Preemption, reclaim and dry-run on a real cluster (2 workers x 4 virtual GPUs)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+import raygang
+from raygang import GangState
+from tests.integration.helpers import wait_state
+
+
+@raygang.gang_task(replicas=4, num_gpus=1, strategy="STRICT_PACK", preemption_grace_s=20)
+class Trainer:
+    """Trains until preempted; `on_preempt` checkpoints (appends a line to a file)."""
+
+    def __init__(self, checkpoints: str):
+        self.checkpoints = Path(checkpoints)
+
+    def on_preempt(self):
+        ctx = raygang.get_context()
+        with self.checkpoints.open("a") as f:
+            f.write(f"{ctx.gang_name} rank {ctx.rank} attempt {ctx.attempt} {time.time()}\n")
+
+    def run(self):
+        ctx = raygang.get_context()
+        while not ctx.wait_preempted(0.1):
+            pass
+        return "stopped"
+
+
+@raygang.gang_task(replicas=4, num_gpus=1, strategy="STRICT_PACK", preemption_grace_s=20)
+def train_fn(checkpoints: str):
+    """A function gang: a callback registered on its context saves a checkpoint."""
+    ctx = raygang.get_context()
+    step = 0
+
+    def save():
+        with Path(checkpoints).open("a") as f:
+            f.write(f"{ctx.gang_name} rank {ctx.rank} step {step} preempted={ctx.preempted}\n")
+
+    ctx.on_preempt(save)
+    while True:
+        step += 1
+        time.sleep(0.05)
+
+
+@raygang.gang_task(replicas=2, num_gpus=1, strategy="STRICT_PACK", priority="inference")
+class Inference:
+    def run(self):
+        time.sleep(3600)
+
+
+@pytest.fixture
+def gangs(ray_cluster):
+    """Gang refs a test starts; cancelled afterwards even if the test fails (before the
+    leak check runs)."""
+    refs: list = []
+    yield refs
+    for ref in refs:
+        ref.cancel()
+
+
+def _events(ref) -> list[tuple[str, str]]:
+    return [(e.to_state.value, e.reason) for e in ref.status().events]
+
+
+def test_inference_preempts_one_training_gang_which_resumes(gangs, tmp_path):
+    marks = tmp_path / "checkpoints.txt"
+    first = Trainer.options(name="first").remote(str(marks))
+    gangs.append(first)
+    wait_state(first, GangState.RUNNING)
+    second = train_fn.options(name="second").remote(str(marks))  # started last: the victim
+    gangs.append(second)
+    wait_state(second, GangState.RUNNING)
+
+    # A dry run says what would happen, and does nothing.
+    answer = raygang.dry_run(Inference)
+    assert answer.outcome == "preempt"
+    assert [v.gang_id for v in answer.victims] == [second.gang_id]
+    assert "preempted for gang" in answer.victims[0].reason
+    assert second.status().state is GangState.RUNNING
+
+    infer = Inference.remote()
+    gangs.append(infer)
+    wait_state(infer, GangState.RUNNING, timeout=60)
+    status = wait_state(second, GangState.PENDING, GangState.ADMITTED, timeout=30)
+    assert first.status().state is GangState.RUNNING  # exactly one victim
+    assert status.preemptions == 1
+    assert f"preempted by gang {infer.gang_id}" in status.reason
+    # Every member's callback saved a checkpoint, seeing `preempted`, before it was killed.
+    lines = marks.read_text().splitlines()
+    assert sorted(line.split(" step")[0] for line in lines) == [
+        f"second rank {r}" for r in range(4)]
+    assert all(line.endswith("preempted=True") for line in lines)
+    states = [s for s, _ in _events(second)]
+    assert states[-2:] == ["PREEMPTED", "PENDING"] and "SUCCEEDED" not in states
+
+    infer.cancel()
+    status = wait_state(second, GangState.RUNNING, timeout=60)
+    assert status.preemptions == 1 and status.reason.startswith("all members ready")
+    assert second.gang_id == status.gang_id  # same gang, same id
+
+
+def test_a_team_below_quota_reclaims_what_another_team_borrowed(gangs, tmp_path):
+    marks = tmp_path / "checkpoints.txt"
+    # team-a: quota 4 GPUs, runs 8 (4 borrowed from team-b's idle quota)
+    a_in = Trainer.options(name="a-in", queue="team-a").remote(str(marks))
+    gangs.append(a_in)
+    wait_state(a_in, GangState.RUNNING)
+    a_over = Trainer.options(name="a-over", queue="team-a").remote(str(marks))
+    gangs.append(a_over)
+    wait_state(a_over, GangState.RUNNING)
+    # team-b submits within its quota, at a lower priority even: a-over is reclaimed,
+    # a-in (within team-a's quota) keeps running
+    b = Trainer.options(name="b", queue="team-b", priority="batch").remote(str(marks))
+    gangs.append(b)
+    wait_state(b, GangState.RUNNING, timeout=60)
+    status = wait_state(a_over, GangState.PENDING, GangState.ADMITTED)
+    assert status.preemptions == 1
+    assert any(e.reason.startswith(f"reclaimed by gang {b.gang_id}") for e in status.events)
+    assert a_in.status().state is GangState.RUNNING and a_in.status().preemptions == 0
+    # its members checkpointed through on_preempt before they were stopped
+    lines = marks.read_text().splitlines()
+    assert sorted(line.rsplit(" ", 1)[0] for line in lines) == [
+        f"a-over rank {r} attempt 0" for r in range(4)]
+
+
+def test_dry_run_answers_without_side_effects(ray_cluster):
+    answer = raygang.dry_run(Inference)
+    assert answer.outcome == "admit" and len(answer.nodes) == 2 and len(set(answer.nodes)) == 1
+    too_big = raygang.dry_run(Inference.options(replicas=5))
+    assert too_big.outcome == "rejected"
+    assert "needs {GPU: 5} on one node" in too_big.reason
+    bad_queue = raygang.dry_run(Inference.options(queue="nope"))
+    assert bad_queue.outcome == "rejected" and "unknown queue 'nope'" in bad_queue.reason
+    assert raygang.list_gangs(GangState.PENDING) == []
+
+
+def test_unknown_queue_is_refused_at_submission(ray_cluster):
+    with pytest.raises(raygang.UnschedulableError, match="unknown queue 'nope'"):
+        Inference.options(queue="nope").remote()
