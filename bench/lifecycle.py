@@ -96,7 +96,9 @@ def main() -> None:
         args.gangs, args.sizes = 2, [1, 2]
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a throwaway local cluster
-    ray.init(num_cpus=4, num_gpus=GPUS, include_dashboard=False, log_to_driver=False)
+    # address="local": always a new cluster, never one a stale /tmp/ray file points to
+    ray.init(address="local", num_cpus=4, num_gpus=GPUS, include_dashboard=False,
+             log_to_driver=False)
     raygang.start()
     run_raw(1, 2), run_raygang(1, 2)  # warm-up: worker pool, function exports
     wait_idle()

@@ -10,5 +10,6 @@ import ray
 def connect(num_cpus: int = 4, num_gpus: int = 4) -> None:
     if os.environ.get("RAY_ADDRESS"):
         ray.init()  # an existing cluster, e.g. RAY_ADDRESS=auto
-    else:  # a local one: the GPUs are virtual, so none is needed
-        ray.init(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False)
+    else:  # a new local one (even if /tmp/ray remembers another); the GPUs are virtual
+        ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus,
+                 include_dashboard=False)

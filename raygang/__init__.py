@@ -24,6 +24,8 @@ _PUBLIC = {
     "deploy": "raygang.api",
     "undeploy": "raygang.api",
     "list_deployments": "raygang.api",
+    "queues": "raygang.api",
+    "QueueStatus": "raygang.runtime.status",
     "DeploymentRef": "raygang.api",
     "DryRunResult": "raygang.runtime.status",
     "DeploymentExistsError": "raygang.runtime.errors",

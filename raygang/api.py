@@ -23,6 +23,7 @@ from ray.exceptions import RayTaskError
 
 from raygang.core.gang import GangState
 from raygang.core.spec import (
+    DeploymentSpec,
     GangSpec,
     RoleSpec,
     SpecError,
@@ -34,7 +35,7 @@ from raygang.runtime import client
 from raygang.runtime.errors import GangCancelledError, GangFailedError
 from raygang.runtime.launcher import NAMESPACE, member_name
 from raygang.runtime.program import RoleProgram
-from raygang.runtime.status import DryRunResult, GangStatus
+from raygang.runtime.status import DryRunResult, GangStatus, QueueStatus
 
 # Options of a whole gang, and options of one role (the rest of the decorator's keywords).
 _GANG_OPTIONS = {
@@ -219,9 +220,11 @@ def list_gangs(state: GangState | str | None = None) -> list[GangStatus]:
     return _call("list_gangs", GangState(state) if state else None)
 
 
-def dry_run(what: GangTask | Gang | GangSpec) -> DryRunResult:
-    """What submitting `what` now would do — be admitted on which nodes, preempt which
-    gangs, or wait and why — without doing any of it."""
+def dry_run(what: GangTask | Gang | GangSpec | DeploymentSpec) -> DryRunResult:
+    """What submitting `what` (a gang, or a deployment's spec) now would do — be admitted
+    on which nodes, preempt which gangs, or wait and why — without doing any of it."""
+    if isinstance(what, DeploymentSpec):
+        what = what.gang_spec()
     if isinstance(what, GangTask):
         fields = what._gang_fields()
         what = Gang(fields.pop("name"), {what.role_name: what}, **fields)
@@ -275,6 +278,11 @@ def deploy(
         fields["import_path"], app = app, None
     spec = deployment_spec(f"deployment {name!r}", **fields)
     return DeploymentRef(_call("deploy", spec, app), spec.name)
+
+
+def queues() -> list[QueueStatus]:
+    """Every queue with its quota, limit, usage, fair share and pending count."""
+    return _call("queues")
 
 
 def list_deployments() -> list[GangStatus]:
@@ -363,5 +371,5 @@ def _display(target: Any) -> str:
 
 __all__ = [
     "DeploymentRef", "Gang", "GangRef", "GangTask", "deploy", "dry_run", "gang", "gang_task",
-    "list_deployments", "list_gangs", "shutdown", "start", "undeploy",
+    "list_deployments", "list_gangs", "queues", "shutdown", "start", "undeploy",
 ]

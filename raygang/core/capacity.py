@@ -23,14 +23,13 @@ class Capacity:
         self._total: dict[str, Resources] = {}
         self._display: dict[str, str] = {}
         self._classes: dict[Resources, list[str]] = {}
-        self.free_total = Resources()  # over all nodes: a cheap "cannot fit" test
         for node in sorted(nodes, key=lambda n: n.node_id):
             free = node.total if use_totals else node.free
             self._free[node.node_id] = free
-            self.free_total = self.free_total + free
             self._total[node.node_id] = node.total
             self._display[node.node_id] = node.display
             self._classes.setdefault(free, []).append(node.node_id)  # sorted: ids come in order
+        self.free_total = Resources.sum(self._free.values())  # a cheap "cannot fit" test
         names: set[str] = set()
         for total in self._total.values():
             names.update(total)
@@ -38,6 +37,9 @@ class Capacity:
         self.resource_names: tuple[str, ...] = tuple(sorted(names, key=scarcity_key))
 
     # Reading ----------------------------------------------------------------------------
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self._free
+
     def free(self, node_id: str) -> Resources:
         return self._free[node_id]
 

@@ -1,12 +1,15 @@
 """Why a gang does not fit, in words with numbers.
 
-Called only for gangs that `place` could not place, so it may afford full scans.
+Called only for gangs that `place` could not place; it scans the capacity's classes of
+identical free vectors, not its nodes one by one.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Sequence
+from itertools import islice
 
 from raygang.core.capacity import Capacity
 from raygang.core.resources import Resources, format_amount
@@ -32,7 +35,7 @@ def why_not(bundles: Sequence[Resources], strategy: Strategy, capacity: Capacity
         return f"needs {total} on one node ({shape}); {_largest_on_one_node(total, capacity)}"
     if strategy is Strategy.STRICT_SPREAD:
         return _strict_spread_reason(bundles, shape, capacity)
-    cluster_free = sum((capacity.free(n) for n in capacity.node_ids), Resources())
+    cluster_free = capacity.free_total
     missing = total.shortfall(cluster_free)
     if missing:
         name = missing.names_by_scarcity()[0]
@@ -53,8 +56,8 @@ def why_not(bundles: Sequence[Resources], strategy: Strategy, capacity: Capacity
 def _largest_on_one_node(demand: Resources, capacity: Capacity) -> str:
     """Name the first resource (scarcest first) no single node has enough of."""
     for name in demand.names_by_scarcity():
-        # Most free first; among equal amounts the lowest node id.
-        node = min(capacity.node_ids, key=lambda n: (-capacity.free(n).units(name), n))
+        # Most free first; among equal amounts the lowest node id (first of its class).
+        node = min((-free.units(name), ids[0]) for free, ids in capacity.classes())[1]
         most = capacity.free(node).get(name)
         if most < demand[name]:
             return (
@@ -63,10 +66,9 @@ def _largest_on_one_node(demand: Resources, capacity: Capacity) -> str:
             )
     # Every resource alone is somewhere; no node has all of them together.
     closest = min(
-        capacity.node_ids,
-        key=lambda n: (len(demand.shortfall(capacity.free(n))), capacity.leftover_key(
-            capacity.free(n), Resources()), n),
-    )
+        (len(demand.shortfall(free)), capacity.leftover_key(free, Resources()), ids[0])
+        for free, ids in capacity.classes()
+    )[2]
     return (
         f"no node has all of it free at once; closest is node {capacity.display(closest)} "
         f"with {capacity.free(closest).only(set(demand))} free"
@@ -79,29 +81,36 @@ def _strict_spread_reason(bundles: Sequence[Resources], shape: str, capacity: Ca
     # when a larger one fits nowhere. Without such a proof this ends on the smallest bundle.
     by_size = sorted(set(bundles), key=lambda b: [-b.units(n) for n in capacity.resource_names])
     for bundle in by_size:
-        able = [n for n in capacity.node_ids if bundle.fits_in(capacity.free(n))]
-        if len(able) < sum(1 for other in bundles if bundle.fits_in(other)):
+        able = [ids for free, ids in capacity.classes() if bundle.fits_in(free)]
+        count = sum(len(ids) for ids in able)
+        if count < sum(1 for other in bundles if bundle.fits_in(other)):
             break
-    listed = ", ".join(capacity.display(n) for n in able[:_LISTED_NODES])
-    more = f" and {len(able) - _LISTED_NODES} more" if len(able) > _LISTED_NODES else ""
-    which = f": {listed}{more}" if able else ""
+    first = list(islice(heapq.merge(*able), _LISTED_NODES))  # lowest ids: node_ids order
+    listed = ", ".join(capacity.display(n) for n in first)
+    more = f" and {count - _LISTED_NODES} more" if count > _LISTED_NODES else ""
+    which = f": {listed}{more}" if count else ""
     return (
-        f"needs {len(bundles)} distinct nodes ({shape}); only {len(able)} "
-        f"node{'s' if len(able) != 1 else ''} can hold {bundle}{which}"
+        f"needs {len(bundles)} distinct nodes ({shape}); only {count} "
+        f"node{'s' if count != 1 else ''} can hold {bundle}{which}"
     )
 
 
 def _by_node(name: str, capacity: Capacity) -> str:
     """` (w-1: 2, w-2: 1, 6 nodes with none)`: where `name` is free, most first."""
-    having = [n for n in capacity.node_ids if capacity.free(n).units(name) > 0]
-    having.sort(key=lambda n: (-capacity.free(n).units(name), n))
+    by_amount: dict[int, list[list[str]]] = {}  # units free -> id lists of those classes
+    for free, ids in capacity.classes():
+        if free.units(name) > 0:
+            by_amount.setdefault(free.units(name), []).append(ids)
+    having = sum(len(ids) for lists in by_amount.values() for ids in lists)
+    most_first = (n for units in sorted(by_amount, reverse=True)
+                  for n in heapq.merge(*by_amount[units]))  # ties: lowest id first
     parts = [
         f"{capacity.display(n)}: {format_amount(name, capacity.free(n)[name])}"
-        for n in having[:_LISTED_NODES]
+        for n in islice(most_first, _LISTED_NODES)
     ]
-    if len(having) > _LISTED_NODES:
-        parts.append(f"{len(having) - _LISTED_NODES} more")
-    none = len(capacity.node_ids) - len(having)
+    if having > _LISTED_NODES:
+        parts.append(f"{having - _LISTED_NODES} more")
+    none = len(capacity.node_ids) - having
     if none:
         parts.append(f"{none} node{'s' if none != 1 else ''} with none")
     return f" ({', '.join(parts)})" if parts else ""

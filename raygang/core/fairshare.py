@@ -27,9 +27,12 @@ class QueueBook:
     def __init__(self, tree: QueueTree, placed: Iterable[PlacedGang] = ()):
         self.tree = tree
         self.usage: dict[str, Resources] = {name: Resources() for name in tree.specs}
+        by_queue: dict[str, list[Resources]] = {}
         for gang in placed:
             if gang.queue in tree.specs:  # a gang of a queue since removed still uses nodes
-                self.add(gang.queue, gang.total)
+                by_queue.setdefault(gang.queue, []).append(gang.total)
+        for queue, totals in by_queue.items():  # summed per queue first: 20,000 gangs
+            self.add(queue, Resources.sum(totals))
         self.fair: dict[str, Share] = {}
 
     def add(self, queue: str, amount: Resources) -> Undo:
@@ -44,10 +47,14 @@ class QueueBook:
 
     def limit_problem(self, queue: str, demand: Resources) -> str | None:
         """Why admitting `demand` into `queue` would break a limit on its path (the queue's
-        own first, then its ancestors'), or None."""
+        own first, then its ancestors'), or None. Only the resources `demand` asks for
+        count: a queue already over a limit (lowered since) in another resource does not
+        block a gang that adds nothing to it."""
         for name in reversed(self.tree.paths[queue]):
             limit = self.tree.specs[name].limit
-            res = exceeds_limit(self.usage[name] + demand, limit)
+            if limit is None:
+                continue  # no cap (and no sum to build)
+            res = exceeds_limit(self.usage[name] + demand, limit.only(frozenset(demand)))
             if res is not None:
                 assert limit is not None
                 return (

@@ -8,7 +8,7 @@ rounding error. Zero amounts are dropped: `{"GPU": 0}` equals `{}`.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from pydantic import GetCoreSchemaHandler
@@ -110,6 +110,15 @@ class Resources(Mapping[str, float]):
 
     __rmul__ = __mul__
 
+    @classmethod
+    def sum(cls, vectors: Iterable[Resources]) -> Resources:
+        """The sum of `vectors`, built once (not one vector per addition)."""
+        units: dict[str, int] = {}
+        for vector in vectors:
+            for name, value in vector._units.items():
+                units[name] = units.get(name, 0) + value
+        return cls._of_units(units)
+
     def fits_in(self, capacity: Resources) -> bool:
         """True when every amount here is available in `capacity`."""
         cap = capacity._units
@@ -142,6 +151,11 @@ class Resources(Mapping[str, float]):
 
     def units(self, name: str) -> int:
         return self._units.get(name, 0)
+
+    def vector(self, names: tuple[str, ...]) -> tuple[int, ...]:
+        """Amounts in units for `names`, in that order (0 for names not here)."""
+        units = self._units
+        return tuple([units.get(n, 0) for n in names])
 
     def names_by_scarcity(self) -> list[str]:
         return sorted(self._units, key=scarcity_key)

@@ -21,6 +21,7 @@ from raygang.core.fairshare import QueueBook
 from raygang.core.gang import PendingGang
 from raygang.core.placement import place
 from raygang.core.plan import Admission, Plan, Preemption, WaitCode, Waiting
+from raygang.core.pool import Candidates, Pool
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
 from raygang.core.spec import GangSpec
@@ -61,6 +62,7 @@ class _EverFits:
         self._snapshot = snapshot
         self._empty: Capacity | None = None
         self._cache: dict = {}
+        self._by_gang: dict[int, bool] = {}  # pending gangs live as long as the cycle
 
     @property
     def empty(self) -> Capacity:
@@ -69,9 +71,14 @@ class _EverFits:
         return self._empty
 
     def fits(self, gang: PendingGang) -> bool:
-        if gang.shape not in self._cache:
-            self._cache[gang.shape] = place(gang.bundles, gang.strategy, self.empty) is not None
-        return self._cache[gang.shape]
+        found = self._by_gang.get(id(gang))  # cheaper than hashing its shape again
+        if found is None:
+            found = self._cache.get(gang.shape)
+            if found is None:
+                found = self._cache[gang.shape] = place(
+                    gang.bundles, gang.strategy, self.empty) is not None
+            self._by_gang[id(gang)] = found
+        return found
 
 
 class _QueueOrder:
@@ -89,10 +96,15 @@ class _QueueOrder:
         return min(self.keys, key=lambda q: (self.keys[q], q))
 
     def touched(self, queue: str) -> None:
-        top = self.book.tree.paths[queue][0]
+        paths = self.book.tree.paths
+        top = paths[queue][0]
+        ratios: dict[str, float] = {}  # each queue's share once (the top's is everyone's)
         for leaf in self.keys:
-            if self.book.tree.paths[leaf][0] == top:
-                self.keys[leaf] = self.book.order_key(leaf)
+            if paths[leaf][0] == top:
+                for name in paths[leaf]:
+                    if name not in ratios:
+                        ratios[name] = self.book.share_ratio(name)
+                self.keys[leaf] = tuple(ratios[name] for name in paths[leaf])
 
     def done(self, queue: str) -> None:
         self.keys.pop(queue, None)
@@ -110,12 +122,13 @@ class _Cycle:
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.admitted: set[str] = set()
-        self.attempted: set[str] = set()
+        self.tried: dict[str, list[str]] = {}  # gang id -> searches for victims that failed
         self.limited: dict[str, str] = {}  # gang id -> the limit it hit last
         self.taken: set[str] = set()  # victims chosen this cycle
         self.failed: set = set()  # shapes (per action) that did not fit this cycle
         self.waiting: dict[str, Waiting] = {}
-        self._victims: dict[str, list[PlacedGang]] = {}
+        self._pools: dict[str, Pool] = {}  # action -> the gangs it may stop
+        self._stoppable: list[PlacedGang] | None = None
 
     # The cycle ----------------------------------------------------------------------------
     def run(self, pending: Sequence[PendingGang]) -> Plan:
@@ -146,16 +159,12 @@ class _Cycle:
         return left
 
     def _cluster_total(self) -> Resources:
-        total = Resources()
-        for node in self.snapshot.alive_nodes:
-            total = total + node.total
-        return total
+        return Resources.sum(node.total for node in self.snapshot.alive_nodes)
 
     def _demand(self) -> dict[str, Resources]:
         demand = {q: self.book.usage[q] for q in self.tree.leaves}
         for queue, gangs in self.left.items():
-            for gang in gangs:
-                demand[queue] = demand[queue] + gang.total
+            demand[queue] = Resources.sum([demand[queue], *(g.total for g in gangs)])
         return demand
 
     def _pass(self, attempt: Callable[[PendingGang], bool]) -> None:
@@ -171,7 +180,6 @@ class _Cycle:
                 order.done(queue)
             if not self.ever.fits(gang):
                 continue  # never fits here: it blocks nobody
-            self.attempted.add(gang.gang_id)
             if attempt(gang):
                 order.touched(queue)
             elif not self.config.backfill:
@@ -197,43 +205,48 @@ class _Cycle:
         """A queue below its quota takes back what other queues borrowed beyond theirs."""
         if not self.book.within_quota(gang.queue, gang.total):
             return False
-        candidates = [v for v in self._candidates("reclaim") if v.queue != gang.queue]
-        return self._search(gang, candidates, "reclaim")
+        pool = self._pool("reclaim")
+        return self._search(gang, pool, pool.candidates(other_than=gang.queue), "reclaim")
 
     def _preempt(self, gang: PendingGang) -> bool:
         """Higher priority displaces strictly lower-priority preemptible gangs of its own
         queue — or of any queue when it is of a non-preemptible class (inference)."""
         across = self.config.cross_queue_preemption and not gang.preemptible
-        candidates = [
-            v for v in self._candidates("preempt")
-            if v.priority < gang.priority and (across or v.queue == gang.queue)
-        ]
-        return self._search(gang, candidates, "preempt")
+        pool = self._pool("preempt")
+        below = pool.candidates(None if across else gang.queue, below=gang.priority)
+        return self._search(gang, pool, below, "preempt")
 
-    def _candidates(self, action: str) -> list[PlacedGang]:
-        """Running gangs that `action` may stop, least important first (cached per cycle;
-        ones already taken this cycle are filtered out)."""
-        if action not in self._victims:
-            inside = in_quota_gangs(self.book, self.snapshot.placed) if action == "reclaim" else set()
-            self._victims[action] = sorted(
-                (g for g in self.snapshot.placed
-                 if g.preemptible and not g.draining and not g.protected(self.now)
-                 and g.gang_id not in inside),
-                key=victim_order,
-            )
-        return [v for v in self._victims[action] if v.gang_id not in self.taken]
+    def _pool(self, action: str) -> Pool:
+        """Running gangs that `action` may stop, least important first (once per cycle)."""
+        if action not in self._pools:
+            if self._stoppable is None:  # sorted once: the reclaim pool is a subset
+                self._stoppable = sorted(
+                    (g for g in self.snapshot.placed
+                     if g.preemptible and not g.draining and not g.protected(self.now)),
+                    key=victim_order,
+                )
+            ordered = self._stoppable
+            if action == "reclaim":
+                inside = in_quota_gangs(self.book, self.snapshot.placed)
+                ordered = [g for g in ordered if g.gang_id not in inside]
+            self._pools[action] = Pool(ordered, self.capacity, self.taken)
+        return self._pools[action]
 
-    def _search(self, gang: PendingGang, candidates: list[PlacedGang], action: str) -> bool:
+    def _search(self, gang: PendingGang, pool: Pool, candidates: Candidates,
+                action: str) -> bool:
         key = (action, gang.shape, gang.priority, gang.queue, gang.preemptible)
-        if key in self.failed:
-            return False
-        found = VictimSearch(gang, self.capacity, self.book).run(candidates)
+        found = None
+        if key not in self.failed:
+            found = VictimSearch(gang, self.capacity, self.book, pool).run(candidates)
         if found is None:
             self.failed.add(key)
+            self.tried.setdefault(gang.gang_id, []).append(action)
             return False
         nodes, victims = found
         for victim in victims:
             self.taken.add(victim.gang_id)
+            for other in self._pools.values():
+                other.taken(victim)
             self.preemptions.append(
                 Preemption(victim.gang_id, gang.gang_id, action, _why(action, victim, gang))
             )
@@ -280,7 +293,14 @@ class _Cycle:
             return Waiting(gang.gang_id, WaitCode.LIMIT, self.limited[gang.gang_id])
         if gang.shape not in by_shape:
             by_shape[gang.shape] = why_not(gang.bundles, gang.strategy, self.capacity)
-        return Waiting(gang.gang_id, WaitCode.NO_FIT, by_shape[gang.shape])
+        notes = "".join(_NO_ROOM_BY[a] for a in self.tried.get(gang.gang_id, ()))
+        return Waiting(gang.gang_id, WaitCode.NO_FIT, by_shape[gang.shape] + notes)
+
+
+_NO_ROOM_BY = {
+    "reclaim": "; reclaiming what other queues borrowed beyond their quota would not make room",
+    "preempt": "; preempting lower-priority gangs would not make room",
+}
 
 
 def _why(action: str, victim: PlacedGang, gang: PendingGang) -> str:

@@ -1,21 +1,26 @@
 """Choosing whole gangs to stop so that a pending gang fits (reclaim and preempt).
 
-The search runs on the cycle's scratch capacity and queue usage, with undo, as Kueue's
-preemptor and KAI's statements do: free candidates one by one (least important first)
-until the gang fits on real nodes — placement, not just totals — then give back, most
-important first, every victim the gang turns out not to need. If the gang would not fit
-even with every candidate gone, nothing is touched.
+The search runs on the cycle's scratch capacity and queue usage, as Kueue's preemptor and
+KAI's statements do: free candidates one by one (least important first) until the gang
+fits on real nodes — placement, not just totals — then give back, most important first,
+every victim the gang turns out not to need. If the gang would not fit even with every
+candidate gone, nothing is touched.
+
+The walk runs on a `Probe` (probe.py), not on the capacity: at 20,000 running gangs,
+freeing every candidate for real and placing after each step was what cost seconds.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from raygang.core.capacity import Capacity
 from raygang.core.fairshare import QueueBook
 from raygang.core.gang import PendingGang
 from raygang.core.placement import place
+from raygang.core.pool import Candidates, Pool
+from raygang.core.probe import Probe
 from raygang.core.resources import scarcity_key
 from raygang.core.snapshot import PlacedGang
 
@@ -41,23 +46,37 @@ def in_quota_gangs(book: QueueBook, placed: Sequence[PlacedGang]) -> set[str]:
     inside: set[str] = set()
     for queue, gangs in by_queue.items():
         quota = book.tree.specs[queue].quota
-        used = quota - quota  # zero
+        used: dict[str, int] = {}  # in units; what was used already fits in the quota
         for gang in sorted(gangs, key=lambda g: (-g.priority, g.running_since or math.inf,
                                                  g.gang_id)):
-            if not (used + gang.total).fits_in(quota):
+            total = gang.total
+            if any(used.get(n, 0) + total.units(n) > quota.units(n) for n in total):
                 break
-            used = used + gang.total
+            for n in total:
+                used[n] = used.get(n, 0) + total.units(n)
             inside.add(gang.gang_id)
     return inside
 
 
 class VictimSearch:
-    """One search for one pending gang against the cycle's scratch state."""
+    """One search for one pending gang against the cycle's scratch state.
 
-    def __init__(self, gang: PendingGang, capacity: Capacity, book: QueueBook):
+    Its outcome is the plain algorithm's: free every candidate to see whether the gang
+    could fit at all; free them one by one, least important first, until it fits; give
+    back, most important first, each victim it fits without. But the walk runs on a
+    `Probe`, which tells without placing whether the gang would fit (or says it cannot
+    tell); the capacity and the book change only to place for real where it cannot, and
+    at the end for the victims kept. Their state depends on which victims are freed, not
+    on the order, so the plan is the same. Candidates that free nothing on a node where
+    a bundle could ever fit change no answer, once totals and limits hold: they are not
+    read (`Pool.positions`), nor given back one by one."""
+
+    def __init__(self, gang: PendingGang, capacity: Capacity, book: QueueBook, pool: Pool):
         self.gang = gang
         self.capacity = capacity
         self.book = book
+        self.pool = pool
+        self._freed: dict[int, Undo] = {}  # candidate position -> undo, freed for real
 
     def _free(self, victim: PlacedGang) -> Undo:
         undo_nodes = self.capacity.release(victim.bundles)
@@ -79,38 +98,89 @@ class VictimSearch:
             return None
         return place(gang.bundles, gang.strategy, self.capacity)
 
+    def _real_fits(self, freed: dict[int, PlacedGang]) -> tuple[str, ...] | None:
+        """`_fits` with exactly the victims `freed` (by candidate position) freed for real."""
+        self._sync(freed)
+        return self._fits()
+
+    def _sync(self, freed: dict[int, PlacedGang]) -> None:
+        for i in [i for i in self._freed if i not in freed]:
+            self._freed.pop(i)()
+        for i, victim in freed.items():
+            if i not in self._freed:
+                self._freed[i] = self._free(victim)
+
     def run(
-        self, candidates: Sequence[PlacedGang]
+        self, candidates: Candidates
     ) -> tuple[tuple[str, ...], list[PlacedGang]] | None:
         """(nodes for the gang, victims) with the victims' resources left freed on the
         scratch state, or None with the scratch state untouched."""
-        nodes = self._fits()
-        if nodes is not None:
-            return nodes, []
-        if not candidates:
+        probe = Probe(self.gang, self.capacity, self.book, self.pool)
+        # No need to place where the probe says there is no room; but where a limit is at
+        # stake the book's own check runs first, as it did (same messages, same errors).
+        if probe.verdict() is not False or probe.over:
+            nodes = self._fits()
+            if nodes is not None:
+                return nodes, []
+        relevant = (self.pool.positions(candidates, probe.names, probe.tests)
+                    if probe.quiet else None)
+        chosen = self._take(probe, *probe.walk(candidates, relevant))
+        if chosen is None:
+            self._sync({})  # as it was
             return None
-        undos = [self._free(v) for v in candidates]  # could it fit with all of them gone?
-        possible = self._fits() is not None
-        for undo in reversed(undos):
-            undo()
-        if not possible:
-            return None
-        chosen: list[PlacedGang] = []
-        undos = []
-        for victim in candidates:
-            undos.append(self._free(victim))
-            chosen.append(victim)
-            if self._fits() is not None:
-                break
-        # Give back every victim not needed, most important first. The last one taken is
-        # needed by construction (the gang did not fit before it).
-        needed = [True] * len(chosen)
-        for i in range(len(chosen) - 2, -1, -1):
-            undos[i]()
-            if self._fits() is not None:
-                needed[i] = False
-            else:
-                undos[i] = self._free(chosen[i])
-        nodes = self._fits()
+        needed = self._give_back(probe, chosen)
+        nodes = self._real_fits(needed)
         assert nodes is not None, "the victim search lost a fit it had found"
-        return nodes, [v for v, keep in zip(chosen, needed) if keep]
+        return nodes, list(needed.values())
+
+    def _take(self, probe: Probe, chosen: dict[int, PlacedGang], unsure: list[int],
+              verdict: bool | None) -> dict[int, PlacedGang] | None:
+        """After `Probe.walk`: the shortest prefix of the candidates the gang fits with, if
+        it fits with all of them. Once the probe says "fits", it would say so with every
+        candidate gone too (its tests only get easier as more is freed): the walk stopped
+        there. Before that, prefixes it could not judge are placed for real."""
+        if not verdict:
+            if verdict is False or self._real_fits(chosen) is None:
+                return None  # not even with every candidate gone
+        for last in unsure:
+            prefix = {i: v for i, v in chosen.items() if i <= last}
+            if self._real_fits(prefix) is not None:
+                chosen = prefix
+                probe.reset()
+                for i, victim in chosen.items():
+                    probe.apply(victim, 1, i)
+                break
+        return chosen
+
+    def _give_back(self, probe: Probe, chosen: dict[int, PlacedGang]) -> dict[int, PlacedGang]:
+        """Give back every victim not needed, most important first; returns those kept.
+        The last one taken is needed by construction (the gang did not fit before it).
+
+        A victim freeing nothing on a live node (touched, some bundle still fits) changes
+        no test: nodes only lose room here, so dead ones stay dead. Whether it is needed
+        then depends on totals and limits alone. When those hold with only the last victim
+        freed, they hold in every state visited here: such victims are given back without
+        a look, and only the others are tried."""
+        last = next(reversed(chosen))
+        live = {i for n in probe.live_nodes() for i in probe.on[n]}
+        needed = {last: chosen[last]}
+        if probe.holds_with_only(chosen[last]):
+            probe.untrack()
+            order = sorted(live - {last}, reverse=True)
+        else:
+            probe.retrack(chosen.values())
+            order = sorted(set(chosen) - {last}, reverse=True)
+            needed = dict(chosen)
+        for i in order:
+            change = probe.apply if i in live else probe.use
+            change(chosen[i], -1)
+            fits = probe.verdict()
+            if fits is None:  # as the plain walk has it: those before i still freed
+                fits = self._real_fits({j: v for j, v in chosen.items()
+                                        if j != i and (j < i or j in needed)}) is not None
+            if fits:
+                needed.pop(i, None)
+            else:
+                needed[i] = chosen[i]
+                change(chosen[i], 1)
+        return dict(sorted(needed.items()))

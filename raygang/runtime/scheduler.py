@@ -22,6 +22,7 @@ import ray
 from raygang.core.config import SchedulerConfig
 from raygang.core.gang import GangState, PendingGang
 from raygang.core.plan import Admission, Preemption
+from raygang.core.report import queue_report
 from raygang.core.schedule import schedule, unschedulable_reason
 from raygang.core.snapshot import ClusterSnapshot
 from raygang.core.spec import DeploymentSpec, GangSpec
@@ -31,7 +32,14 @@ from raygang.runtime.launcher import GangLaunch, MemberFailure, ReservationTimeo
 from raygang.runtime.observe import observe
 from raygang.runtime.program import RoleProgram
 from raygang.runtime.records import GangRecord
-from raygang.runtime.status import DryRunResult, GangError, GangEvent, GangStatus, Victim
+from raygang.runtime.status import (
+    DryRunResult,
+    GangError,
+    GangEvent,
+    GangStatus,
+    QueueStatus,
+    Victim,
+)
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +119,20 @@ class Scheduler:
 
     async def list_deployments(self) -> list[GangStatus]:
         return [self._gangs[g].status() for g in self._deployments.values() if g in self._gangs]
+
+    async def queues(self) -> list[QueueStatus]:
+        """The queue tree with usage and fair shares as of now."""
+        pending = [r.pending_view() for r in self._gangs.values() if r.state is GangState.PENDING]
+        rows = queue_report(self._recent_snapshot(), pending, self._config)
+        return [
+            QueueStatus(
+                name=r.name, parent=r.parent, leaf=r.leaf, weight=r.weight,
+                quota=r.quota.to_dict(), limit=None if r.limit is None else r.limit.to_dict(),
+                usage=r.usage.to_dict(), fair_share=r.fair_share,
+                share_ratio=min(r.share_ratio, 1e9), pending=r.pending, running=r.running,
+            )
+            for r in rows
+        ]
 
     async def dry_run(self, spec: GangSpec) -> DryRunResult:
         """What a cycle would do with `spec` submitted now, without doing any of it."""

@@ -95,3 +95,21 @@ class DryRunResult(BaseModel):
     victims: list[Victim] = []
     code: str | None = None
     queue_position: int | None = None
+
+
+class QueueStatus(BaseModel):
+    """One queue: what it is guaranteed and capped at, what it uses, its fair share now."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    parent: str | None
+    leaf: bool
+    weight: float
+    quota: dict[str, float]
+    limit: dict[str, float] | None
+    usage: dict[str, float]
+    fair_share: dict[str, float]
+    share_ratio: float
+    pending: int
+    running: int

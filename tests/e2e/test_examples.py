@@ -21,6 +21,15 @@ EXPECTED = {
         "router -> gnag olleh [decode-0]", "router -> gnihton ro lla [decode-1]",
         "cancelled: CANCELLED; all 4 GPUs free again",
     ],
+    "inference_preempts_training.py": [
+        "training-a and training-b RUNNING: all 4 GPUs busy",
+        "dry run of deployment chat: preempt: would preempt 1 gang(s)",
+        "victims ['training-b']",
+        "chat RUNNING, answers: 'hello from a GPU replica'",
+        "training-b PENDING (preemptions 1): preempted by deployment chat",
+        "training-a RUNNING",
+        "training-b RUNNING again, same id True, resumed from steps",
+    ],
     "all_or_nothing.py": [
         "job A has 2/3 members, job B 2/3, 0 GPUs free -> DEADLOCK",
         "PENDING, holding nothing: needs {GPU: 3} in all", "never both, never half",

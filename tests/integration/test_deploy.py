@@ -16,6 +16,7 @@ from ray.util.placement_group import placement_group_table
 import raygang
 from raygang import GangState
 from raygang.runtime import serving
+from tests.integration import leaks
 from tests.integration.helpers import wait_state
 from tests.integration.test_preemption import Trainer, train_fn
 
@@ -73,6 +74,10 @@ def test_deployment_preempts_training_serves_and_training_resumes(ray_cluster, h
         assert sorted(line.rsplit(" ", 1)[0] for line in marks.read_text().splitlines()) == [
             f"second rank {r} attempt 0" for r in range(4)]
         assert first.status().state is GangState.RUNNING
+        # raygang's own reservation went to Serve: only the running training gang holds one
+        assert [pg["name"] for pg in leaks.raygang_placement_groups()] == [
+            f"raygang-{first.gang_id}"]
+        assert len(_serve_gang_pgs()) == 1
 
         # The app answers HTTP, from replicas on the GPUs the victim gave up.
         answers = [_get(http_port, "/llm") for _ in range(10)]

@@ -47,10 +47,12 @@ CASES = [
     ),
     Case(
         "no-preemption-if-it-would-still-not-fit",
-        # 8 GPUs on one node are needed; no node has 8, whatever is stopped
-        running=[running("t1", "w-1: 4xGPU=1", priority=10)],
-        pending=[gang("infer", "5xGPU=1", "STRICT_PACK", priority=1000)],
-        victims=[], nodes=("w-1: GPU=4 CPU=8", "w-2: GPU=4 CPU=8 free GPU=0"),
+        # 6 GPUs on one node: only w-2 (8) could hold them, but what holds it there may
+        # not be preempted; stopping t1 on w-1 (4 GPUs) would free GPUs that do not help
+        running=[running("t1", "w-1: 4xGPU=1", priority=10),
+                 running("svc", "w-2: 4xGPU=1", priority=10, preemptible=False)],
+        pending=[gang("infer", "6xGPU=1", "STRICT_PACK", priority=1000)],
+        victims=[], nodes=("w-1: GPU=4 CPU=8", "w-2: GPU=8 CPU=8"),
     ),
     Case(
         "never-equal-or-higher-priority",
@@ -217,3 +219,10 @@ def test_min_runtime_comes_from_the_priority_class():
         PriorityClass(name="training", value=100, min_runtime_s=600),
     ))
     assert config.priority_class(gang("g", "GPU=1", priority="training").spec).min_runtime_s == 600
+
+
+def test_the_reason_says_when_preemption_would_not_help():
+    case = next(c for c in CASES if c.id == "never-equal-or-higher-priority")
+    message = run(case).waiting["t3"].message
+    assert message.startswith("needs {GPU: 1} in all (PACK")
+    assert message.endswith("; preempting lower-priority gangs would not make room")

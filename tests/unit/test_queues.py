@@ -144,3 +144,14 @@ def test_gangs_of_a_queue_removed_from_the_config_wait_with_the_reason():
     plan = schedule(busy("w-1: GPU=8"), [gang("g", "GPU=1", queue="gone")], config, 0.0)
     assert plan.waiting["g"].code is WaitCode.UNSCHEDULABLE
     assert plan.waiting["g"].message.startswith("queue: unknown queue 'gone'")
+
+
+def test_a_queue_over_a_lowered_limit_in_one_resource_still_admits_gangs_not_using_it():
+    # CPU limit lowered below what runs already; a GPU-only gang adds no CPU
+    config = SchedulerConfig(queues=[queue("a", limit="CPU=2 GPU=8")])
+    snapshot = busy("w-1: GPU=8 CPU=16", placed=[running("t1", "w-1: 4xCPU=1", queue="a")])
+    plan = schedule(snapshot, [gang("g", "2xGPU=1", queue="a"),
+                               gang("h", "CPU=1", queue="a")], config, 0.0)
+    assert plan.admitted_ids == ["g"]
+    assert plan.waiting["h"].message == (
+        "queue 'a' is at its limit: uses CPU 4 of 2, the gang needs 1 more")

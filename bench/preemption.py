@@ -1,0 +1,187 @@
+"""Preemption latency: a Serve deployment takes GPUs from running training, end to end.
+
+The cluster (one node, 8 virtual GPUs) is full of 8 low-priority training gangs of 1 GPU
+each (`priority="batch"`, `preemption_grace_s=0`). Then an inference deployment is
+submitted with `raygang.deploy`: first one needing 1 GPU, then one needing half the
+cluster (4 GPUs). Measured from submission:
+
+- reserve: until the deployment's capacity is reserved (its placement group is ready: the
+  RESERVED event of the gang, scheduler clock) — the figure KAI Scheduler publishes as
+  "reclaim time" (13.9 s average for one GPU); target under 1.4 s;
+- answer: until the Serve application answers an HTTP request.
+
+Baseline, same cluster, same run: the same preemption done by hand with raw Ray (kill the
+victims' actors, remove their placement groups, create the preemptor's placement group,
+wait until ready) — the floor raygang's bookkeeping adds to. After each run the
+deployment is undeployed and the requeued training gangs run again before the next run.
+
+    python bench/preemption.py           # 5 runs per size, ~3 minutes here
+    python bench/preemption.py --quick   # 1 run per size, for tests
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import statistics
+import time
+import urllib.request
+
+import ray
+from ray import serve
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+import raygang
+from raygang import GangState
+from raygang.runtime import serving
+
+GPUS = 8
+KAI_RECLAIM_S = 13.9
+TARGET_S = 1.4
+
+
+@raygang.gang_task(num_gpus=1, num_cpus=0, priority="batch", preemption_grace_s=0)
+def training() -> None:
+    while True:
+        time.sleep(1)
+
+
+@serve.deployment(graceful_shutdown_timeout_s=1)
+class Echo:
+    async def __call__(self, request) -> str:
+        return "ok"
+
+
+def _wait(predicate, timeout: float, what: str) -> None:
+    deadline = time.time() + timeout
+    while not predicate():
+        if time.time() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.02)
+
+
+def _all_running(refs) -> bool:
+    return all(r.status().state is GangState.RUNNING for r in refs)
+
+
+def run_raygang(size: int, run: int, port: int, fillers) -> tuple[float, float]:
+    _wait(lambda: _all_running(fillers), 120, "training gangs back to RUNNING")
+    name = f"bench-{size}-{run}"
+    started = time.time()
+    ref = raygang.deploy(name, Echo.bind(), replicas=size, num_gpus=1)
+
+    def reserved_at() -> float | None:
+        for event in ref.status().events:
+            if event.to_state is GangState.RESERVED:
+                return event.at
+        return None
+
+    _wait(lambda: reserved_at() is not None, 60, f"{name} reserved")
+    reserve = reserved_at() - ref.status().submitted_at
+
+    def answers() -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/{name}", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    _wait(answers, 120, f"{name} answers HTTP")
+    answer = time.time() - started
+    raygang.undeploy(name)
+    return reserve, answer
+
+
+@ray.remote(num_gpus=1, num_cpus=0)
+class RawTraining:
+    def ping(self) -> None:
+        pass
+
+
+def _raw_victim() -> tuple:
+    pg = placement_group([{"GPU": 1}])
+    actor = RawTraining.options(
+        scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)
+    ).remote()
+    return pg, actor
+
+
+def run_raw(size: int, victims: list) -> float:
+    """Stop `size` victims by hand and reserve their GPUs for the preemptor."""
+
+    async def preempt() -> float:
+        started = time.perf_counter()
+        for pg, actor in victims[:size]:
+            ray.kill(actor)
+            remove_placement_group(pg)
+        pg = placement_group([{"GPU": 1}] * size, strategy="PACK")
+        await pg.ready()
+        elapsed = time.perf_counter() - started
+        remove_placement_group(pg)
+        return elapsed
+
+    elapsed = asyncio.run(preempt())
+    victims[:size] = [_raw_victim() for _ in range(size)]  # training comes back
+    ray.get([actor.ping.remote() for _, actor in victims])
+    return elapsed
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=5, help="runs per preemptor size")
+    parser.add_argument("--quick", action="store_true", help="1 run per size")
+    args = parser.parse_args()
+    runs = 1 if args.quick else args.runs
+    sizes = (1, GPUS // 2)
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a throwaway local cluster
+    # address="local": always a new cluster, never one a stale /tmp/ray file points to
+    ray.init(address="local", num_cpus=4, num_gpus=GPUS, include_dashboard=False,
+             log_to_driver=False)
+    port = _free_port()
+    serving.ensure_serve_started(port)
+    raygang.start()
+
+    fillers = [training.options(name=f"train-{i}").remote() for i in range(GPUS)]
+    measured = {size: [run_raygang(size, run, port, fillers) for run in range(runs)]
+                for size in sizes}
+    for ref in fillers:
+        ref.cancel()
+
+    victims = [_raw_victim() for _ in range(GPUS)]
+    ray.get([actor.ping.remote() for _, actor in victims])
+    raw = {size: [run_raw(size, victims) for _ in range(runs)] for size in sizes}
+
+    print(f"preemption: {GPUS} GPUs full of {GPUS} batch training gangs (1 GPU each, grace 0);"
+          f" an inference deployment preempts them; median of {runs} run(s)")
+    print(f"{'preemptor':>12}  {'raygang reserve s':>17}  {'raw Ray s':>9}  {'ratio':>6}  "
+          f"{'answers HTTP s':>14}")
+    worst = 0.0
+    for size in sizes:
+        reserve = statistics.median(r for r, _ in measured[size])
+        answer = statistics.median(a for _, a in measured[size])
+        floor = statistics.median(raw[size])
+        worst = max(worst, reserve)
+        print(f"{f'{size} GPU':>12}  {reserve:>17.2f}  {floor:>9.2f}  {reserve / floor:>5.2f}x  "
+              f"{answer:>14.2f}")
+    verdict = "met" if worst < TARGET_S else "NOT met"
+    print(f"target reserve < {TARGET_S} s (KAI Scheduler publishes {KAI_RECLAIM_S} s for one "
+          f"GPU): {verdict} (worst median {worst:.2f} s, {KAI_RECLAIM_S / worst:.1f}x faster)")
+    for _, actor in victims:
+        ray.kill(actor)
+    raygang.shutdown()
+    serve.shutdown()
+    ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()

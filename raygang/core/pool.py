@@ -1,0 +1,220 @@
+"""The running gangs an action may stop during one cycle, as victim searches read them.
+
+Sorted once per cycle (least important first) and read lazily. What each holds per node
+is kept as integer vectors over a pending gang's resource names (`Vec`), so that a search
+(victims.py, on a `Probe`) adds tuples instead of updating the capacity. Per node the pool
+also bounds what any search could find free there.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterator
+from operator import add
+
+from raygang.core.capacity import Capacity
+from raygang.core.snapshot import PlacedGang
+
+Vec = tuple[int, ...]  # amounts in units, over a pending gang's resource names
+Tests = tuple[tuple[str, Vec], ...]  # ("fits" | "copies", vector) per test
+Footprint = tuple[tuple[tuple[str, Vec], ...], Vec]  # (node, vector) per node, their sum
+
+
+class Candidates:
+    """Some members of a pool, least important first: iterable, and read in place by
+    `Probe.walk` (a search may read thousands; a generator step per member costs)."""
+
+    def __init__(self, gangs: list[PlacedGang], taken: set[str], other_than: str | None,
+                 below: int | None, start: int = 0):
+        self.gangs, self.taken, self.other_than, self.below = gangs, taken, other_than, below
+        self.start = start  # gangs before it are all taken
+
+    def __iter__(self) -> Iterator[PlacedGang]:
+        for gang in self.gangs[self.start:]:
+            if self.below is not None and gang.priority >= self.below:
+                return  # sorted by priority: the rest are not below either
+            if self.admits(gang):
+                yield gang
+
+    def admits(self, gang: PlacedGang) -> bool:
+        """Not taken, and not of the excluded queue (priority aside)."""
+        return gang.gang_id not in self.taken and gang.queue != self.other_than
+
+
+class Pool:
+    """The running gangs one action may stop this cycle, with what each holds per node.
+
+    Per node it bounds the free vector any search can see: free now plus every member not
+    yet taken. Taking a member moves its share from one term to the other; taking anyone
+    else raises the bound (`taken`). A node whose bound holds no bundle of a gang is
+    never looked at by its search, nor a member holding nothing elsewhere (`positions`).
+    Caches are per tuple of resource names (a gang's) and per tests (a gang's shape)."""
+
+    def __init__(self, gangs: list[PlacedGang], capacity: Capacity, taken: set[str]):
+        self.by_queue: dict[str | None, list[PlacedGang]] = {None: gangs}
+        for gang in gangs:
+            self.by_queue.setdefault(gang.queue, []).append(gang)
+        self._members = {id(g) for g in gangs}
+        self._capacity, self._taken = capacity, taken
+        self._start: dict[int, int] = {}  # per list: the first member not taken
+        self._tables: dict[tuple[str, ...], dict[int, Footprint]] = {}
+        self._footprint_fns: dict[tuple[str, ...], Callable[[PlacedGang], Footprint]] = {}
+        self._free_vecs: dict[tuple[str, ...], Callable[[str], Vec]] = {}
+        self._bounds: dict[tuple[str, ...], dict[str, Vec]] = {}  # node -> bound
+        self._groups: dict[tuple[str, ...], dict[Vec, list[str]]] = {}  # bound -> nodes
+        self._later: list[PlacedGang] = []  # taken, not members: bounds still to raise
+        self._hopeful: dict[tuple[tuple[str, ...], Tests], set[str]] = {}
+        self._relevant: dict[tuple, tuple[list[int], list[int]]] = {}  # see `positions`
+        self._scores: dict[tuple, dict[Vec, tuple[int, ...]]] = {}  # (names, tests) -> ...
+        self.class_scores: dict[tuple, tuple[int, ...]] = {}  # (names, tests, free) -> ...
+
+    def candidates(self, queue: str | None = None, *, other_than: str | None = None,
+                   below: int | None = None) -> Candidates:
+        """Members not yet taken: of `queue` if given, not of `other_than` if given, of
+        priority below `below` if given."""
+        gangs = self.by_queue.get(queue, [])
+        start = self._start.get(id(gangs), 0)  # victims go least important first, so the
+        while start < len(gangs) and gangs[start].gang_id in self._taken:  # head goes first
+            start += 1
+        self._start[id(gangs)] = start
+        return Candidates(gangs, self._taken, other_than, below, start)
+
+    # What gangs hold, what nodes have ------------------------------------------------
+    def footprints(self, names: tuple[str, ...]
+                   ) -> tuple[dict[int, Footprint], Callable[[PlacedGang], Footprint]]:
+        """(footprints so far by gang id, gang -> what it holds per node of the capacity
+        (`release` skips other nodes)); hot loops read the cache directly."""
+        if names in self._footprint_fns:
+            return self._tables[names], self._footprint_fns[names]
+        cache = self._tables.setdefault(names, {})
+        capacity = self._capacity
+
+        def footprint(gang: PlacedGang) -> Footprint:
+            found = cache.get(id(gang))  # placed gangs live as long as the cycle
+            if found is None:
+                per_node: dict[str, Vec] = {}
+                for node, bundle in gang.bundles:
+                    if node in capacity:
+                        held = per_node.get(node)
+                        amounts = bundle.vector(names)
+                        per_node[node] = amounts if held is None else plus(held, amounts)
+                entries = tuple((n, v) for n, v in per_node.items() if any(v))
+                total = entries[0][1] if len(entries) == 1 else tuple(
+                    sum(v[i] for _, v in entries) for i in range(len(names)))
+                found = cache[id(gang)] = (entries, total)
+            return found
+
+        self._footprint_fns[names] = footprint
+        return cache, footprint
+
+    def free_vec(self, names: tuple[str, ...]) -> Callable[[str], Vec]:
+        """node -> its free vector now; kept per node with the free amounts it came from
+        (an identity check: the capacity replaces a node's amounts when they change)."""
+        if names not in self._free_vecs:
+            cache: dict[str, tuple[object, Vec]] = {}
+            free = self._capacity.free
+
+            def free_vec(node: str) -> Vec:
+                amounts = free(node)
+                found = cache.get(node)
+                if found is None or found[0] is not amounts:
+                    found = cache[node] = (amounts, amounts.vector(names))
+                return found[1]
+
+            self._free_vecs[names] = free_vec
+        return self._free_vecs[names]
+
+    def scores(self, names: tuple[str, ...], tests: Tests) -> dict[Vec, tuple[int, ...]]:
+        """A cache of `score(tests, vec)` by vec, shared by the searches of the cycle."""
+        return self._scores.setdefault((names, tests), {})
+
+    # Bounds ---------------------------------------------------------------------------
+    def _bound(self, names: tuple[str, ...]) -> dict[Vec, list[str]]:
+        """Nodes holding members, grouped by bound (a few hundred distinct vectors)."""
+        if names not in self._bounds:
+            _, footprint = self.footprints(names)
+            free_vec, bound = self.free_vec(names), {}
+            for gang in self.candidates():
+                for node, amounts in footprint(gang)[0]:
+                    bound[node] = plus(bound.get(node) or free_vec(node), amounts)
+            self._bounds[names] = bound
+        if names not in self._groups:
+            groups: dict[Vec, list[str]] = {}
+            for node, amounts in self._bounds[names].items():
+                groups.setdefault(amounts, []).append(node)
+            self._groups[names] = groups
+        return self._groups[names]
+
+    def hopeful(self, names: tuple[str, ...], tests: Tests) -> set[str]:
+        """Nodes holding members where some test could ever count during this cycle."""
+        self._catch_up()
+        key = (names, tests)
+        if key not in self._hopeful:
+            scores = self.scores(names, tests)
+            self._hopeful[key] = {n for amounts, nodes in self._bound(names).items()
+                                  if any(scored(scores, tests, amounts)) for n in nodes}
+        return self._hopeful[key]
+
+    def positions(self, candidates: Candidates, names: tuple[str, ...], tests: Tests
+                  ) -> Iterator[int]:
+        """Positions in `candidates.gangs` (from `start`) of those holding something on a
+        node hopeful for `tests`, in order. Each gang is looked at once per cycle: the
+        answers are kept, and read on from where the last search stopped."""
+        gangs, start = candidates.gangs, candidates.start
+        hopeful = self.hopeful(names, tests)
+        known, read = self._relevant.setdefault((id(gangs), names, tests), ([], [0]))
+        for at in range(bisect.bisect_left(known, start), len(known)):
+            yield known[at]
+        cache, footprint = self.footprints(names)
+        for i in range(max(read[0], start), len(gangs)):
+            read[0] = i + 1
+            if any(n in hopeful for n, _ in (cache.get(id(gangs[i])) or footprint(gangs[i]))[0]):
+                known.append(i)
+                yield i
+
+    def taken(self, gang: PlacedGang) -> None:
+        """`gang` was stopped for good this cycle (by any action): a member's share moves
+        from one term of the bound to the other; anyone else's raises it (later, if this
+        pool is read again)."""
+        if id(gang) not in self._members:
+            self._later.append(gang)
+
+    def _catch_up(self) -> None:
+        later, self._later = self._later, []
+        for gang in later:
+            for names, bound in self._bounds.items():
+                self._groups.pop(names, None)
+                for node, amounts in self.footprints(names)[1](gang)[0]:
+                    if node in bound:
+                        bound[node] = plus(bound[node], amounts)
+                        self._raised(names, node, bound[node])
+
+    def _raised(self, names: tuple[str, ...], node: str, bound: Vec) -> None:
+        for (of, tests), hopeful in self._hopeful.items():
+            if of == names and node not in hopeful and any(score(tests, bound)):
+                hopeful.add(node)  # bounds only grow: nodes only join
+                for key in [k for k in self._relevant if k[1:] == (of, tests)]:
+                    del self._relevant[key]  # read again from the start
+
+
+def score(tests: Tests, free: Vec) -> tuple[int, ...]:
+    """What one node with `free` adds to each test: "fits" 1 if it holds the vector,
+    "copies" how many copies of the vector it holds."""
+    out = []
+    for kind, amounts in tests:
+        if kind == "fits":  # as Resources.fits_in: only what the vector asks for counts
+            out.append(int(all(f >= v for f, v in zip(free, amounts) if v)))
+        else:
+            out.append(max(0, min(f // v for f, v in zip(free, amounts) if v > 0)))
+    return tuple(out)
+
+
+def scored(cache: dict[Vec, tuple[int, ...]], tests: Tests, free: Vec) -> tuple[int, ...]:
+    found = cache.get(free)
+    if found is None:
+        found = cache[free] = score(tests, free)
+    return found
+
+
+def plus(a: Vec, b: Vec) -> Vec:
+    return tuple(map(add, a, b))

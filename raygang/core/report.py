@@ -1,0 +1,63 @@
+"""The queue tree as operators see it: quota, limit, usage, fair share, pending count."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from raygang.core.config import SchedulerConfig
+from raygang.core.fairshare import QueueBook
+from raygang.core.gang import PendingGang
+from raygang.core.resources import Resources
+from raygang.core.snapshot import ClusterSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class QueueReport:
+    name: str
+    parent: str | None
+    leaf: bool
+    weight: float
+    quota: Resources
+    limit: Resources | None
+    usage: Resources
+    fair_share: dict[str, float]
+    share_ratio: float  # dominant usage / fair share: below 1 means below its fair share
+    pending: int  # gangs waiting in it (in its leaves, for a parent)
+    running: int  # gangs holding resources in it
+
+
+def queue_report(
+    snapshot: ClusterSnapshot, pending: Sequence[PendingGang], config: SchedulerConfig
+) -> list[QueueReport]:
+    """One row per queue, parents before their children."""
+    tree = config.queue_tree
+    book = QueueBook(tree, snapshot.placed)
+    demand = {q: book.usage[q] for q in tree.leaves}
+    waiting = dict.fromkeys(tree.specs, 0)
+    running = dict.fromkeys(tree.specs, 0)
+    for gang in pending:
+        if gang.queue in demand:
+            demand[gang.queue] = demand[gang.queue] + gang.total
+            for name in tree.paths[gang.queue]:
+                waiting[name] += 1
+    for placed in snapshot.placed:
+        if placed.queue in tree.specs:
+            for name in tree.paths[placed.queue]:
+                running[name] += 1
+    cluster = Resources()
+    for node in snapshot.alive_nodes:
+        cluster = cluster + node.total
+    book.compute_fair_shares(cluster, demand)
+    rows = []
+    for name in tree.top_down():
+        if name is None:
+            continue
+        spec = tree.specs[name]
+        rows.append(QueueReport(
+            name=name, parent=spec.parent, leaf=tree.is_leaf(name), weight=spec.weight,
+            quota=spec.quota, limit=spec.limit, usage=book.usage[name],
+            fair_share=dict(book.fair.get(name, {})), share_ratio=book.share_ratio(name),
+            pending=waiting[name], running=running[name],
+        ))
+    return rows
