@@ -92,9 +92,14 @@ class ServeLaunch:
         from raygang.runtime import serving
 
         self._reservation.teardown()
-        if self._deployed:
-            self._deployed = False
-            try:
-                await asyncio.shield(serving.delete_app(self.deployment.name))
-            except Exception:  # noqa: BLE001 - logged by Serve; the gang ends regardless
-                pass
+        if not self._deployed:
+            return
+        self._deployed = False
+        delete = asyncio.ensure_future(serving.delete_app(self.deployment.name))
+        while not delete.done():  # finish deleting even if cancelled again meanwhile:
+            try:  # the gang is already ending, and its replicas must not outlive it
+                await asyncio.shield(delete)
+            except asyncio.CancelledError:
+                continue
+            except Exception:  # noqa: BLE001 - Serve logs it; the gang ends regardless
+                break

@@ -112,13 +112,20 @@ class GangLaunch:
             lifetime="detached",  # the gang must outlive a restart of the scheduler
             bundle_label_selector=[{NODE_ID_LABEL: n} for n in self.nodes],
         )
+        # Not asyncio.wait_for: before Python 3.12 it can swallow a cancellation that
+        # arrives as the placement group becomes ready, and the gang would run on.
+        ready = asyncio.ensure_future(self.pg.ready())
         try:
-            await asyncio.wait_for(self.pg.ready(), self.spec.reservation_timeout_s)
-        except asyncio.TimeoutError:
+            done, _ = await asyncio.wait([ready], timeout=self.spec.reservation_timeout_s)
+        finally:
+            if not ready.done():
+                ready.cancel()
+        if not done:
             raise ReservationTimeout(
                 f"placement group {pg_name(self.gang_id)} was not ready within "
                 f"{self.spec.reservation_timeout_s:g}s"
-            ) from None
+            )
+        ready.result()
 
     # 2. Start, in `after` order --------------------------------------------------------
     async def start_members(self) -> None:

@@ -180,9 +180,7 @@ class Scheduler:
             self._forget_finished(record)
         elif record.task is not None:
             record.cancel_reason = reason
-            task = record.task
-            task.cancel()
-            await asyncio.wait([task])
+            await _cancel(record.task)
         return record.status()
 
     async def shutdown(self) -> int:
@@ -319,9 +317,7 @@ class Scheduler:
             )
             if not hooked:  # a body watching `get_context().preempted` may checkpoint and return
                 await asyncio.wait([task], timeout=max(0.0, deadline - loop.time()))
-        if not task.done():
-            task.cancel()
-        await asyncio.wait([task])
+        await _cancel(task)
 
     async def _drive(self, record: GangRecord, launch, victims: list[asyncio.Task]) -> None:
         try:
@@ -397,6 +393,15 @@ class Scheduler:
         self._finished.append(record.gang_id)
         while len(self._finished) > self._config.finished_gangs_kept:
             self._gangs.pop(self._finished.popleft(), None)
+
+
+async def _cancel(task: asyncio.Task) -> None:
+    """Cancel a gang's task and wait until it has torn the gang down. Cancels again until
+    it ends: a library call may swallow one cancellation (asyncio.wait_for before 3.12
+    does when its inner future completes at the same moment)."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait([task], timeout=1.0)
 
 
 def _dry_run_result(plan, probe: PendingGang, snapshot: ClusterSnapshot,

@@ -55,10 +55,11 @@ def test_deployment_preempts_training_serves_and_training_resumes(ray_cluster, h
                                                                   tmp_path):
     marks = tmp_path / "checkpoints.txt"
     first = train_fn.options(name="first").remote(str(marks))
-    second = Trainer.options(name="second").remote(str(marks))  # started last: the victim
+    second = None
     llm = None
     try:
         wait_state(first, GangState.RUNNING)
+        second = Trainer.options(name="second").remote(str(marks))  # started last: the victim
         wait_state(second, GangState.RUNNING)
         victim_node = second.status().members[0].node_id
 
@@ -99,7 +100,8 @@ def test_deployment_preempts_training_serves_and_training_resumes(ray_cluster, h
         if llm is not None:
             raygang.undeploy("llm")
         for ref in (first, second):
-            ref.cancel()
+            if ref is not None:
+                ref.cancel()
 
 
 def test_deploy_validates_its_spec_at_the_edge():

@@ -1,0 +1,117 @@
+"""The fast victim search decides exactly what the plain one does, on random clusters.
+
+The plain search (bench/core_scale.py `PlainVictimSearch`: free every candidate on the
+scratch capacity, place after each step, give back) is the definition; the fast one
+(victims.py on a Probe/Pool) must reach the same plans, and every plan must be sound.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+from pathlib import Path
+
+import pytest
+
+from raygang.core import (
+    PendingGang,
+    PlacedGang,
+    Resources,
+    SchedulerConfig,
+    Strategy,
+    schedule,
+)
+
+from tests.unit.builders import busy, queue, spec
+
+_BENCH = Path(__file__).resolve().parents[2] / "bench" / "core_scale.py"
+_spec = importlib.util.spec_from_file_location("core_scale_bench", _BENCH)
+core_scale = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(core_scale)
+
+SEEDS = range(300)
+QUEUES = ["a", "b", "c"]
+
+
+def scenario(seed: int):
+    rng = random.Random(seed)
+    nodes = [f"w-{i}: GPU={rng.choice([2, 4, 8])} CPU=16" for i in range(rng.randint(2, 6))]
+    free = {f"w-{i}": int(line.split("GPU=")[1].split()[0]) for i, line in enumerate(nodes)}
+    running: list[PlacedGang] = []
+    for g in range(rng.randint(0, 12)):
+        where = []
+        for _ in range(rng.choice([1, 1, 2, 3])):
+            options = [n for n, f in free.items() if f > 0]
+            if not options:
+                break
+            node = rng.choice(options)
+            free[node] -= 1
+            where.append((node, Resources(GPU=1, CPU=1)))
+        if where:
+            running.append(PlacedGang(
+                f"r-{g}", rng.choice([10, 100, 500, 1000]), tuple(where),
+                queue=rng.choice(QUEUES), preemptible=rng.random() > 0.15,
+                running_since=rng.choice([None, 0.0, 50.0, 90.0]),
+                min_runtime_s=rng.choice([0, 0, 30]), draining=rng.random() < 0.1,
+            ))
+    pending = []
+    for g in range(rng.randint(1, 6)):
+        cls = rng.choice(["inference", "training", "batch"])
+        shape = f"{rng.randint(1, 4)}xGPU={rng.choice([1, 1, 2])}"
+        if rng.random() < 0.3:
+            shape += " + CPU=1"
+        s = spec(f"p-{g}", shape, rng.choice(list(Strategy)), priority=cls,
+                 queue=rng.choice(QUEUES))
+        pc = CONFIG_CLASSES[cls]
+        pending.append(PendingGang(f"p-{g}", s, pc.value, seq=g, preemptible=pc.preemptible))
+    config = SchedulerConfig(
+        queues=[queue(q, quota=f"GPU={rng.choice([0, 2, 4])}",
+                      limit=rng.choice([None, None, "GPU=6"])) for q in QUEUES],
+        backfill=rng.random() < 0.5,
+        cross_queue_preemption=rng.random() < 0.8,
+    )
+    return busy(*nodes, placed=running), pending, config
+
+
+CONFIG_CLASSES = {c.name: c for c in SchedulerConfig().priority_classes}
+
+
+def _sound(snapshot, pending, plan, now: float) -> None:
+    placed = {g.gang_id: g for g in snapshot.placed}
+    by_id = {g.gang_id: g for g in pending}
+    free = {n.node_id: n.free for n in snapshot.nodes}
+    for p in plan.preemptions:
+        victim, preemptor = placed[p.victim], by_id[p.preemptor]
+        assert victim.preemptible and not victim.draining and not victim.protected(now)
+        if p.action == "preempt":
+            assert victim.priority < preemptor.priority
+        else:  # reclaim: from another queue, for a queue staying within its quota
+            assert victim.queue != preemptor.queue
+        for node, bundle in victim.bundles:
+            free[node] = free[node] + bundle
+    assert len({p.victim for p in plan.preemptions}) == len(plan.preemptions)
+    for admission in plan.admissions:
+        for node, bundle in zip(admission.nodes, by_id[admission.gang_id].bundles):
+            free[node] = free[node] - bundle
+    assert all(f.is_nonnegative() for f in free.values()), free
+
+
+@pytest.mark.parametrize("chunk", range(3))
+def test_fast_and_plain_victim_search_make_the_same_plans(chunk):
+    now = 100.0
+    for seed in SEEDS[chunk::3]:
+        snapshot, pending, config = scenario(seed)
+        fast = schedule(snapshot, pending, config, now)
+        with core_scale.plain_victim_search():
+            plain = schedule(snapshot, pending, config, now)
+        assert fast == plain, f"seed {seed}"
+        _sound(snapshot, pending, fast, now)
+
+
+def test_the_random_scenarios_preempt_and_reclaim():
+    actions = set()
+    for seed in SEEDS:
+        snapshot, pending, config = scenario(seed)
+        actions.update(p.action for p in schedule(snapshot, pending, config, 100.0).preemptions)
+    assert actions == {"preempt", "reclaim"}
+
