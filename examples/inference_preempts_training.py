@@ -27,7 +27,7 @@ CHECKPOINTS = Path(tempfile.mkdtemp(prefix="raygang-ckpt-"))
 
 
 @raygang.gang_task(replicas=2, num_gpus=1, num_cpus=0, strategy="STRICT_PACK",
-                   preemption_grace_s=30)
+                   preemption_grace_s=30, max_concurrency=2)  # progress() while run() runs
 class Trainer:
     def __init__(self):
         ctx = raygang.get_context()
@@ -95,7 +95,8 @@ def main() -> None:
           f"steps {sorted(r for r, _ in ray.get(resumed))}")
     for ref in (a, b):
         ref.cancel()
-    raygang.shutdown()  # the local cluster (and Serve in it) ends with this driver
+    raygang.shutdown()
+    serve.shutdown()  # else the local cluster's exit waits a long time on Serve's actors
 
 
 if __name__ == "__main__":

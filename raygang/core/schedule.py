@@ -122,7 +122,8 @@ class _Cycle:
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.admitted: set[str] = set()
-        self.tried: dict[str, list[str]] = {}  # gang id -> searches for victims that failed
+        self.tried: dict[str, list[str]] = {}  # gang id -> why its victim searches failed
+        self.no_room: dict = {}  # failed search key -> why
         self.limited: dict[str, str] = {}  # gang id -> the limit it hit last
         self.taken: set[str] = set()  # victims chosen this cycle
         self.failed: set = set()  # shapes (per action) that did not fit this cycle
@@ -239,8 +240,11 @@ class _Cycle:
         if key not in self.failed:
             found = VictimSearch(gang, self.capacity, self.book, pool).run(candidates)
         if found is None:
-            self.failed.add(key)
-            self.tried.setdefault(gang.gang_id, []).append(action)
+            if key not in self.failed:
+                none = next(iter(candidates), None) is None
+                self.failed.add(key)
+                self.no_room[key] = _NO_ROOM[action, "none" if none else "some"]
+            self.tried.setdefault(gang.gang_id, []).append(self.no_room[key])
             return False
         nodes, victims = found
         for victim in victims:
@@ -293,13 +297,16 @@ class _Cycle:
             return Waiting(gang.gang_id, WaitCode.LIMIT, self.limited[gang.gang_id])
         if gang.shape not in by_shape:
             by_shape[gang.shape] = why_not(gang.bundles, gang.strategy, self.capacity)
-        notes = "".join(_NO_ROOM_BY[a] for a in self.tried.get(gang.gang_id, ()))
+        notes = "".join(self.tried.get(gang.gang_id, ()))
         return Waiting(gang.gang_id, WaitCode.NO_FIT, by_shape[gang.shape] + notes)
 
 
-_NO_ROOM_BY = {
-    "reclaim": "; reclaiming what other queues borrowed beyond their quota would not make room",
-    "preempt": "; preempting lower-priority gangs would not make room",
+_NO_ROOM = {
+    ("reclaim", "none"): "; no other queue runs gangs beyond its quota to reclaim",
+    ("reclaim", "some"): "; reclaiming what other queues borrowed beyond their quota would "
+                         "not make room",
+    ("preempt", "none"): "; no lower-priority preemptible gang runs that it may preempt",
+    ("preempt", "some"): "; preempting lower-priority gangs would not make room",
 }
 
 

@@ -72,17 +72,14 @@ class ServeLaunch:
             raise MemberFailure(GangError(error_type="ServeAppFailed", message=str(error)))
 
     async def run(self) -> list[Any]:
-        """Serve until undeployed (cancelled); fail if the application disappears."""
+        """Serve until undeployed (cancelled); fail if the application is lost for good."""
         from raygang.runtime import serving
 
         while True:
             await asyncio.sleep(WATCH_INTERVAL_S)
-            running = await asyncio.to_thread(serving.app_running, self.deployment.name)
-            if not running:
-                raise MemberFailure(GangError(
-                    error_type="ServeAppStopped",
-                    message=f"Serve application {self.deployment.name!r} is no longer RUNNING",
-                ))
+            lost = await asyncio.to_thread(serving.app_lost, self.deployment.name)
+            if lost:
+                raise MemberFailure(GangError(error_type="ServeAppLost", message=lost))
 
     async def signal_preempt(self, grace_s: float) -> list[dict]:
         return []  # Serve drains its replicas itself (graceful_shutdown_timeout_s)

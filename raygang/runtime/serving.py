@@ -147,6 +147,18 @@ def app_running(name: str) -> bool:
     return status is not None and status.status == "RUNNING"
 
 
+def app_lost(name: str) -> str | None:
+    """Why a deployed application is gone for good (deleted by someone else, or failed to
+    deploy), or None while it exists. Transient states (a replica restarting: DEPLOYING,
+    UNHEALTHY) are Serve's to heal and do not count."""
+    status = _app_status(name)
+    if status is None:
+        return f"Serve application {name!r} was deleted outside raygang"
+    if _name(status.status) == "DEPLOY_FAILED":
+        return f"Serve application {name!r} failed: {_explain(status)}"
+    return None
+
+
 def _name(enum_or_str: Any) -> str:
     return str(getattr(enum_or_str, "value", enum_or_str))  # f"{StrEnum}" is "Cls.MEMBER"
 

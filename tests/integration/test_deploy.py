@@ -112,3 +112,13 @@ def test_deploy_validates_its_spec_at_the_edge():
     assert "replicas: Input should be greater than or equal to 1" in message
     with pytest.raises(raygang.SpecError, match="import_path: String should match"):
         raygang.deploy("x", "not an import path")
+
+
+def test_a_deployment_deleted_behind_raygangs_back_fails_and_frees_its_gpus(ray_cluster,
+                                                                             http_port):
+    ref = raygang.deploy("side", Echo.bind(), num_gpus=1)
+    ref.ready(timeout=120)
+    serve.delete("side")  # not through raygang
+    status = ref.wait(timeout=30)
+    assert status.state is GangState.FAILED
+    assert status.error.message == "Serve application 'side' was deleted outside raygang"

@@ -225,4 +225,8 @@ def test_the_reason_says_when_preemption_would_not_help():
     case = next(c for c in CASES if c.id == "never-equal-or-higher-priority")
     message = run(case).waiting["t3"].message
     assert message.startswith("needs {GPU: 1} in all (PACK")
+    assert message.endswith("; no lower-priority preemptible gang runs that it may preempt")
+    case = next(c for c in CASES if c.id == "no-preemption-if-it-would-still-not-fit")
+    message = run(case).waiting["infer"].message
+    assert message.startswith("needs {GPU: 6} on one node (STRICT_PACK")
     assert message.endswith("; preempting lower-priority gangs would not make room")
