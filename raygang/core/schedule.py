@@ -122,8 +122,7 @@ class _Cycle:
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.admitted: set[str] = set()
-        self.tried: dict[str, list[str]] = {}  # gang id -> why its victim searches failed
-        self.no_room: dict = {}  # failed search key -> why
+        self.tried: dict[str, list] = {}  # gang id -> (action, candidates) that failed it
         self.limited: dict[str, str] = {}  # gang id -> the limit it hit last
         self.taken: set[str] = set()  # victims chosen this cycle
         self.failed: set = set()  # shapes (per action) that did not fit this cycle
@@ -240,11 +239,8 @@ class _Cycle:
         if key not in self.failed:
             found = VictimSearch(gang, self.capacity, self.book, pool).run(candidates)
         if found is None:
-            if key not in self.failed:
-                none = next(iter(candidates), None) is None
-                self.failed.add(key)
-                self.no_room[key] = _NO_ROOM[action, "none" if none else "some"]
-            self.tried.setdefault(gang.gang_id, []).append(self.no_room[key])
+            self.failed.add(key)
+            self.tried.setdefault(gang.gang_id, []).append((action, candidates))
             return False
         nodes, victims = found
         for victim in victims:
@@ -297,7 +293,12 @@ class _Cycle:
             return Waiting(gang.gang_id, WaitCode.LIMIT, self.limited[gang.gang_id])
         if gang.shape not in by_shape:
             by_shape[gang.shape] = why_not(gang.bundles, gang.strategy, self.capacity)
-        notes = "".join(self.tried.get(gang.gang_id, ()))
+        # Whether anyone was left to stop is looked at only here, for the few gangs that
+        # end up waiting: a search's candidates can be long to walk.
+        notes = "".join(
+            _NO_ROOM[action, "none" if next(iter(candidates), None) is None else "some"]
+            for action, candidates in self.tried.get(gang.gang_id, ())
+        )
         return Waiting(gang.gang_id, WaitCode.NO_FIT, by_shape[gang.shape] + notes)
 
 
