@@ -28,18 +28,12 @@ from raygang.core.snapshot import ClusterSnapshot
 from raygang.core.spec import DeploymentSpec, GangSpec
 from raygang.runtime.errors import DeploymentExistsError, GangNotFoundError, UnschedulableError
 from raygang.runtime.deployment import ServeLaunch
+from raygang.runtime.dry_run import dry_run_result
 from raygang.runtime.launcher import GangLaunch, MemberFailure, ReservationTimeout
 from raygang.runtime.observe import observe
 from raygang.runtime.program import RoleProgram
 from raygang.runtime.records import GangRecord
-from raygang.runtime.status import (
-    DryRunResult,
-    GangError,
-    GangEvent,
-    GangStatus,
-    QueueStatus,
-    Victim,
-)
+from raygang.runtime.status import DryRunResult, GangError, GangEvent, GangStatus, QueueStatus
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +141,7 @@ class Scheduler:
         probe = PendingGang("(dry run)", spec, cls.value, next(self._seq), cls.preemptible)
         pending = [r.pending_view() for r in self._gangs.values() if r.state is GangState.PENDING]
         plan = schedule(snapshot, [*pending, probe], self._config, self._clock())
-        return _dry_run_result(plan, probe, snapshot, self._gangs)
+        return dry_run_result(plan, probe, snapshot, self._gangs)
 
     async def status(self, gang_id: str) -> GangStatus:
         return self._get(gang_id).status()
@@ -402,30 +396,6 @@ async def _cancel(task: asyncio.Task) -> None:
     while not task.done():
         task.cancel()
         await asyncio.wait([task], timeout=1.0)
-
-
-def _dry_run_result(plan, probe: PendingGang, snapshot: ClusterSnapshot,
-                    gangs: dict[str, GangRecord]) -> DryRunResult:
-    names = {n.node_id: n.display for n in snapshot.nodes}
-    for admission in plan.admissions:
-        if admission.gang_id != probe.gang_id:
-            continue
-        victims = [
-            Victim(gang_id=p.victim, name=gangs[p.victim].spec.name, action=p.action,
-                   reason=p.reason)
-            for p in plan.preemptions if p.preemptor == probe.gang_id
-        ]
-        where = ", ".join(sorted({names.get(n, n) for n in admission.nodes}))
-        if victims:
-            return DryRunResult(
-                outcome="preempt", nodes=list(admission.nodes), victims=victims,
-                reason=f"would {admission.action} {len(victims)} gang(s), then run on {where}",
-            )
-        return DryRunResult(outcome="admit", nodes=list(admission.nodes),
-                            reason=f"would be admitted now on {where}")
-    waiting = plan.waiting[probe.gang_id]
-    return DryRunResult(outcome="wait", code=waiting.code.value, reason=waiting.message,
-                        queue_position=plan.positions.get(probe.gang_id))
 
 
 # The actor: no resources of its own, many concurrent calls (waits are long polls).
