@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable, Mapping
 
 from raygang.core.queues import QueueTree, exceeds_limit
 from raygang.core.resources import Resources, format_amount
-from raygang.core.snapshot import PlacedGang
+from raygang.core.gang import PendingGang
+from raygang.core.snapshot import NodeState, PlacedGang
 
 Undo = Callable[[], None]
 Share = dict[str, float]  # resource name -> amount (floats: shares are not allocations)
@@ -70,6 +71,18 @@ class QueueBook:
         return (self.usage[queue] + demand).fits_in(self.tree.specs[queue].quota)
 
     # Fair share -------------------------------------------------------------------------
+    def share_out(self, nodes: Iterable[NodeState], pending: Iterable[PendingGang]) -> None:
+        """Fair shares of the alive `nodes`' capacity, each leaf demanding what it uses
+        plus what its `pending` gangs ask for (gangs of no leaf queue are not counted)."""
+        demand = {q: [self.usage[q]] for q in self.tree.leaves}
+        for gang in pending:
+            if gang.queue in demand:
+                demand[gang.queue].append(gang.total)
+        self.compute_fair_shares(
+            Resources.sum(node.total for node in nodes),
+            {queue: Resources.sum(vectors) for queue, vectors in demand.items()},
+        )
+
     def compute_fair_shares(self, cluster: Resources, demand: Mapping[str, Resources]) -> None:
         """Fair share of every queue, given the cluster's capacity and each leaf's demand
         (what it uses plus what its pending gangs ask for)."""

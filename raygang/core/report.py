@@ -33,22 +33,17 @@ def queue_report(
     """One row per queue, parents before their children."""
     tree = config.queue_tree
     book = QueueBook(tree, snapshot.placed)
-    demand = {q: book.usage[q] for q in tree.leaves}
     waiting = dict.fromkeys(tree.specs, 0)
     running = dict.fromkeys(tree.specs, 0)
     for gang in pending:
-        if gang.queue in demand:
-            demand[gang.queue] = demand[gang.queue] + gang.total
+        if gang.queue in tree.specs:
             for name in tree.paths[gang.queue]:
                 waiting[name] += 1
     for placed in snapshot.placed:
         if placed.queue in tree.specs:
             for name in tree.paths[placed.queue]:
                 running[name] += 1
-    cluster = Resources()
-    for node in snapshot.alive_nodes:
-        cluster = cluster + node.total
-    book.compute_fair_shares(cluster, demand)
+    book.share_out(snapshot.alive_nodes, pending)
     rows = []
     for name in tree.top_down():
         if name is None:

@@ -11,6 +11,7 @@ cannot be admitted (and could fit on this cluster at all) holds back the rest of
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from types import MappingProxyType
 
@@ -22,7 +23,6 @@ from raygang.core.gang import PendingGang
 from raygang.core.placement import place
 from raygang.core.plan import Admission, Plan, Preemption, WaitCode, Waiting
 from raygang.core.pool import Candidates, Pool
-from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
 from raygang.core.spec import GangSpec
 from raygang.core.victims import VictimSearch, in_quota_gangs, victim_order
@@ -134,7 +134,7 @@ class _Cycle:
     def run(self, pending: Sequence[PendingGang]) -> Plan:
         self.left = self._by_queue(pending)
         positions = {g.gang_id: i + 1 for gangs in self.left.values() for i, g in enumerate(gangs)}
-        self.book.compute_fair_shares(self._cluster_total(), self._demand())
+        self.book.share_out(self.snapshot.alive_nodes, itertools.chain(*self.left.values()))
         for action in self.config.actions:
             self._pass(getattr(self, f"_{action}"))
         self._explain()
@@ -157,15 +157,6 @@ class _Cycle:
             else:
                 left.setdefault(gang.queue, []).append(gang)
         return left
-
-    def _cluster_total(self) -> Resources:
-        return Resources.sum(node.total for node in self.snapshot.alive_nodes)
-
-    def _demand(self) -> dict[str, Resources]:
-        demand = {q: self.book.usage[q] for q in self.tree.leaves}
-        for queue, gangs in self.left.items():
-            demand[queue] = Resources.sum([demand[queue], *(g.total for g in gangs)])
-        return demand
 
     def _pass(self, attempt: Callable[[PendingGang], bool]) -> None:
         """Offer each queue's gangs, in fair-share order, to `attempt`; without backfill a
