@@ -48,9 +48,9 @@ from raygang.core import (  # noqa: E402
     SchedulerConfig,
     Strategy,
     gang_spec,
-    place,
     schedule,
 )
+from raygang.core.victims import VictimSearch  # noqa: E402
 
 TARGET_CYCLE_S = 2.0
 TARGET_DECISIONS_PER_S = 5_000
@@ -243,33 +243,12 @@ def check(plan: Plan, snapshot: ClusterSnapshot, pending: Sequence[PendingGang])
 
 # The plain victim search, for reference ------------------------------------------------------
 
-class PlainVictimSearch:
+class PlainVictimSearch(VictimSearch):
     """raygang's first victim search, on the capacity itself: free every candidate to see
     whether the gang could fit at all, then free them one by one (placing after each)
-    until it fits, then give back, most important first, each victim it fits without."""
-
-    def __init__(self, gang: PendingGang, capacity, book, pool=None):
-        self.gang, self.capacity, self.book = gang, capacity, book
-
-    def _free(self, victim: PlacedGang) -> Callable[[], None]:
-        undo_nodes = self.capacity.release(victim.bundles)
-        known = victim.queue in self.book.tree.specs
-        undo_usage = self.book.remove(victim.queue, victim.total) if known else None
-
-        def undo() -> None:
-            undo_nodes()
-            if undo_usage is not None:
-                undo_usage()
-
-        return undo
-
-    def _fits(self) -> tuple[str, ...] | None:
-        gang = self.gang
-        if not gang.total.fits_in(self.capacity.free_total):
-            return None
-        if self.book.limit_problem(gang.queue, gang.total) is not None:
-            return None
-        return place(gang.bundles, gang.strategy, self.capacity)
+    until it fits, then give back, most important first, each victim it fits without.
+    Frees and checks a fit the way the fast search does (`_free`, `_fits`); only the
+    walk differs."""
 
     def run(self, candidates) -> tuple[tuple[str, ...], list[PlacedGang]] | None:
         nodes = self._fits()
