@@ -67,13 +67,20 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from raygang.api import Gang, GangRef, GangTask, gang, gang_task, list_gangs, shutdown, start
+    from raygang.api import (
+        DeploymentRef, Gang, GangRef, GangTask, deploy, dry_run, gang, gang_task,
+        list_deployments, list_gangs, queues, shutdown, start, undeploy,
+    )
     from raygang.core.config import PriorityClass, SchedulerConfig
     from raygang.core.gang import GangState
+    from raygang.core.queues import QueueSpec
     from raygang.core.resources import Resources
-    from raygang.core.spec import GangSpec, RoleSpec, SpecError, Strategy
+    from raygang.core.spec import DeploymentSpec, GangSpec, RoleSpec, SpecError, Strategy
     from raygang.runtime.context import GangContext, get_context
     from raygang.runtime.errors import (
-        GangCancelledError, GangFailedError, SchedulerNotRunningError, UnschedulableError,
+        DeploymentExistsError, GangCancelledError, GangFailedError, SchedulerNotRunningError,
+        UnschedulableError,
     )
-    from raygang.runtime.status import GangError, GangStatus, MemberStatus
+    from raygang.runtime.status import (
+        DryRunResult, GangError, GangStatus, MemberStatus, QueueStatus,
+    )

@@ -33,7 +33,7 @@ from raygang.core.spec import (
 )
 from raygang.runtime import client
 from raygang.runtime.errors import GangCancelledError, GangFailedError
-from raygang.runtime.launcher import NAMESPACE, member_name
+from raygang.runtime.launcher import NAMESPACE
 from raygang.runtime.program import RoleProgram
 from raygang.runtime.status import DryRunResult, GangStatus, QueueStatus
 

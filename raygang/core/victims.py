@@ -13,7 +13,7 @@ freeing every candidate for real and placing after each step was what cost secon
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 
 from raygang.core.capacity import Capacity
 from raygang.core.fairshare import QueueBook

@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts import run_script
 
 
 def test_preemption_benchmark_quick():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    out = subprocess.run(
-        [sys.executable, "bench/preemption.py", "--quick"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=400,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
-    rows = re.findall(r"^ +(\d) GPU +([\d.]+) +([\d.]+) +([\d.]+)x +([\d.]+)$", out.stdout,
+    out = run_script("bench/preemption.py", "--quick", timeout=400)
+    rows = re.findall(r"^ +(\d) GPU +([\d.]+) +([\d.]+) +([\d.]+)x +([\d.]+)$", out,
                       re.MULTILINE)
-    assert [int(r[0]) for r in rows] == [1, 4], out.stdout
+    assert [int(r[0]) for r in rows] == [1, 4], out
     for _, reserve, raw, _, answer in rows:
         assert 0 < float(raw) and 0 < float(reserve) <= float(answer)
-    assert "target reserve < 1.4 s (KAI Scheduler publishes 13.9 s for one GPU):" in out.stdout
+    assert "target reserve < 1.4 s (KAI Scheduler publishes 13.9 s for one GPU):" in out

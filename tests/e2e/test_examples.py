@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts import ROOT, run_script
+
 EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.py") if p.name != "local_cluster.py")
 
 EXPECTED = {
@@ -37,24 +33,12 @@ EXPECTED = {
 }
 
 
-def run_example(name: str) -> str:
-    # A clean environment: the example starts its own local Ray, as on a fresh machine,
-    # rather than joining a cluster this test session may have started.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    done = subprocess.run(
-        [sys.executable, f"examples/{name}"], cwd=ROOT, env=env,
-        capture_output=True, text=True, timeout=240,
-    )
-    assert done.returncode == 0, f"{name} failed:\n{done.stdout}\n{done.stderr[-3000:]}"
-    return done.stdout
-
-
 def test_every_example_is_covered():
     assert sorted(EXPECTED) == EXAMPLES
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_example_runs(name):
-    out = run_example(name)
+    out = run_script(f"examples/{name}", timeout=240)
     for line in EXPECTED[name]:
         assert line in out, f"{name}: {line!r} not in output:\n{out}"

@@ -11,12 +11,15 @@ placement group or member actor is left and the free CPUs/GPUs are back where th
 from __future__ import annotations
 
 import os
+import socket
 
 import pytest
 import ray
+from ray import serve
 from ray.cluster_utils import Cluster
 
 import raygang
+from raygang.runtime import serving
 from tests.integration import leaks
 
 WORKER_GPUS = 4
@@ -53,6 +56,18 @@ def ray_cluster(cluster):
     before = leaks.wait_until_idle(cluster_resources=True)
     yield cluster
     leaks.assert_nothing_left(before)
+
+
+@pytest.fixture(scope="module")
+def http_port(cluster):
+    """Ray Serve with one loopback proxy on a free port (others may run Serve here too);
+    raygang uses the Serve it finds running. Shut down after the module."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    serving.ensure_serve_started(port)
+    yield port
+    serve.shutdown()
 
 
 @pytest.fixture(scope="session")

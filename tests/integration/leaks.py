@@ -19,6 +19,12 @@ def raygang_placement_groups() -> list[dict]:
     ]
 
 
+def serve_gang_pgs() -> list[str]:
+    """Serve's own gang placement groups (a deployment's replicas hold one while running)."""
+    return [pg["name"] for pg in placement_group_table().values()
+            if pg["name"].startswith("SERVE_GANG::") and pg["state"] != "REMOVED"]
+
+
 def raygang_member_actors() -> list[str]:
     return [
         a["name"] for a in ray.util.list_named_actors(all_namespaces=True)

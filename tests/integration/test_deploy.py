@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import json
-import socket
-import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 import ray
 from ray import serve
-from ray.util.placement_group import placement_group_table
 
 import raygang
 from raygang import GangState
-from raygang.runtime import serving
 from tests.integration import leaks
 from tests.integration.helpers import wait_state
 from tests.integration.test_preemption import Trainer, train_fn
@@ -27,28 +22,9 @@ class Echo:
         return {"node": ray.get_runtime_context().get_node_id(), "gpus": ray.get_gpu_ids()}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def http_port(cluster):
-    port = _free_port()
-    serving.ensure_serve_started(port)  # raygang uses the Serve it finds running
-    yield port
-    serve.shutdown()
-
-
 def _get(port: int, path: str) -> dict:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
         return json.loads(response.read())
-
-
-def _serve_gang_pgs() -> list[str]:
-    return [pg["name"] for pg in placement_group_table().values()
-            if pg["name"].startswith("SERVE_GANG::") and pg["state"] != "REMOVED"]
 
 
 def test_deployment_preempts_training_serves_and_training_resumes(ray_cluster, http_port,
@@ -78,7 +54,7 @@ def test_deployment_preempts_training_serves_and_training_resumes(ray_cluster, h
         # raygang's own reservation went to Serve: only the running training gang holds one
         assert [pg["name"] for pg in leaks.raygang_placement_groups()] == [
             f"raygang-{first.gang_id}"]
-        assert len(_serve_gang_pgs()) == 1
+        assert len(leaks.serve_gang_pgs()) == 1
 
         # The app answers HTTP, from replicas on the GPUs the victim gave up.
         answers = [_get(http_port, "/llm") for _ in range(10)]
@@ -93,7 +69,7 @@ def test_deployment_preempts_training_serves_and_training_resumes(ray_cluster, h
         gone = raygang.undeploy("llm")
         llm = None
         assert gone.state is GangState.CANCELLED and gone.reason == "undeployed"
-        assert _serve_gang_pgs() == []
+        assert leaks.serve_gang_pgs() == []
         resumed = wait_state(second, GangState.RUNNING, timeout=60)
         assert resumed.preemptions == 1 and resumed.gang_id == second.gang_id
     finally:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import time
 import urllib.request
 
@@ -15,6 +14,7 @@ from ray.util.placement_group import placement_group_table
 
 from raygang.runtime import serving
 from raygang.runtime.serving import ServeAppFailed
+from tests.integration import leaks
 
 
 # A short grace period: Serve waits it out even for replicas that never got placed (the
@@ -56,32 +56,12 @@ def test_resolve_app_and_options_without_ray():
     assert where_am_i._bound_deployment.num_replicas == 1  # the original is unchanged
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def http_port(cluster):
-    """Serve with one loopback proxy; a free port, since others may run Serve here too."""
-    port = _free_port()
-    serving.ensure_serve_started(port)
-    serving.ensure_serve_started(port)  # idempotent
-    yield port
-    serve.shutdown()
-
-
-def _serve_gang_pgs() -> list[str]:
-    return [pg["name"] for pg in placement_group_table().values()
-            if pg["name"].startswith("SERVE_GANG::") and pg["state"] != "REMOVED"]
-
-
 def _gpus_free() -> float:
     return ray.available_resources().get("GPU", 0.0)  # the key vanishes at 0
 
 
 def test_gpu_app_runs_only_on_its_node(ray_cluster, worker_node_ids, http_port):
+    serving.ensure_serve_started(http_port)  # idempotent: Serve runs already
     node = worker_node_ids[0]
     gpus_before = _gpus_free()
     options = serving.deployment_options(2, {"CPU": 1, "GPU": 1}, [node], "PACK")
@@ -106,7 +86,7 @@ def test_gpu_app_runs_only_on_its_node(ray_cluster, worker_node_ids, http_port):
         print(f"delete_app: {time.monotonic() - started:.1f}s")
     assert not serving.app_running("rg-where")
     assert _gpus_free() == gpus_before
-    assert not _serve_gang_pgs()
+    assert not leaks.serve_gang_pgs()
     asyncio.run(serving.delete_app("rg-where"))  # idempotent
 
 
@@ -135,7 +115,7 @@ def test_several_nodes_selector_and_a_gang_that_does_not_fit(
         assert _gpus_free() == gpus_before - 4
     finally:
         asyncio.run(serving.delete_app("rg-fits"))
-    assert _gpus_free() == gpus_before and not _serve_gang_pgs()
+    assert _gpus_free() == gpus_before and not leaks.serve_gang_pgs()
 
     app = serving.with_options(
         where_am_i, serving.deployment_options(5, {"CPU": 1, "GPU": 1}, nodes, "SPREAD"))
@@ -145,4 +125,4 @@ def test_several_nodes_selector_and_a_gang_that_does_not_fit(
     print(f"failed after {time.monotonic() - started:.1f}s: {failure.value}")
     assert _gpus_free() == gpus_before  # all-or-nothing: no replica took a GPU
     assert "rg-toobig" not in serve.status().applications
-    assert not _serve_gang_pgs()
+    assert not leaks.serve_gang_pgs()

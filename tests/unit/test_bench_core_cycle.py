@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts import run_script
 
 
 def test_core_cycle_benchmark_quick():
-    out = subprocess.run(
-        [sys.executable, "bench/core_cycle.py", "--quick"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    text = out.stdout
+    text = run_script("bench/core_cycle.py", "--quick", timeout=120)
     for mode in ("off", "on "):
         line = re.search(rf"^backfill {mode}: cycle +[\d.]+ ms, +[\d,]+ decisions/s, "
                          rf"admitted (\d+), waiting: NO_FIT \d+, BEHIND \d+, UNSCHEDULABLE \d+$",

@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts import run_script
 
 
 def test_core_scale_benchmark_quick():
-    out = subprocess.run(
-        [sys.executable, "bench/core_scale.py", "--quick"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )
-    assert out.returncode == 0, out.stdout + out.stderr
-    text = out.stdout
+    text = run_script("bench/core_scale.py", "--quick", timeout=120)
     assert re.search(r"^core_scale: 200 nodes x 8 GPU 64 CPU .*20 leaf queues .*\d+ over quota"
                      r".*800 running and 400 pending gangs", text, re.MULTILINE), text
     rows = {}
