@@ -105,8 +105,12 @@ class GangTask:
     def remote(self, *args: Any, **kwargs: Any) -> GangRef:
         """Submit a one-role gang; returns at once with a `GangRef`."""
         task = self.bind(*args, **kwargs) if (args or kwargs) else self
+        return task.as_gang().remote()
+
+    def as_gang(self) -> Gang:
+        """This role alone as a gang, with the gang options given to the decorator."""
         fields = self._gang_fields()
-        return Gang(fields.pop("name"), {self.role_name: task}, **fields).remote()
+        return Gang(fields.pop("name"), {self.role_name: self}, **fields)
 
     def program(self) -> RoleProgram:
         return RoleProgram(
@@ -226,8 +230,7 @@ def dry_run(what: GangTask | Gang | GangSpec | DeploymentSpec) -> DryRunResult:
     if isinstance(what, DeploymentSpec):
         what = what.gang_spec()
     if isinstance(what, GangTask):
-        fields = what._gang_fields()
-        what = Gang(fields.pop("name"), {what.role_name: what}, **fields)
+        what = what.as_gang()
     spec = what.spec if isinstance(what, Gang) else what
     if not isinstance(spec, GangSpec):
         raise TypeError(f"dry_run() takes a @gang_task, a gang or a GangSpec, got {what!r}")

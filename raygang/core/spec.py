@@ -6,15 +6,15 @@ import enum
 import re
 from collections.abc import Iterator
 from functools import cached_property
-from typing import NamedTuple, TypeVar
+from typing import Annotated, NamedTuple, TypeVar
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     StrictInt,
     ValidationError,
-    field_validator,
     model_validator,
 )
 from pydantic_core import ErrorDetails
@@ -38,6 +38,27 @@ class Strategy(str, enum.Enum):
     STRICT_SPREAD = "STRICT_SPREAD"  # every bundle on a distinct node
 
 
+def _bundle_not_empty(value: Resources) -> Resources:
+    # Ray rejects placement group bundles whose amounts are all zero.
+    if not value:
+        raise ValueError('needs at least one positive amount, e.g. {"CPU": 1}')
+    return value
+
+
+def _priority_name(value: int | str) -> int | str:
+    if isinstance(value, str) and not value.isidentifier():
+        raise ValueError(
+            f"must be an integer or a priority class name such as 'training', got {value!r}"
+        )
+    return value
+
+
+# What a role's replica reserves (one bundle), and a priority: shared by gangs and
+# deployments, validated the same way.
+Bundle = Annotated[Resources, AfterValidator(_bundle_not_empty)]
+Priority = Annotated[StrictInt | str, AfterValidator(_priority_name)]
+
+
 class RoleSpec(BaseModel):
     """One kind of member: `replicas` actors, each reserving `resources` (one bundle each)."""
 
@@ -45,18 +66,11 @@ class RoleSpec(BaseModel):
 
     name: str = Field(pattern=NAME_PATTERN, description="role name, unique in its gang")
     replicas: int = Field(1, ge=1, le=MAX_MEMBERS)
-    resources: Resources = Field(default_factory=lambda: Resources(CPU=1))
+    resources: Bundle = Field(default_factory=lambda: Resources(CPU=1))
     after: tuple[str, ...] = Field(
         (), description="roles whose members must all be ready before this role starts"
     )
 
-    @field_validator("resources")
-    @classmethod
-    def _bundle_not_empty(cls, value: Resources) -> Resources:
-        # Ray rejects placement group bundles whose amounts are all zero.
-        if not value:
-            raise ValueError('needs at least one positive amount, e.g. {"CPU": 1}')
-        return value
 
 
 class MemberSlot(NamedTuple):
@@ -74,7 +88,7 @@ class GangSpec(BaseModel):
 
     name: str = Field(pattern=NAME_PATTERN)
     queue: str = Field("default", pattern=NAME_PATTERN)
-    priority: StrictInt | str = Field(
+    priority: Priority = Field(
         "training", description="an integer, or the name of a priority class"
     )
     strategy: Strategy = Strategy.PACK
@@ -90,15 +104,6 @@ class GangSpec(BaseModel):
         30.0, ge=0, description="how long a preempted gang may take to checkpoint before it is "
         "stopped (like a pod's terminationGracePeriodSeconds)",
     )
-
-    @field_validator("priority")
-    @classmethod
-    def _priority_name(cls, value: int | str) -> int | str:
-        if isinstance(value, str) and not value.isidentifier():
-            raise ValueError(
-                f"must be an integer or a priority class name such as 'training', got {value!r}"
-            )
-        return value
 
     @model_validator(mode="after")
     def _roles_consistent(self) -> GangSpec:
@@ -181,18 +186,15 @@ class DeploymentSpec(BaseModel):
         description='"package.module:app" naming a bound Serve application (for REST/CLI)',
     )
     replicas: int = Field(1, ge=1, le=MAX_MEMBERS)
-    resources: Resources = Field(default_factory=lambda: Resources(CPU=1))
+    resources: Bundle = Field(default_factory=lambda: Resources(CPU=1))
     queue: str = Field("default", pattern=NAME_PATTERN)
-    priority: StrictInt | str = "inference"
+    priority: Priority = "inference"
     strategy: Strategy = Strategy.PACK
     route_prefix: str | None = Field(
         None, pattern=r"^/", description='HTTP route; default "/<name>"'
     )
     reservation_timeout_s: float = Field(60.0, gt=0)
     startup_timeout_s: float = Field(300.0, gt=0)
-
-    _bundle_not_empty = field_validator("resources")(RoleSpec._bundle_not_empty.__func__)  # type: ignore[attr-defined]
-    _priority_name = field_validator("priority")(GangSpec._priority_name.__func__)  # type: ignore[attr-defined]
 
     @property
     def route(self) -> str:

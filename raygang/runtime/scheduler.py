@@ -116,7 +116,7 @@ class Scheduler:
 
     async def queues(self) -> list[QueueStatus]:
         """The queue tree with usage and fair shares as of now."""
-        pending = [r.pending_view() for r in self._gangs.values() if r.state is GangState.PENDING]
+        pending = [r.pending_view() for r in self._pending()]
         rows = queue_report(self._recent_snapshot(), pending, self._config)
         return [
             QueueStatus(
@@ -139,7 +139,7 @@ class Scheduler:
         if reason:
             return DryRunResult(outcome="rejected", reason=reason)
         probe = PendingGang("(dry run)", spec, cls.value, next(self._seq), cls.preemptible)
-        pending = [r.pending_view() for r in self._gangs.values() if r.state is GangState.PENDING]
+        pending = [r.pending_view() for r in self._pending()]
         plan = schedule(snapshot, [*pending, probe], self._config, self._clock())
         return dry_run_result(plan, probe, snapshot, self._gangs)
 
@@ -228,7 +228,7 @@ class Scheduler:
                 self._last_cycle_error = f"{type(error).__name__}: {error}"
 
     def _cycle(self) -> None:
-        pending = [r for r in self._gangs.values() if r.state is GangState.PENDING]
+        pending = self._pending()
         if not pending:
             return
         now = self._clock()
@@ -245,6 +245,9 @@ class Scheduler:
             self._gangs[waiting.gang_id].set_waiting(
                 waiting.code, waiting.message, plan.positions.get(waiting.gang_id)
             )
+
+    def _pending(self) -> list[GangRecord]:
+        return [r for r in self._gangs.values() if r.state is GangState.PENDING]
 
     def _held(self):
         return [self._gangs[gang_id].placed_view() for gang_id in self._launches]
