@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from functools import cached_property
 from typing import Annotated, NamedTuple, TypeVar
 
@@ -251,9 +251,13 @@ class SpecError(ValueError):
         super().__init__(f"invalid {what}: {len(problems)} problem{plural}\n" + "\n".join(lines))
 
 
-def describe_errors(error: ValidationError) -> Iterator[tuple[str, str]]:
-    """(field path, message) for each pydantic error, in `roles[0].replicas` notation."""
-    for item in error.errors():
+def describe_errors(
+    error: ValidationError | Iterable[ErrorDetails],
+) -> Iterator[tuple[str, str]]:
+    """(field path, message) for each pydantic error, in `roles[0].replicas` notation
+    (a ValidationError, or its `errors()` as FastAPI reports them)."""
+    items = error.errors() if isinstance(error, ValidationError) else error
+    for item in items:
         if _spurious_too_short(item):
             continue
         path = ""

@@ -34,3 +34,7 @@ class GangCancelledError(RuntimeError):
 
 class DeploymentExistsError(ValueError):
     """A deployment with this name is queued or running; undeploy it first."""
+
+
+class IdempotencyConflictError(ValueError):
+    """An idempotency key was reused for a different submission."""

@@ -27,6 +27,7 @@ is a thread; in an async actor the group is its own event loop, on a thread of i
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import threading
@@ -35,6 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 import ray
+from ray._common.utils import import_attr  # what Ray Serve uses for `import_path`
 
 from raygang.runtime import context as _ctx
 from raygang.runtime.program import RoleProgram
@@ -88,10 +90,13 @@ class _SyncControl:
         callbacks = _ctx.get_context()._signal_preempted()
         if callbacks is None:
             return None
+        own = self._raygang_own_hook()
+        return ([own] if callable(own) else []) + callbacks
+
+    def _raygang_own_hook(self) -> Callable[[], Any] | None:
         # The user class's own method (a class member's user class is a base of it);
         # function members have no user class, so only callbacks.
-        own = getattr(self, "on_preempt", None)
-        return ([own] if callable(own) else []) + callbacks
+        return getattr(self, "on_preempt", None)
 
     @ray.method(concurrency_group=CONTROL_GROUP)
     def __raygang_preempt__(self) -> dict[str, Any]:
@@ -221,6 +226,50 @@ class _AsyncFunctionMember(_FunctionBody, _AsyncControl):
     pass
 
 
+class _ImportedMember(_SyncControl):
+    """A program named by import path ("pkg.module:attr"), as REST and the CLI submit it.
+
+    Imported here, in the member's own process, once its runtime_env (working_dir, pip) is
+    in place: the scheduler and the API server never need the user's code. A class is
+    instantiated and its `run()` is the body (no `run()`: a service gang); a function is
+    the body. Import and constructor errors surface through `__raygang_ready__` like any
+    constructor error, naming the member. An `async def` body runs on a loop of its own.
+    """
+
+    def __init__(self, context: _ctx.GangContext, path: str, args: tuple, kwargs: dict):
+        self._raygang_enter(context)
+        self._raygang_error = None
+        self._instance: Any = None
+        self._body: Callable[[], Any] | None = None
+        try:
+            target = import_attr(path)
+            if inspect.isclass(target):
+                self._instance = target(*args, **kwargs)
+                self._body = getattr(self._instance, "run", None)
+            elif callable(target):
+                self._body = functools.partial(target, *args, **kwargs)
+            else:
+                raise TypeError(f"{path} is a {type(target).__name__}, not a function or class")
+        except Exception as error:
+            self._raygang_error = error
+
+    def _raygang_body(self):
+        body = self._body
+        if body is None:
+            return None
+
+        def run() -> Any:
+            result = body()
+            if inspect.isawaitable(result):
+                result = asyncio.run(_ctx._awaited(result))
+            return result
+
+        return run
+
+    def _raygang_own_hook(self) -> Callable[[], Any] | None:
+        return getattr(self._instance, "on_preempt", None)
+
+
 _actor_classes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -230,7 +279,9 @@ def member_actor_class(program: RoleProgram):
     Cached per user class (and once for all functions): each new actor class is exported
     to the GCS and loaded by every worker that runs it, which costs a gang launch dearly.
     """
-    if program.is_class:
+    if program.is_import_path:
+        key = _ImportedMember
+    elif program.is_class:
         key = program.target
     elif inspect.iscoroutinefunction(program.target):
         key = _AsyncFunctionMember

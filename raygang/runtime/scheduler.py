@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import hashlib
 import itertools
+import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import ray
 
 from raygang.core.config import SchedulerConfig
+from raygang.core.queues import QueueSpec
+from raygang.core.resources import Resources
 from raygang.core.gang import GangState, PendingGang
 from raygang.core.plan import Admission, Preemption
 from raygang.core.report import queue_report
@@ -29,11 +33,21 @@ from raygang.core.spec import DeploymentSpec, GangSpec
 from raygang.runtime.errors import DeploymentExistsError, GangNotFoundError, UnschedulableError
 from raygang.runtime.deployment import ServeLaunch
 from raygang.runtime.dry_run import dry_run_result
+from raygang.runtime.idempotency import IdempotencyKeys
 from raygang.runtime.launcher import GangLaunch, MemberFailure, ReservationTimeout
 from raygang.runtime.observe import observe
 from raygang.runtime.program import RoleProgram
 from raygang.runtime.records import GangRecord
-from raygang.runtime.status import DryRunResult, GangError, GangEvent, GangStatus, QueueStatus
+from raygang.runtime.status import (
+    ClusterStatus,
+    DryRunResult,
+    GangError,
+    GangEvent,
+    GangStatus,
+    HeldBundle,
+    NodeStatus,
+    QueueStatus,
+)
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +68,7 @@ class Scheduler:
         self._finished: collections.deque[str] = collections.deque()  # oldest first
         self._observed: tuple[float, ClusterSnapshot] | None = None
         self._deployments: dict[str, str] = {}  # deployment name -> its latest gang id
+        self._idempotent = IdempotencyKeys()
 
     def _ensure_loop(self) -> None:
         if self._loop_task is None or self._loop_task.done():
@@ -69,8 +84,16 @@ class Scheduler:
             "last_cycle_error": self._last_cycle_error,
         }
 
-    async def submit(self, spec: GangSpec, programs: dict[str, RoleProgram]) -> str:
-        """Validate, check the gang could ever be admitted, and queue it. Returns its id."""
+    async def submit(
+        self, spec: GangSpec, programs: dict[str, RoleProgram], idempotency_key: str | None = None
+    ) -> str:
+        """Validate, check the gang could ever be admitted, and queue it. Returns its id.
+
+        With an `idempotency_key`, a retry of the same submission returns the first one's
+        id instead of queueing a second gang; the same key with a different submission is
+        an IdempotencyConflictError. Safe under concurrent retries: nothing awaits between
+        the look-up and the enqueue, so the actor's event loop runs them as one step.
+        """
         self._ensure_loop()
         if not isinstance(spec, GangSpec):
             raise TypeError(f"submit() takes a GangSpec, got {type(spec).__name__}")
@@ -82,7 +105,12 @@ class Scheduler:
         missing = sorted({r.name for r in spec.roles} - set(programs))
         if missing:
             raise ValueError(f"roles without a program to run: {', '.join(missing)}")
-        return self._enqueue(spec, dict(programs), "gang").gang_id
+        if idempotency_key is None:
+            return self._enqueue(spec, dict(programs), "gang").gang_id
+        return self._idempotent.submit(
+            idempotency_key, _fingerprint(spec, programs), self._clock(),
+            lambda: self._enqueue(spec, dict(programs), "gang").gang_id,
+        )
 
     async def deploy(self, deployment: DeploymentSpec, app: Any = None) -> str:
         """Queue a Serve application as a gang (see `runtime.deployment`). Returns its id."""
@@ -146,8 +174,58 @@ class Scheduler:
     async def status(self, gang_id: str) -> GangStatus:
         return self._get(gang_id).status()
 
-    async def list_gangs(self, state: GangState | None = None) -> list[GangStatus]:
-        return [r.status() for r in self._gangs.values() if state is None or r.state is state]
+    async def list_gangs(
+        self, state: GangState | None = None, queues: Collection[str] | None = None
+    ) -> list[GangStatus]:
+        """Gangs in submission order, optionally only in `state` and in `queues`."""
+        return [
+            r.status() for r in self._gangs.values()
+            if (state is None or r.state is state) and (queues is None or r.spec.queue in queues)
+        ]
+
+    async def cluster(self) -> ClusterStatus:
+        """Nodes with their total, free and used resources, and which gang holds what."""
+        now = self._clock()
+        snapshot = self._recent_snapshot()
+        held: dict[str, list[HeldBundle]] = {}
+        for gang_id in self._launches:
+            record = self._gangs[gang_id]
+            for rank, (node_id, bundle) in enumerate(zip(record.nodes, record.spec.bundles)):
+                held.setdefault(node_id, []).append(HeldBundle(
+                    gang_id=gang_id, name=record.spec.name, queue=record.spec.queue,
+                    rank=rank, resources=bundle.to_dict(),
+                ))
+        nodes = [
+            NodeStatus(
+                node_id=n.node_id, name=n.display, alive=n.alive, labels=dict(n.labels),
+                total=n.total.to_dict(), free=n.free.to_dict(),
+                used=(n.total - n.free).to_dict(), bundles=held.get(n.node_id, []),
+            )
+            for n in snapshot.nodes
+        ]
+        alive = snapshot.alive_nodes
+        return ClusterStatus(
+            observed_at=self._observed[0] if self._observed else now, nodes=nodes,
+            total=sum((n.total for n in alive), Resources()).to_dict(),
+            free=sum((n.free for n in alive), Resources()).to_dict(),
+        )
+
+    async def set_queue(self, queue: QueueSpec) -> list[QueueStatus]:
+        """Add a queue or replace one's quota, limit, weight or parent (admin only over
+        REST). The new tree is validated whole; a queue holding gangs stays a leaf."""
+        queue = QueueSpec.model_validate(queue.model_dump())
+        holding = {r.spec.queue for r in self._gangs.values() if not r.state.finished}
+        if queue.parent in holding:
+            raise ValueError(
+                f"parent: queue {queue.parent!r} holds gangs, so it cannot become a parent "
+                "(only leaf queues hold gangs)"
+            )
+        queues = [q for q in self._config.queues if q.name != queue.name] + [queue]
+        self._config = SchedulerConfig.model_validate(
+            {**self._config.model_dump(), "queues": [q.model_dump() for q in queues]}
+        )
+        self._wake.set()  # a larger quota or limit may admit waiting gangs
+        return await self.queues()
 
     async def wait(
         self, gang_id: str, timeout: float | None = None, until_running: bool = False
@@ -390,6 +468,16 @@ class Scheduler:
         self._finished.append(record.gang_id)
         while len(self._finished) > self._config.finished_gangs_kept:
             self._gangs.pop(self._finished.popleft(), None)
+
+
+def _fingerprint(spec: GangSpec, programs: dict[str, RoleProgram]) -> str:
+    """What makes two submissions the same one (for idempotency keys)."""
+    described = {
+        name: [p.display, repr(p.args), repr(sorted(p.kwargs.items())), repr(p.runtime_env)]
+        for name, p in sorted(programs.items())
+    }
+    text = json.dumps([spec.model_dump(mode="json"), described], sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 async def _cancel(task: asyncio.Task) -> None:

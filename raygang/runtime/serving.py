@@ -121,19 +121,20 @@ def with_options(app: Application, options: Mapping[str, Any]) -> Application:
     return Application(deployment.options(**options))
 
 
-def ensure_serve_started(http_port: int | None = None) -> None:
+def ensure_serve_started(http_port: int | None = None, host: str = "127.0.0.1") -> None:
     """Start Serve unless it runs; safe to call any number of times (blocking).
 
     One proxy on the head bound to loopback: on a local multi-node test cluster every node
     has the same IP, so Serve's default proxy-on-every-node fails to bind the port.
     A running Serve keeps its HTTP options (they cannot change without a restart); with
     `http_port=None` it is not even asked, so that Serve logs no "config differs" warning.
+    `host="0.0.0.0"` exposes it beyond this machine (the raygang API on KubeRay's head).
     """
     if http_port is None and serve.status().proxies:  # an empty status: Serve not running
         return
     serve.start(
         proxy_location="HeadOnly",
-        http_options={"host": "127.0.0.1", "port": http_port or DEFAULT_HTTP_PORT},
+        http_options={"host": host, "port": http_port or DEFAULT_HTTP_PORT},
     )
 
 

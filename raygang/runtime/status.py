@@ -113,3 +113,39 @@ class QueueStatus(BaseModel):
     share_ratio: float
     pending: int
     running: int
+
+
+class HeldBundle(BaseModel):
+    """One gang's bundle on a node (member `rank` of the gang)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    gang_id: str
+    name: str
+    queue: str
+    rank: int
+    resources: dict[str, float]
+
+
+class NodeStatus(BaseModel):
+    """One Ray node: its resources and which gangs' bundles it holds."""
+
+    model_config = ConfigDict(frozen=True)
+
+    node_id: str
+    name: str
+    alive: bool
+    labels: dict[str, str] = {}
+    total: dict[str, float]
+    free: dict[str, float]
+    used: dict[str, float]
+    bundles: list[HeldBundle] = []
+
+
+class ClusterStatus(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    observed_at: float
+    nodes: list[NodeStatus]
+    total: dict[str, float]
+    free: dict[str, float]

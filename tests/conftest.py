@@ -1,4 +1,5 @@
-"""One multi-node Ray cluster per test session (starting Ray costs seconds here).
+"""One multi-node Ray cluster per test session (starting Ray costs seconds here), shared
+by the integration and end-to-end tiers; unit tests never touch it.
 
 Head: 2 CPUs, no GPU (the scheduler actor and drivers live there).
 Two workers: 4 CPUs and 4 virtual GPUs each (8 GPUs in all).
@@ -21,6 +22,7 @@ from ray.cluster_utils import Cluster
 import raygang
 from raygang.runtime import serving
 from tests.integration import leaks
+from tests.api_server import ApiServer, start_api_server
 
 WORKER_GPUS = 4
 SCHEDULER_CONFIG = raygang.SchedulerConfig(queues=[
@@ -81,3 +83,12 @@ def _scheduler_with(config: raygang.SchedulerConfig) -> None:
     if ray.get(handle.ping.remote())["config"] != config.model_dump(mode="json"):
         raygang.shutdown()
         raygang.start(config)
+
+
+@pytest.fixture(scope="session")
+def api_server(cluster, tmp_path_factory) -> ApiServer:
+    """The REST API (uvicorn, in a thread of this process) on the shared cluster, with
+    auth on: an admin token and one token per team queue (see `tests.api_server`)."""
+    server = start_api_server(tmp_path_factory.mktemp("api"))
+    yield server
+    server.stop()

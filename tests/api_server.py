@@ -1,0 +1,75 @@
+"""A real API server for tests: uvicorn serving `create_app` on a free loopback port, in a
+thread of the test process (which is connected to the session's Ray cluster)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import uvicorn
+
+from raygang.server import AuthConfig, create_app
+
+# name -> (token, queues, admin); written to a tokens file the server loads.
+TOKENS = {
+    "admin": ("admin-token-0123456789", None, True),
+    "team-a": ("team-a-token-0123456789", ["team-a"], False),
+    "team-b": ("team-b-token-0123456789", ["team-b"], False),
+}
+
+
+@dataclass
+class ApiServer:
+    url: str
+    tokens_file: Path
+    server: uvicorn.Server
+    thread: threading.Thread
+
+    def token(self, who: str = "admin") -> str:
+        return TOKENS[who][0]
+
+    def client(self, who: str | None = "admin", **kwargs) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.token(who)}"} if who else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=60, **kwargs)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+def write_tokens_file(folder: Path) -> Path:
+    lines = ["tokens:"]
+    for name, (token, queues, admin) in TOKENS.items():
+        lines.append(f"  - name: {name}\n    token: {token}\n    admin: {str(admin).lower()}")
+        if queues is not None:
+            lines.append(f"    queues: [{', '.join(queues)}]")
+    path = folder / "tokens.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_api_server(folder: Path) -> ApiServer:
+    tokens_file = write_tokens_file(folder)
+    app = create_app(auth=AuthConfig.from_file(tokens_file))
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                            access_log=False)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="raygang-api", daemon=True)
+    thread.start()
+    deadline = time.time() + 30
+    while not server.started:
+        if time.time() > deadline or not thread.is_alive():
+            raise RuntimeError("the API server did not start")
+        time.sleep(0.05)
+    return ApiServer(f"http://127.0.0.1:{port}", tokens_file, server, thread)
