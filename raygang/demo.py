@@ -37,3 +37,21 @@ def train(steps: int = 10, step_s: float = 0.1) -> dict:
 def fail(message: str = "boom") -> None:
     """Raise at once: to see how a failed gang is reported."""
     raise RuntimeError(message)
+
+
+def __getattr__(name: str):
+    # `raygang.demo:echo` is a Serve application for REST/CLI deployments; built on first
+    # use so that importing the gang programs above does not import Ray Serve.
+    if name == "echo":
+        from ray import serve
+
+        @serve.deployment(graceful_shutdown_timeout_s=2)
+        class Echo:
+            async def __call__(self, request) -> dict:
+                import ray
+
+                return {"node": ray.get_runtime_context().get_node_id(),
+                        "path": request.url.path}
+
+        return Echo.bind()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

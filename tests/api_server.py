@@ -13,12 +13,14 @@ import httpx
 import uvicorn
 
 from raygang.server import AuthConfig, create_app
+from raygang.server.auth import digest
 
-# name -> (token, queues, admin); written to a tokens file the server loads.
+# name -> (token, queues, admin, priority classes); written to the tokens file the server
+# loads (team-b's as a SHA-256 digest, the form that keeps tokens off disk).
 TOKENS = {
-    "admin": ("admin-token-0123456789", None, True),
-    "team-a": ("team-a-token-0123456789", ["team-a"], False),
-    "team-b": ("team-b-token-0123456789", ["team-b"], False),
+    "admin": ("admin-token-0123456789", None, True, None),
+    "team-a": ("team-a-token-0123456789", ["team-a"], False, None),
+    "team-b": ("team-b-token-0123456789", ["team-b"], False, ["training", "batch"]),
 }
 
 
@@ -43,10 +45,13 @@ class ApiServer:
 
 def write_tokens_file(folder: Path) -> Path:
     lines = ["tokens:"]
-    for name, (token, queues, admin) in TOKENS.items():
-        lines.append(f"  - name: {name}\n    token: {token}\n    admin: {str(admin).lower()}")
+    for name, (token, queues, admin, classes) in TOKENS.items():
+        secret = f"sha256: {digest(token)}" if name == "team-b" else f"token: {token}"
+        lines.append(f"  - name: {name}\n    {secret}\n    admin: {str(admin).lower()}")
         if queues is not None:
             lines.append(f"    queues: [{', '.join(queues)}]")
+        if classes is not None:
+            lines.append(f"    priority_classes: [{', '.join(classes)}]")
     path = folder / "tokens.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path

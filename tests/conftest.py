@@ -29,6 +29,8 @@ SCHEDULER_CONFIG = raygang.SchedulerConfig(queues=[
     raygang.QueueSpec(name="default"),
     raygang.QueueSpec(name="team-a", quota={"GPU": 4}),
     raygang.QueueSpec(name="team-b", quota={"GPU": 4}),
+    # A backlog queue for the API load test: one gang runs, the rest wait for the limit.
+    raygang.QueueSpec(name="load", limit={"GPU": 1}),
 ])
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -52,6 +53,8 @@ from raygang.runtime.status import (
 log = logging.getLogger(__name__)
 
 SCHEDULER_NAME = "raygang-scheduler"
+# `cluster()` observes Ray afresh at most this often (status pages poll it every few s).
+CLUSTER_VIEW_MAX_AGE_S = 0.25
 
 
 class Scheduler:
@@ -69,6 +72,8 @@ class Scheduler:
         self._observed: tuple[float, ClusterSnapshot] | None = None
         self._deployments: dict[str, str] = {}  # deployment name -> its latest gang id
         self._idempotent = IdempotencyKeys()
+        from raygang.runtime.metrics import SchedulerMetrics  # made in the actor process
+        self._metrics = SchedulerMetrics()
 
     def _ensure_loop(self) -> None:
         if self._loop_task is None or self._loop_task.done():
@@ -145,7 +150,9 @@ class Scheduler:
     async def queues(self) -> list[QueueStatus]:
         """The queue tree with usage and fair shares as of now."""
         pending = [r.pending_view() for r in self._pending()]
-        rows = queue_report(self._recent_snapshot(), pending, self._config)
+        # Usage is what raygang holds now; only the nodes (for fair shares) may be cached.
+        snapshot = dataclasses.replace(self._recent_snapshot(), placed=tuple(self._held()))
+        rows = queue_report(snapshot, pending, self._config)
         return [
             QueueStatus(
                 name=r.name, parent=r.parent, leaf=r.leaf, weight=r.weight,
@@ -186,7 +193,7 @@ class Scheduler:
     async def cluster(self) -> ClusterStatus:
         """Nodes with their total, free and used resources, and which gang holds what."""
         now = self._clock()
-        snapshot = self._recent_snapshot()
+        snapshot = self._recent_snapshot(max_age=CLUSTER_VIEW_MAX_AGE_S)
         held: dict[str, list[HeldBundle]] = {}
         for gang_id in self._launches:
             record = self._gangs[gang_id]
@@ -304,11 +311,14 @@ class Scheduler:
             except Exception as error:  # never let one bad cycle stop scheduling
                 log.exception("scheduling cycle failed")
                 self._last_cycle_error = f"{type(error).__name__}: {error}"
+            # Every iteration: Ray drops a gauge not set within two report intervals.
+            self._metrics.refresh(self._gangs.values(), self._config.queues)
 
     def _cycle(self) -> None:
         pending = self._pending()
         if not pending:
             return
+        started = self._metrics.cycle_started()
         now = self._clock()
         snapshot = observe(self._held())
         self._observed = (now, snapshot)
@@ -323,6 +333,7 @@ class Scheduler:
             self._gangs[waiting.gang_id].set_waiting(
                 waiting.code, waiting.message, plan.positions.get(waiting.gang_id)
             )
+        self._metrics.cycle_done(started, plan)
 
     def _pending(self) -> list[GangRecord]:
         return [r for r in self._gangs.values() if r.state is GangState.PENDING]
@@ -342,6 +353,7 @@ class Scheduler:
 
     # Applying a plan ------------------------------------------------------------------
     def _admit(self, record: GangRecord, admission: Admission, now: float) -> None:
+        self._metrics.admitted(record, now)
         record.nodes = admission.nodes
         record.members = []
         victims = [self._gangs[v].task for v in admission.victims if self._gangs[v].task]
@@ -369,6 +381,7 @@ class Scheduler:
         preemptor = self._gangs[preemption.preemptor]
         if victim.task is None or victim.stopping is not None:
             return  # it ended on its own meanwhile
+        self._metrics.preempted(victim, preemptor, preemption)
         verb = "reclaimed" if preemption.action == "reclaim" else "preempted"
         victim.stopping = f"{verb} by {preemptor.display}"
         victim.events.append(GangEvent(

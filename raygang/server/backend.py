@@ -40,6 +40,20 @@ class SchedulerClient:
         return self._handle
 
     async def call(self, method: str, *args: Any, timeout: float | None = None) -> Any:
+        replaced = self._handle is not None
+        try:
+            return await self._call(method, args, timeout)
+        except (RayActorError, SchedulerNotRunningError) as error:
+            self._handle = None  # found again: the actor may have been replaced
+            if replaced:  # the cached handle was stale; ask the current actor once
+                try:
+                    return await self._call(method, args, timeout)
+                except (RayActorError, SchedulerNotRunningError) as again:
+                    self._handle = None
+                    error = again
+            raise SchedulerUnavailable(f"the raygang scheduler does not answer: {error}") from None
+
+    async def _call(self, method: str, args: tuple, timeout: float | None) -> Any:
         try:
             ref = getattr(self._actor(), method).remote(*args)
             return await asyncio.wait_for(ref, timeout) if timeout else await ref
@@ -47,9 +61,6 @@ class SchedulerClient:
             if error.cause is not None:
                 raise error.cause from None
             raise
-        except (RayActorError, SchedulerNotRunningError) as error:
-            self._handle = None  # found again next time (the actor may have been replaced)
-            raise SchedulerUnavailable(f"the raygang scheduler does not answer: {error}") from None
         except asyncio.TimeoutError:
             raise SchedulerUnavailable(
                 f"the raygang scheduler did not answer {method} within {timeout:g}s"

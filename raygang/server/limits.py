@@ -13,10 +13,6 @@ from typing import Any
 Scope = dict[str, Any]
 
 
-class BodyTooLarge(Exception):
-    pass
-
-
 class BodyLimit:
     def __init__(self, app: Any, max_bytes: int):
         self.app = app
@@ -34,28 +30,35 @@ class BodyLimit:
             if too_large:
                 return await self._refuse(send, 413, self._message())
         seen = 0
-        started = False
+        started = refused = False
 
         async def counted_receive() -> dict:
-            nonlocal seen
+            nonlocal seen, refused
+            if refused:
+                return {"type": "http.disconnect"}
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise BodyTooLarge
+                if seen > self.max_bytes and not started:
+                    # Answer now; to the app the client is gone, so it stops reading.
+                    refused = True
+                    await self._refuse(send, 413, self._message())
+                    return {"type": "http.disconnect"}
             return message
 
         async def tracked_send(message: dict) -> None:
             nonlocal started
+            if refused:
+                return  # the app's own answer to a "disconnect": the client has ours
             if message["type"] == "http.response.start":
                 started = True
             await send(message)
 
         try:
             await self.app(scope, counted_receive, tracked_send)
-        except BodyTooLarge:
-            if not started:
-                await self._refuse(send, 413, self._message())
+        except Exception:
+            if not refused:  # an error of the app's own, not of the body we cut off
+                raise
 
     def _message(self) -> str:
         return f"request body over {self.max_bytes} bytes"

@@ -1,0 +1,166 @@
+"""The status page at `/`, in a real (headless) Chromium against the real API server: a gang
+submitted over REST shows up, goes RUNNING with its queue's usage and its GPU slots drawn,
+then SUCCEEDED; the page loads nothing from outside the server; without a token it asks
+for one."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+
+pytestmark = pytest.mark.skipif(
+    not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
+    reason=f"needs Debian's chromium and chromedriver at {CHROMIUM} and {CHROMEDRIVER}",
+)
+
+CHROMIUM_ARGS = (
+    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+    "--disable-quic", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--window-size=1400,1300",
+)
+PAGE_TIMEOUT = 60  # actors start slowly on a 2-core machine
+
+DEMO_GANG = {
+    "name": "page-demo",
+    "queue": "team-a",
+    "roles": [{"name": "w", "replicas": 2, "resources": {"GPU": 1},
+               "entrypoint": "raygang.demo:sleep", "args": [4]}],
+}
+
+# One look at the page, taken inside the browser so that it is a single rendered state.
+SNAPSHOT_JS = """
+const gangId = arguments[0];
+const row = document.querySelector(`tr[data-gang-id="${CSS.escape(gangId)}"]`);
+const gpu = document.querySelector('[data-queue="team-a"] .resource[data-resource="GPU"]');
+const banner = document.getElementById('error');
+const slots = [...document.querySelectorAll('.node .slot')]
+  .filter((s) => (s.dataset.gangIds || '').split(' ').includes(gangId));
+return {
+  state: row ? row.querySelector('td.state').textContent : null,
+  queue: row ? row.querySelector('td.queue').textContent : null,
+  team_a_gpu_usage: gpu ? Number(gpu.dataset.usage) : null,
+  team_a_gpu_quota: gpu ? Number(gpu.dataset.quota) : null,
+  team_a_quota_fill: gpu ? gpu.querySelector('.bar.quota .fill').style.width : null,
+  slot_labels: slots.map((s) => s.querySelector('.holder').textContent),
+  slot_nodes: slots.map((s) => s.closest('.node').dataset.nodeId),
+  error: banner.hidden ? null : banner.textContent,
+};
+"""
+
+
+@pytest.fixture
+def browser(tmp_path):
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.options import Options
+    from selenium.webdriver.chrome.service import Service
+
+    options = Options()
+    options.binary_location = str(CHROMIUM)
+    for arg in CHROMIUM_ARGS:
+        options.add_argument(arg)
+    options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
+    # A driver path given means Selenium Manager is never asked (it would try to download).
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=str(CHROMEDRIVER)))
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()
+
+
+def wait_for(driver, what: str, check, timeout: float = PAGE_TIMEOUT):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout, poll_frequency=0.2).until(
+        lambda d: check(d), message=f"the page never showed {what}"
+    )
+
+
+def wait_until_finished(client, gang_id: str, timeout: float = 120) -> str:
+    """Wait for the gang to end (cancelling it if it will not), so nothing leaks."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = client.get(f"/v1/gangs/{gang_id}").json()["state"]
+        if state in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            return state
+        time.sleep(0.5)
+    client.delete(f"/v1/gangs/{gang_id}")
+    return client.get(f"/v1/gangs/{gang_id}").json()["state"]
+
+
+def test_page_follows_a_gang_from_submission_to_success(ray_cluster, api_server, browser):
+    client = api_server.client("admin")
+    created = client.post("/v1/gangs", json=DEMO_GANG)
+    assert created.status_code == 201, created.text
+    gang_id = created.json()["gang_id"]
+    try:
+        browser.get(f"{api_server.url}/#token={api_server.token('admin')}")
+        # The token left the address bar and was kept for the next visit.
+        assert browser.execute_script("return location.hash") == ""
+        assert browser.execute_script("return localStorage.getItem('raygang.token')") == \
+            api_server.token("admin")
+
+        def snap(driver) -> dict:
+            return driver.execute_script(SNAPSHOT_JS, gang_id)
+
+        first = wait_for(browser, f"gang {gang_id}'s row", lambda d: snap(d)["state"] and snap(d))
+        assert first["queue"] == "team-a"
+
+        # While RUNNING: team-a uses 2 of its 4 quota GPUs, and two GPU slots carry the gang.
+        def running(d):
+            s = snap(d)
+            if s["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                raise AssertionError(f"the page missed RUNNING: {s}")
+            return s if s["state"] == "RUNNING" and len(s["slot_labels"]) == 2 else None
+
+        seen = wait_for(browser, f"gang {gang_id} RUNNING on two GPU slots", running)
+        assert seen["error"] is None
+        assert (seen["team_a_gpu_usage"], seen["team_a_gpu_quota"]) == (2, 4), seen
+        assert seen["team_a_quota_fill"] == "50%", seen
+        assert sorted(seen["slot_labels"]) == ["page-demo #0", "page-demo #1"], seen
+        gang = client.get(f"/v1/gangs/{gang_id}").json()
+        assert sorted(seen["slot_nodes"]) == sorted(m["node_id"] for m in gang["members"])
+        pill = browser.find_element("css selector", f'tr[data-gang-id="{gang_id}"] td.state .pill')
+        assert "state-RUNNING" in pill.get_attribute("class")
+        assert browser.find_element("id", "updated").text.startswith("last updated")
+        ARTIFACTS.mkdir(exist_ok=True)
+        assert browser.save_screenshot(str(ARTIFACTS / "status_page.png"))
+
+        done = wait_for(browser, f"gang {gang_id} SUCCEEDED",
+                        lambda d: snap(d)["state"] == "SUCCEEDED" and snap(d))
+        assert done["slot_labels"] == [], "a finished gang still shown on a GPU"
+
+        # Everything the page loaded came from the server itself: no CDN, fonts or URLs.
+        loaded = browser.execute_script(
+            "return performance.getEntriesByType('resource').map((e) => e.name)"
+        )
+        assert any(u.endswith("/static/app.js") for u in loaded), loaded
+        outside = [u for u in loaded if not u.startswith(api_server.url + "/")]
+        assert outside == [], outside
+        errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+        assert errors == [], errors
+    finally:
+        assert wait_until_finished(client, gang_id) == "SUCCEEDED"
+
+
+def test_page_without_a_token_asks_for_one(api_server, browser):
+    browser.get(f"{api_server.url}/")
+    form = wait_for(browser, "the token form",
+                    lambda d: (f := d.find_element("id", "token-form")).is_displayed() and f)
+    assert "Not authorized" in browser.find_element("id", "error").text
+    assert browser.find_elements("css selector", "[data-queue]") == []
+
+    # A team token pasted into the form: the page loads and shows only that team's queue.
+    form.find_element("id", "token-input").send_keys(api_server.token("team-a"))
+    form.find_element("css selector", "button[type=submit]").click()
+    wait_for(browser, "team-a's queue",
+             lambda d: d.find_elements("css selector", '[data-queue="team-a"]'))
+    assert not browser.find_element("id", "token-form").is_displayed()
+    assert not browser.find_element("id", "error").is_displayed()
+    queues = [e.get_attribute("data-queue")
+              for e in browser.find_elements("css selector", "[data-queue]")]
+    assert queues == ["team-a"]

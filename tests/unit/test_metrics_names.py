@@ -1,0 +1,138 @@
+"""SchedulerMetrics without Ray: names, bounded labels, and gauges that go back to zero."""
+
+from __future__ import annotations
+
+import re
+from types import SimpleNamespace
+
+from raygang.core import QueueSpec
+from raygang.core.gang import GangState
+from raygang.core.plan import Admission, Plan, Preemption
+from raygang.runtime.metrics import NAMES, SchedulerMetrics
+from raygang.runtime.records import GangRecord
+from raygang.runtime.status import GangEvent
+from tests.unit.builders import spec
+
+PROMETHEUS_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+QUEUES = [QueueSpec(name="org"), QueueSpec(name="team-a", parent="org"), QueueSpec(name="b")]
+
+
+class FakeMetric:
+    def __init__(self, name, description="", boundaries=None, tag_keys=()):
+        self.name, self.tag_keys, self.boundaries = name, tag_keys, boundaries
+        self.values: dict[tuple, float] = {}
+        self.observed: list[tuple[float, tuple]] = []
+
+    def _key(self, tags):
+        assert set(tags) == set(self.tag_keys), (self.name, tags)
+        return tuple(sorted(tags.items()))
+
+    def set(self, value, tags):
+        self.values[self._key(tags)] = value
+
+    def inc(self, value=1.0, tags=None):
+        key = self._key(tags)
+        self.values[key] = self.values.get(key, 0) + value
+
+    def observe(self, value, tags):
+        self.observed.append((value, self._key(tags)))
+
+
+def _fake_metrics():
+    made: dict[str, FakeMetric] = {}
+
+    def maker(name, description="", **kwargs):
+        made[name] = FakeMetric(name, description, **kwargs)
+        return made[name]
+
+    return made, SimpleNamespace(Gauge=maker, Counter=maker, Histogram=maker)
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def _record(gang_id, shape, queue, state=GangState.PENDING, kind="gang"):
+    r = GangRecord(gang_id=gang_id, spec=spec(gang_id, shape, queue=queue), programs={},
+                   priority=0, seq=0, submitted_at=10.0, kind=kind)
+    r.events.append(GangEvent(at=10.0, from_state=None, to_state=GangState.PENDING,
+                              reason="submitted"))
+    r.state = state
+    return r
+
+
+def test_names_follow_prometheus_conventions():
+    made, fake = _fake_metrics()
+    SchedulerMetrics(fake)
+    assert set(made) == set(vars(NAMES).values())
+    for name, metric in made.items():
+        assert PROMETHEUS_NAME.match(name) and name.startswith("raygang_"), name
+        assert "gang_id" not in metric.tag_keys and "id" not in metric.tag_keys
+    assert [n for n in made if n.endswith("_total")] == [
+        NAMES.admitted, NAMES.preempted, NAMES.finished]
+    assert made[NAMES.wait].boundaries[-1] >= 3600  # hours
+    assert made[NAMES.cycle].boundaries[0] <= 0.001  # milliseconds
+
+
+def test_wait_runs_from_the_last_requeue():
+    made, fake = _fake_metrics()
+    m = SchedulerMetrics(fake)
+    r = _record("g", "2xCPU=1", "team-a")
+    m.admitted(r, now=25.0)
+    r.events.append(GangEvent(at=40.0, from_state=GangState.PREEMPTED,
+                              to_state=GangState.PENDING, reason="preempted"))
+    m.admitted(r, now=45.0)
+    assert [v for v, _ in made[NAMES.wait].observed] == [15.0, 5.0]
+    assert made[NAMES.admitted].values == {(("queue", "team-a"),): 2}
+
+
+def test_preemption_and_cycle_are_counted_with_bounded_labels():
+    made, fake = _fake_metrics()
+    clock = Clock()
+    m = SchedulerMetrics(fake, timer=clock)
+    victim = _record("v", "1xGPU=1", "b")
+    llm = _record("s", "1xGPU=1", "team-a", kind="deployment")
+    m.preempted(victim, llm, Preemption("v", "s", "reclaim", "over its share"))
+    assert made[NAMES.preempted].values == {
+        (("preemptor_kind", "deployment"), ("queue", "b"), ("reason", "reclaim")): 1}
+    started = m.cycle_started()
+    clock.now += 0.25
+    m.cycle_done(started, Plan(admissions=(Admission("s", ("n1",)),)))
+    m.cycle_done(m.cycle_started(), Plan())
+    assert made[NAMES.cycle].observed == [
+        (0.25, (("result", "success"),)), (0.0, (("result", "inadmissible"),))]
+
+
+def q(name):
+    return (("queue", name),)
+
+
+def test_refresh_sets_every_queue_and_zeroes_what_was_released():
+    made, fake = _fake_metrics()
+    m = SchedulerMetrics(fake)
+    held = _record("h", "2xCPU=1,GPU=1", "team-a", GangState.RUNNING)
+    gangs = [held, _record("p", "1xCPU=1", "team-a"), _record("q", "1xCPU=1", "b")]
+    m.refresh(gangs, QUEUES)
+    assert made[NAMES.pending].values == {q("org"): 0, q("team-a"): 1, q("b"): 1}
+    assert made[NAMES.running].values == {q("org"): 0, q("team-a"): 1, q("b"): 0}
+    usage = made[NAMES.usage].values
+    assert usage[(("queue", "team-a"), ("resource", "GPU"))] == 2
+    assert usage[(("queue", "org"), ("resource", "CPU"))] == 2  # the parent counts it too
+    held.state = GangState.SUCCEEDED
+    m.refresh(gangs, QUEUES)
+    m.refresh(gangs, QUEUES)  # a finished gang is counted once
+    assert made[NAMES.running].values[q("team-a")] == 0
+    assert set(usage.values()) == {0}
+    assert made[NAMES.finished].values == {(("queue", "team-a"), ("state", "SUCCEEDED")): 1}
+
+
+def test_a_failing_metric_never_raises():
+    made, fake = _fake_metrics()
+    m = SchedulerMetrics(fake)
+    made[NAMES.pending].set = None  # not callable: TypeError inside refresh
+    m.refresh([_record("p", "1xCPU=1", "b")], QUEUES)
+    m.refresh([_record("p", "1xCPU=1", "b")], QUEUES)
