@@ -1,0 +1,42 @@
+"""`raygang start --api` for real: the CLI joins the session's Ray cluster, finds the
+running scheduler, deploys the API on Ray Serve, and `raygang submit --wait` goes through
+it. (Another test file checks `start`'s error paths; this one the path that works.)"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from ray import serve
+
+from raygang.runtime import serving
+from raygang.server.ingress import API_APP
+from tests.api_server import free_port
+from tests.e2e.test_cli import ok, spec_file
+
+
+def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "raygang.cli.main", *args], env=env,
+                          capture_output=True, text=True, timeout=240)
+
+
+def test_start_with_the_api_then_submit_through_it(ray_cluster, tmp_path):
+    port = free_port()
+    # The session's cluster runs without Ray token auth (see tests/conftest.py).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAYGANG_")}
+    env["RAY_AUTH_MODE"] = "disabled"
+    started = ok(cli("start", "--address", ray_cluster.address, "--api", "--no-auth",
+                     "--port", str(port), env=env))
+    try:
+        url = f"http://127.0.0.1:{port}"
+        assert url in started, started
+        env["RAYGANG_ADDRESS"] = url
+        spec = spec_file(tmp_path, "via-start", seconds=0.2)
+        out = ok(cli("submit", str(spec), "--wait", env=env))
+        assert "SUCCEEDED" in out, out
+        listed = ok(cli("list", "--queue", "default", env=env))
+        assert "via-start" in listed
+    finally:
+        serving._delete(API_APP)
+        serve.shutdown()
