@@ -15,6 +15,8 @@ from pydantic import GetCoreSchemaHandler
 from pydantic_core import core_schema
 
 UNIT = 10_000  # Ray's resource granularity (ray::kResourceUnitScaling).
+# Ray keeps resource amounts as fixed-point int64 in units of 1/10,000: about 9.2e14 at most.
+MAX_AMOUNT = 9e14
 
 # Order in which resources are compared for best fit and shown in messages: the scarce,
 # expensive ones first. Resources not listed here (custom ones) come after GPU.
@@ -196,6 +198,9 @@ def _to_units(name: object, amount: object) -> int:
         raise ValueError(f"resource {name!r} must be finite, got {amount!r}")
     if amount < 0:
         raise ValueError(f"resource {name!r} must be >= 0, got {amount:g}")
+    if amount > MAX_AMOUNT:
+        raise ValueError(f"resource {name!r} must be at most {MAX_AMOUNT:g} (what Ray can "
+                         f"represent), got {amount:g}")
     return round(amount * UNIT)
 
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from raygang.core.spec import DeploymentSpec, GangSpec
-from raygang.runtime.launcher import GangLaunch, MemberFailure
+from raygang.runtime.launcher import GangLaunch, MemberFailure, run_to_completion
 from raygang.runtime.status import GangError
 
 WATCH_INTERVAL_S = 2.0
@@ -88,15 +88,10 @@ class ServeLaunch:
         """Delete the application (if it was deployed) and the reservation. Never raises."""
         from raygang.runtime import serving
 
-        self._reservation.teardown()
+        await self._reservation.close()
         if not self._deployed:
             return
         self._deployed = False
-        delete = asyncio.ensure_future(serving.delete_app(self.deployment.name))
-        while not delete.done():  # finish deleting even if cancelled again meanwhile:
-            try:  # the gang is already ending, and its replicas must not outlive it
-                await asyncio.shield(delete)
-            except asyncio.CancelledError:
-                continue
-            except Exception:  # noqa: BLE001 - Serve logs it; the gang ends regardless
-                break
+        # Finish deleting even if cancelled again meanwhile: the gang is already ending,
+        # and its replicas must not outlive it.
+        await run_to_completion(serving.delete_app(self.deployment.name))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import ray
@@ -26,6 +26,9 @@ from raygang.runtime.program import RoleProgram
 from raygang.runtime.status import GangError, MemberStatus
 
 log = logging.getLogger(__name__)
+# How long a placement group still being created may take to be ready before it is
+# removed anyway (see GangLaunch.close).
+SETTLE_S = 10.0
 
 NAMESPACE = "raygang"
 NODE_ID_LABEL = "ray.io/node-id"
@@ -98,6 +101,9 @@ class GangLaunch:
         self.attempt = attempt
         self.on_member_ready = on_member_ready
         self.pg: PlacementGroup | None = None
+        # The placement group is not being prepared: it was reported ready, or it waited a
+        # whole reservation timeout (so it is pending for lack of room, not mid-prepare).
+        self._at_rest = False
         self.handles: list[Any] = [None] * spec.world_size
         self._tasks: list[asyncio.Task] = []
         self._role_ranks = _role_ranks(spec)
@@ -120,6 +126,7 @@ class GangLaunch:
         finally:
             if not ready.done():
                 ready.cancel()
+        self._at_rest = True
         if not done:
             raise ReservationTimeout(
                 f"placement group {pg_name(self.gang_id)} was not ready within "
@@ -272,6 +279,20 @@ class GangLaunch:
             return _preempt_entry(slot, error=describe_failure(slot, exc))
 
     # 4. Tear down ----------------------------------------------------------------------
+    async def close(self) -> None:
+        """Let a placement group still being created come to rest, then tear down.
+        Runs to the end even if cancelled meanwhile (the gang is ending anyway).
+
+        Ray 2.60 leaks the bundles of a placement group removed while they are being
+        prepared: the node's resources stay used with nothing holding them (reproduced
+        here; ray-project/ray #64693). So an unconfirmed placement group gets up to
+        SETTLE_S to become ready before it is removed; one pinned to nodes with room takes
+        milliseconds, and one that cannot be placed is not being prepared anyway.
+        """
+        if self.pg is not None and not self._at_rest:
+            await run_to_completion(_wait_ready(self.pg, SETTLE_S))
+        self.teardown()
+
     def teardown(self) -> None:
         """Kill every member and remove the placement group. Never raises."""
         for task in self._tasks:
@@ -289,6 +310,30 @@ class GangLaunch:
             except Exception:
                 log.warning("removing %s failed", pg_name(self.gang_id), exc_info=True)
             self.pg = None
+
+
+async def run_to_completion(work: Awaitable[Any]) -> None:
+    """Await `work` to its end even if the caller is cancelled meanwhile (teardown that
+    must not be cut short: `_cancel` in the scheduler re-cancels a gang's task until it
+    ends). Errors are logged, never raised."""
+    future = asyncio.ensure_future(work)
+    while not future.done():
+        try:
+            await asyncio.shield(future)
+        except asyncio.CancelledError:
+            continue
+        except Exception:  # noqa: BLE001 - cleanup: the gang ends regardless
+            log.warning("cleanup step failed", exc_info=True)
+            return
+
+
+async def _wait_ready(pg: PlacementGroup, timeout: float) -> None:
+    ready = asyncio.ensure_future(pg.ready())
+    done, _ = await asyncio.wait([ready], timeout=timeout)
+    if done and not ready.cancelled():
+        ready.exception()  # retrieved: a removed group's error is expected here
+    else:
+        ready.cancel()
 
 
 def _preempt_entry(slot: MemberSlot, hooks: int = 0, error: GangError | str | None = None) -> dict:

@@ -259,7 +259,7 @@ class Scheduler:
             self._forget_finished(record)
         elif record.task is not None:
             record.cancel_reason = reason
-            await _cancel(record.task)
+            await self._halt(record)
         return record.status()
 
     async def shutdown(self) -> int:
@@ -405,7 +405,19 @@ class Scheduler:
             )
             if not hooked:  # a body watching `get_context().preempted` may checkpoint and return
                 await asyncio.wait([task], timeout=max(0.0, deadline - loop.time()))
+        await self._halt(record)
+
+    async def _halt(self, record: GangRecord) -> None:
+        """Cancel the gang's task and wait until the gang is torn down. A task cancelled
+        before its first step never runs `_drive` at all, not even its `finally` (a gang
+        cancelled in the instant after admission): then do here what `_drive` would have."""
+        task, launch = record.task, self._launches.get(record.gang_id)
+        if task is None:
+            return
         await _cancel(task)
+        if record.task is task and launch is not None:
+            self._interrupted(record)
+            await self._release(record, launch)
 
     async def _drive(self, record: GangRecord, launch, victims: list[asyncio.Task]) -> None:
         try:
@@ -427,26 +439,30 @@ class Scheduler:
         except MemberFailure as failure:
             self._fail_or_restart(record, failure.error)
         except asyncio.CancelledError:
-            if record.stopping and record.cancel_reason is None:
-                self._requeue_preempted(record)
-            else:
-                record.move(GangState.CANCELLED, record.cancel_reason or "cancelled",
-                            self._clock())
+            self._interrupted(record)
         except Exception as error:  # a Ray error while applying: this gang only
             log.exception("launch of %s failed", record.gang_id)
             self._fail_or_restart(record, GangError(error_type=type(error).__name__,
                                                     message=str(error)))
         finally:
-            if isinstance(launch, ServeLaunch):
-                await launch.close()
-            else:
-                launch.teardown()
-            self._launches.pop(record.gang_id, None)
-            record.nodes = ()
-            record.task = None
-            record.stopping = None
-            self._forget_finished(record)
-            self._wake.set()
+            await self._release(record, launch)
+
+    def _interrupted(self, record: GangRecord) -> None:
+        """Where a stopped gang goes: back to its queue if preempted, else CANCELLED."""
+        if record.stopping and record.cancel_reason is None:
+            self._requeue_preempted(record)
+        else:
+            record.move(GangState.CANCELLED, record.cancel_reason or "cancelled", self._clock())
+
+    async def _release(self, record: GangRecord, launch) -> None:
+        """Free everything the gang's launch holds and forget the launch."""
+        await launch.close()
+        self._launches.pop(record.gang_id, None)
+        record.nodes = ()
+        record.task = None
+        record.stopping = None
+        self._forget_finished(record)
+        self._wake.set()
 
     def _requeue_preempted(self, record: GangRecord) -> None:
         """Back to its queue with the same id and submission order, preemption counted."""

@@ -50,6 +50,7 @@ IDEMPOTENCY_KEY = r"^[\x21-\x7e]{1,255}$"  # printable ASCII, as Stripe's keys
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": Problem, "description": text}
     for code, text in (
+        (400, "the body is not readable as JSON text (e.g. not UTF-8)"),
         (401, "missing or unknown bearer token"),
         (403, "the token may not use this queue or priority class"),
         (413, "request body too large"),
