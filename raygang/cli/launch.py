@@ -53,7 +53,9 @@ def connect_ray(address: str) -> None:
 
     resolved = resolve_ray_address(address)
     try:
-        ray.init(address=resolved, namespace="raygang", logging_level=logging.ERROR,
+        # The address as given: with "auto", Ray also finds the local cluster's auth token
+        # (token auth is on by default in Ray 2.60); the resolved host:port does not.
+        ray.init(address=address, namespace="raygang", logging_level=logging.ERROR,
                  log_to_driver=False)
     except ConnectionError as error:
         raise CliError(f"cannot connect to the Ray cluster at {resolved}: {error}; "

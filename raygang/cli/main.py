@@ -161,13 +161,16 @@ def submit(client: ApiClient, spec: str, wait: bool, idempotency_key: str | None
 @cli.command("list")
 @click.option("--queue", help="Only this queue.")
 @click.option("--state", type=click.Choice(STATES, case_sensitive=False), help="Only this state.")
-@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
+@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True,
+              help="Show the most recent N gangs.")
 @output_option
 @api_options
 def list_(client: ApiClient, queue: str | None, state: str | None, limit: int,
           output: str) -> None:
-    """Gangs in submission order."""
-    page = client.get("/v1/gangs", queue=queue, state=state and state.upper(), limit=limit)
+    """The most recent gangs, in submission order (oldest of them first, like `tail`)."""
+    page = client.get("/v1/gangs", queue=queue, state=state and state.upper(), limit=limit,
+                      order="newest")
+    page["items"].reverse()
     emit(page, output, render.gangs_table)
 
 

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi import Path as PathParam
@@ -165,12 +165,16 @@ def create_app(
         state: GangState | None = None,
         offset: Annotated[int, Query(ge=0)] = 0,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+        order: Annotated[Literal["oldest", "newest"], Query(
+            description="submission order, oldest first (default) or newest first")] = "oldest",
     ) -> GangPage:
         """Gangs in submission order, filtered by queue and state, one page at a time."""
         if queue is not None:
             check_queue(who, queue)
         queues = [queue] if queue else who.visible_queues()
         gangs = await scheduler.list_gangs(state, None if queues is None else list(queues))
+        if order == "newest":
+            gangs.reverse()
         page = gangs[offset : offset + limit]
         more = offset + limit < len(gangs)
         return GangPage(items=page, total=len(gangs), offset=offset, limit=limit,

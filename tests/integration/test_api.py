@@ -173,6 +173,8 @@ def test_list_filter_and_paginate(admin):
         seen += [g["gang_id"] for g in page["items"]]
         offset = page["next_offset"]
     assert seen == [g["gang_id"] for g in everything["items"]]
+    newest = admin.get("/v1/gangs", params={"queue": "team-b", "limit": 3, "order": "newest"})
+    assert [g["gang_id"] for g in newest.json()["items"]] == ids[::-1]
 
     succeeded = admin.get("/v1/gangs", params={"queue": "team-b", "state": "SUCCEEDED",
                                                "limit": 1000}).json()

@@ -60,7 +60,7 @@
     inFlight = true;
     try {
       const [queues, gangs, cluster] = await Promise.all([
-        getJson("/v1/queues"), getJson("/v1/gangs?limit=1000"), getJson("/v1/cluster"),
+        getJson("/v1/queues"), getJson("/v1/gangs?limit=1000&order=newest"), getJson("/v1/cluster"),
       ]);
       renderQueues(queues);
       renderGangs(gangs);
