@@ -26,21 +26,19 @@ import argparse
 import asyncio
 import os
 import secrets
-import socket
 import statistics
-import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 
 import httpx
 import ray
-import uvicorn
 
 import raygang
-from raygang.server import AuthConfig, Principal, create_app
+from raygang.server import AuthConfig, Principal
 from raygang.server.auth import digest
 from raygang.server.models import GangSubmission
+from raygang.server.standalone import serve_in_thread
 
 GPUS = 8
 QUEUE = "load"
@@ -163,27 +161,6 @@ async def bench(url: str, token: str, handle, n: int, concurrency: int) -> dict:
     return {key: summary(runs) for key, runs in measured.items()}
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def serve_api(token: str) -> tuple[uvicorn.Server, threading.Thread, str]:
-    auth = AuthConfig([(digest(token), Principal(name="bench", admin=True))])
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(auth=auth), host="127.0.0.1", port=port,
-                                           log_level="warning", access_log=False))
-    thread = threading.Thread(target=server.run, name="raygang-api", daemon=True)
-    thread.start()
-    deadline = time.time() + 30
-    while not server.started:
-        if time.time() > deadline or not thread.is_alive():
-            raise RuntimeError("the API server did not start")
-        time.sleep(0.05)
-    return server, thread, f"http://127.0.0.1:{port}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=1000, help="requests per operation and side")
@@ -196,12 +173,11 @@ def main() -> None:
              log_to_driver=False)
     handle = raygang.start(CONFIG)
     token = secrets.token_urlsafe(24)
-    server, thread, url = serve_api(token)
+    api = serve_in_thread(AuthConfig([(digest(token), Principal(name="bench", admin=True))]))
     try:
-        figures = asyncio.run(bench(url, token, handle, args.n, args.concurrency))
+        figures = asyncio.run(bench(api.url, token, handle, args.n, args.concurrency))
     finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+        api.stop()
         raygang.shutdown()  # cancels whatever is left
         ray.shutdown()
 

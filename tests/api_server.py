@@ -4,16 +4,15 @@ thread of the test process (which is connected to the session's Ray cluster)."""
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import uvicorn
 
-from raygang.server import AuthConfig, create_app
+from raygang.server import AuthConfig
 from raygang.server.auth import digest
+from raygang.server.standalone import ApiThread, serve_in_thread
 
 # name -> (token, queues, admin, priority classes); written to the tokens file the server
 # loads (team-b's as a SHA-256 digest, the form that keeps tokens off disk).
@@ -28,8 +27,7 @@ TOKENS = {
 class ApiServer:
     url: str
     tokens_file: Path
-    server: uvicorn.Server
-    thread: threading.Thread
+    api: ApiThread
 
     def token(self, who: str = "admin") -> str:
         return TOKENS[who][0]
@@ -39,8 +37,7 @@ class ApiServer:
         return httpx.Client(base_url=self.url, headers=headers, timeout=60, **kwargs)
 
     def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=10)
+        self.api.stop()
 
 
 def write_tokens_file(folder: Path) -> Path:
@@ -65,16 +62,20 @@ def free_port() -> int:
 
 def start_api_server(folder: Path) -> ApiServer:
     tokens_file = write_tokens_file(folder)
-    app = create_app(auth=AuthConfig.from_file(tokens_file))
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                            access_log=False)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name="raygang-api", daemon=True)
-    thread.start()
-    deadline = time.time() + 30
-    while not server.started:
-        if time.time() > deadline or not thread.is_alive():
-            raise RuntimeError("the API server did not start")
-        time.sleep(0.05)
-    return ApiServer(f"http://127.0.0.1:{port}", tokens_file, server, thread)
+    api = serve_in_thread(AuthConfig.from_file(tokens_file))
+    return ApiServer(api.url, tokens_file, api)
+
+
+FINISHED = {"SUCCEEDED", "FAILED", "CANCELLED"}
+
+
+def wait_for_state(client: httpx.Client, gang_id: str, states: set[str],
+                   timeout: float = 90) -> dict:
+    """Poll `GET /v1/gangs/{id}` until the gang is in one of `states`; its status then."""
+    deadline = time.time() + timeout
+    while True:
+        status = client.get(f"/v1/gangs/{gang_id}").json()
+        if status["state"] in states:
+            return status
+        assert status["state"] not in FINISHED and time.time() < deadline, status
+        time.sleep(0.2)

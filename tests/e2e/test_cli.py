@@ -13,10 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.api_server import ApiServer, free_port
-
-FINISHED = {"SUCCEEDED", "FAILED", "CANCELLED"}
-
+from tests.api_server import FINISHED, ApiServer, free_port, wait_for_state
 
 def run_cli(*args: str, api: ApiServer | None = None, token: str | None = "admin",
             address: str | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
@@ -64,13 +61,8 @@ def get(api: ApiServer, gang_id: str) -> dict:
 
 
 def wait_for(api: ApiServer, gang_id: str, states: set[str], timeout: float = 90) -> dict:
-    deadline = time.time() + timeout
-    while True:
-        status = get(api, gang_id)
-        if status["state"] in states:
-            return status
-        assert status["state"] not in FINISHED and time.time() < deadline, status
-        time.sleep(0.2)
+    with api.client("admin") as client:
+        return wait_for_state(client, gang_id, states, timeout)
 
 
 @pytest.fixture

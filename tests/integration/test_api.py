@@ -3,31 +3,16 @@ every route, status code and auth rule."""
 
 from __future__ import annotations
 
-import time
 
-import httpx
 import pytest
 
-from tests.api_server import ApiServer
-
-FINISHED = {"SUCCEEDED", "FAILED", "CANCELLED"}
-
+from tests.api_server import ApiServer, wait_for_state
 
 def gang_body(name: str, queue: str = "default", seconds: float = 0.5, replicas: int = 2,
               **extra) -> dict:
     role = {"name": "worker", "replicas": replicas, "resources": {"CPU": 1},
             "entrypoint": "raygang.demo:sleep", "args": [seconds]}
     return {"name": name, "queue": queue, "roles": [role], **extra}
-
-
-def wait_for(client: httpx.Client, gang_id: str, states: set[str], timeout: float = 90) -> dict:
-    deadline = time.time() + timeout
-    while True:
-        status = client.get(f"/v1/gangs/{gang_id}").json()
-        if status["state"] in states:
-            return status
-        assert status["state"] not in FINISHED and time.time() < deadline, status
-        time.sleep(0.2)
 
 
 @pytest.fixture
@@ -58,9 +43,9 @@ def test_submit_run_and_inspect_a_gang(admin):
     gang_id = created.json()["gang_id"]
     assert created.headers["location"] == f"/v1/gangs/{gang_id}" == created.json()["location"]
 
-    running = wait_for(admin, gang_id, {"RUNNING", "SUCCEEDED"})
+    running = wait_for_state(admin, gang_id, {"RUNNING", "SUCCEEDED"})
     assert len(running["members"]) == 2 and all(m["node_id"] for m in running["members"])
-    done = wait_for(admin, gang_id, {"SUCCEEDED"})
+    done = wait_for_state(admin, gang_id, {"SUCCEEDED"})
     states = [e["to_state"] for e in done["events"]]
     assert states == ["PENDING", "ADMITTED", "RESERVED", "STARTING", "RUNNING", "SUCCEEDED"]
     assert all(e["at"] >= done["submitted_at"] for e in done["events"])
@@ -75,7 +60,7 @@ def test_a_member_that_cannot_import_its_code_fails_the_gang_with_the_reason(adm
     body = gang_body("no-code")
     body["roles"][0]["entrypoint"] = "nosuch_package.module:main"
     gang_id = admin.post("/v1/gangs", json=body).json()["gang_id"]
-    failed = wait_for(admin, gang_id, {"FAILED"})
+    failed = wait_for_state(admin, gang_id, {"FAILED"})
     assert failed["error"]["error_type"] == "ModuleNotFoundError"
     assert "No module named 'nosuch_package'" in failed["reason"]
 
@@ -97,7 +82,7 @@ def test_idempotency_key_makes_retries_safe(admin, as_team):
              .json()["items"] if g["name"] == "retried"]
     assert len(named) == 2
     for gang in named:
-        wait_for(admin, gang["gang_id"], {"SUCCEEDED"})
+        wait_for_state(admin, gang["gang_id"], {"SUCCEEDED"})
 
 
 @pytest.mark.parametrize("body, field, says", [
@@ -161,7 +146,7 @@ def test_list_filter_and_paginate(admin):
     ids = [admin.post("/v1/gangs", json=gang_body(f"page-{i}", queue="team-b", seconds=0.1))
            .json()["gang_id"] for i in range(3)]
     for gang_id in ids:
-        wait_for(admin, gang_id, {"SUCCEEDED"})
+        wait_for_state(admin, gang_id, {"SUCCEEDED"})
     everything = admin.get("/v1/gangs", params={"queue": "team-b", "limit": 1000}).json()
     assert [g["gang_id"] for g in everything["items"]][-3:] == ids  # submission order
 
@@ -185,7 +170,7 @@ def test_list_filter_and_paginate(admin):
 
 def test_cancel_a_running_gang_frees_everything(admin):
     gang_id = admin.post("/v1/gangs", json=gang_body("long", seconds=300)).json()["gang_id"]
-    wait_for(admin, gang_id, {"RUNNING"})
+    wait_for_state(admin, gang_id, {"RUNNING"})
     cancelled = admin.delete(f"/v1/gangs/{gang_id}")
     assert cancelled.status_code == 200 and cancelled.json()["state"] == "CANCELLED"
     assert cancelled.json()["reason"] == "cancelled by admin (REST)"
@@ -205,7 +190,7 @@ def test_dry_run_queues_and_cluster(admin):
             "name": "w", "replicas": 2, "resources": {"GPU": 1, "CPU": 1},
             "entrypoint": "raygang.demo:sleep", "args": [300]}]}).json()["gang_id"]
     try:
-        wait_for(admin, gang_id, {"RUNNING"})
+        wait_for_state(admin, gang_id, {"RUNNING"})
         queues = {q["name"]: q for q in admin.get("/v1/queues").json()}
         assert {"default", "team-a", "team-b", "load"} <= set(queues)
         assert queues["team-a"]["usage"]["GPU"] == 2 and queues["team-a"]["quota"] == {"GPU": 4}
@@ -257,7 +242,7 @@ def test_auth_rules(api_server, admin, as_team):
     # only admins configure queues
     assert team_a.put("/v1/queues/team-a", json={"name": "team-a"}).status_code == 403
     for gang_id in (mine_id, theirs_id):
-        wait_for(admin, gang_id, {"SUCCEEDED"})
+        wait_for_state(admin, gang_id, {"SUCCEEDED"})
 
 
 def test_admin_configures_a_queue(admin):
@@ -276,4 +261,4 @@ def test_admin_configures_a_queue(admin):
     # a gang may now be submitted to it
     gang_id = admin.post("/v1/gangs", json=gang_body("in-new-queue", queue="api-made",
                                                      seconds=0.1)).json()["gang_id"]
-    wait_for(admin, gang_id, {"SUCCEEDED"})
+    wait_for_state(admin, gang_id, {"SUCCEEDED"})
