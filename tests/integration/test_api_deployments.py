@@ -1,0 +1,41 @@
+"""Serve deployments over REST: create (201), conflict (409), list, get, answer HTTP
+through Serve, delete — and the 422s for what only REST can get wrong."""
+
+from __future__ import annotations
+
+import httpx
+
+from tests.api_server import wait_for_state
+
+
+def test_deploy_over_rest(api_server, ray_cluster, http_port):
+    body = {"name": "rest-echo", "import_path": "raygang.demo:echo", "replicas": 2,
+            "resources": {"CPU": 0.5}, "queue": "team-a"}
+    with api_server.client("admin") as admin, api_server.client("team-b") as team_b:
+        created = admin.post("/v1/deployments", json=body)
+        assert created.status_code == 201, created.text
+        assert created.headers["location"] == "/v1/deployments/rest-echo"
+        gang_id = created.json()["gang_id"]
+        try:
+            again = admin.post("/v1/deployments", json=body)
+            assert again.status_code == 409 and "undeploy it first" in again.json()["detail"]
+            running = wait_for_state(admin, gang_id, {"RUNNING"}, timeout=180)
+            assert running["kind"] == "deployment" and running["priority"] == 1000
+            answer = httpx.get(f"http://127.0.0.1:{http_port}/rest-echo", timeout=30)
+            assert answer.status_code == 200 and answer.json()["path"] == "/rest-echo"
+            assert [d["name"] for d in admin.get("/v1/deployments").json()] == ["rest-echo"]
+            assert admin.get("/v1/deployments/rest-echo").json()["gang_id"] == gang_id
+            # another team neither sees nor deletes it
+            assert team_b.get("/v1/deployments").json() == []
+            assert team_b.delete("/v1/deployments/rest-echo").status_code == 403
+        finally:
+            deleted = admin.delete("/v1/deployments/rest-echo")
+        assert deleted.status_code == 200 and deleted.json()["state"] == "CANCELLED"
+        assert deleted.json()["reason"] == "undeployed"
+
+        no_path = admin.post("/v1/deployments", json={"name": "bare", "replicas": 1})
+        assert no_path.status_code == 422 and no_path.json()["detail"].startswith("import_path")
+        bad_path = admin.post("/v1/deployments", json={"name": "bad", "import_path": "no-colon"})
+        assert bad_path.status_code == 422
+        assert team_b.post("/v1/deployments", json={**body, "name": "x", "queue": "team-b"}
+                           ).status_code == 403  # team-b may not use the inference class
