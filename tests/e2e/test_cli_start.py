@@ -7,6 +7,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
+
+import httpx
 
 from ray import serve
 
@@ -40,3 +43,37 @@ def test_start_with_the_api_then_submit_through_it(ray_cluster, tmp_path):
     finally:
         serving._delete(API_APP)
         serve.shutdown()
+
+
+def test_api_runs_standalone_against_a_cluster(ray_cluster, tmp_path):
+    """`raygang api`: uvicorn in its own process, joined to the cluster; ready once it
+    reaches the scheduler; auth as configured (here a tokens file)."""
+    port = free_port()
+    tokens = tmp_path / "tokens.yaml"
+    tokens.write_text("tokens:\n  - name: ops\n    token: standalone-token-0123456789\n"
+                      "    admin: true\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAYGANG_")}
+    env["RAY_AUTH_MODE"] = "disabled"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "raygang.cli.main", "api", "--ray-address", ray_cluster.address,
+         "--port", str(port), "--tokens-file", str(tokens)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 60
+        while True:
+            try:
+                ready = httpx.get(f"{url}/readyz", timeout=5)
+                break
+            except httpx.TransportError:
+                assert server.poll() is None, server.stderr.read()
+                assert time.time() < deadline, "raygang api did not listen within 60 s"
+                time.sleep(0.25)
+        assert ready.status_code == 200 and ready.json()["status"] == "ready"
+        assert httpx.get(f"{url}/v1/queues").status_code == 401
+        queues = httpx.get(f"{url}/v1/queues", headers={
+            "Authorization": "Bearer standalone-token-0123456789"})
+        assert queues.status_code == 200 and "team-a" in {q["name"] for q in queues.json()}
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
