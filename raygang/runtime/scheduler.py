@@ -145,7 +145,10 @@ class Scheduler:
         return await self.cancel(gang_id, "undeployed")
 
     async def list_deployments(self) -> list[GangStatus]:
-        return [self._gangs[g].status() for g in self._deployments.values() if g in self._gangs]
+        """Deployments queued, running, or failed (until redeployed); undeployed ones are
+        history (their gangs stay in `list_gangs`)."""
+        records = [self._gangs[g] for g in self._deployments.values() if g in self._gangs]
+        return [r.status() for r in records if r.state is not GangState.CANCELLED]
 
     async def queues(self) -> list[QueueStatus]:
         """The queue tree with usage and fair shares as of now."""

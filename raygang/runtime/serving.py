@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ray import serve
+from ray.exceptions import RayActorError
+from ray.serve import context as serve_context  # the cached controller handle
 from ray._common.utils import import_attr  # what Serve itself uses for `import_path`
 from ray.serve import Application
 from ray.serve.exceptions import RayServeException
@@ -130,17 +132,33 @@ def ensure_serve_started(http_port: int | None = None, host: str = "127.0.0.1") 
     `http_port=None` it is not even asked, so that Serve logs no "config differs" warning.
     `host="0.0.0.0"` exposes it beyond this machine (the raygang API on KubeRay's head).
     """
-    if http_port is None and serve.status().proxies:  # an empty status: Serve not running
+    if http_port is None and _serve_status().proxies:  # an empty status: Serve not running
         return
+    _serve_status()  # drops a cached handle to a controller that is gone (see there)
     serve.start(
         proxy_location="HeadOnly",
         http_options={"host": host, "port": http_port or DEFAULT_HTTP_PORT},
     )
 
 
+def _serve_status():
+    """`serve.status()`, surviving a Serve that was shut down and started again meanwhile.
+
+    Serve caches its controller's handle per process and job; the scheduler's job never
+    changes, so after someone else's `serve.shutdown()` the cached handle points at a dead
+    controller and every Serve call raises RayActorError. Drop it and ask again: Serve then
+    finds the current controller by name (or reports Serve as not running).
+    """
+    try:
+        return serve.status()
+    except RayActorError:
+        serve_context._disconnect()
+        return serve.status()
+
+
 def _app_status(name: str):
     """Serve's status of application `name`, or None if Serve has no such application."""
-    return serve.status().applications.get(name)
+    return _serve_status().applications.get(name)
 
 
 def app_running(name: str) -> bool:

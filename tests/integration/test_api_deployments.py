@@ -4,7 +4,9 @@ through Serve, delete — and the 422s for what only REST can get wrong."""
 from __future__ import annotations
 
 import httpx
+from ray import serve
 
+from raygang.runtime import serving
 from tests.api_server import wait_for_state
 
 
@@ -39,3 +41,22 @@ def test_deploy_over_rest(api_server, ray_cluster, http_port):
         assert bad_path.status_code == 422
         assert team_b.post("/v1/deployments", json={**body, "name": "x", "queue": "team-b"}
                            ).status_code == 403  # team-b may not use the inference class
+
+
+def test_deployments_survive_serve_being_restarted_by_someone_else(api_server, ray_cluster,
+                                                                   http_port):
+    """After another driver's `serve.shutdown()` (and a new Serve), the scheduler's cached
+    Serve handle is stale; the next deployment must still run, not die on RayActorError."""
+    body = {"name": "after-restart", "import_path": "raygang.demo:echo", "replicas": 1,
+            "resources": {"CPU": 0.5}}
+    with api_server.client("admin") as admin:
+        first = admin.post("/v1/deployments", json=body).json()["gang_id"]
+        wait_for_state(admin, first, {"RUNNING"}, timeout=180)
+        admin.delete("/v1/deployments/after-restart")
+        serve.shutdown()
+        serving.ensure_serve_started(http_port)
+        second = admin.post("/v1/deployments", json=body).json()["gang_id"]
+        try:
+            wait_for_state(admin, second, {"RUNNING"}, timeout=180)
+        finally:
+            assert admin.delete("/v1/deployments/after-restart").json()["state"] == "CANCELLED"
