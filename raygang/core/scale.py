@@ -1,0 +1,319 @@
+"""The scale decision as a pure function: `plan_scale(...) -> ScalePlan`.
+
+Scale-up simulates, gang by gang in cycle order, what adding nodes of one worker group
+would do, using the scheduler's own `place` on a scratch snapshot that holds the real
+nodes' free capacity, the nodes already requested and not yet up, and the virtual nodes
+added for earlier gangs. So STRICT_PACK / STRICT_SPREAD / PACK / SPREAD mean exactly what
+they mean to the scheduler. Scale-down releases nodes idle for `idle_timeout_s`.
+
+Hysteresis: the desired count of a group never drops below the pods it has now because
+a gang left; it drops only by releasing named idle nodes, and a group that scaled up in
+the last `scale_down_delay_s` releases nothing. A gang that arrives and leaves therefore
+costs at most one node for `idle_timeout_s`, never an up-down-up flap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from raygang.core.capacity import Capacity
+from raygang.core.config import SchedulerConfig
+from raygang.core.explain import describe_bundles
+from raygang.core.gang import PendingGang
+from raygang.core.placement import place
+from raygang.core.plan import Plan, WaitCode
+from raygang.core.resources import Resources, scarcity_key
+from raygang.core.snapshot import ClusterSnapshot, NodeState
+from raygang.core.spec import Strategy
+
+# Default price of one node, in CPU-equivalents: a datacenter GPU (or other accelerator /
+# custom resource) costs roughly what 64 vCPUs do, and 4 GiB of memory about one vCPU.
+# Weighting accelerators this heavily means a CPU-only gang never lands on a GPU group
+# while a CPU group can host it.
+_CPU_COST = 1.0
+_GIB_COST = 0.25
+_ACCELERATOR_COST = 64.0
+_FREE = ("object_store_memory",)  # carved out of memory: not paid twice
+_NO_MAX = 2**31 - 1  # KubeRay's default maxReplicas
+
+
+def default_cost(shape: Resources) -> float:
+    """Price of one node of `shape` when its group names none."""
+    cost = 0.0
+    for name, amount in shape.items():
+        if name == "CPU":
+            cost += _CPU_COST * amount
+        elif name == "memory":
+            cost += _GIB_COST * amount / 2**30
+        elif name not in _FREE:
+            cost += _ACCELERATOR_COST * amount
+    return cost
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGroup:
+    """A worker group: nodes of one `shape`, `nodes` pods now (up or not)."""
+
+    name: str
+    shape: Resources
+    min_nodes: int = 0
+    max_nodes: int = _NO_MAX
+    nodes: int = 0
+    cost: float | None = None  # per node; None: `default_cost(shape)`
+
+    @property
+    def node_cost(self) -> float:
+        return default_cost(self.shape) if self.cost is None else self.cost
+
+
+class ScaleConfig(BaseModel):
+    """When idle nodes go away (see the module docstring for the hysteresis rule)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    idle_timeout_s: float = Field(300.0, ge=0, description="release a node idle this long")
+    scale_down_delay_s: float = Field(
+        120.0, ge=0, description="a group that scaled up this recently releases nothing"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ScalePlan:
+    desired: dict[str, int] = field(default_factory=dict)  # group -> pods wanted
+    waiting_for: dict[str, tuple[str, int]] = field(default_factory=dict)  # gang -> (group, new)
+    at_max: dict[str, str] = field(default_factory=dict)  # gang -> why it gets no nodes now
+    infeasible: dict[str, str] = field(default_factory=dict)  # gang -> why never
+    release: tuple[str, ...] = ()  # Ray node ids to remove, oldest idle first
+    scaled_up: tuple[str, ...] = ()  # groups whose desired count grew (for the cooldown)
+
+
+def scale_candidates(
+    pending: Iterable[PendingGang], plan: Plan, config: SchedulerConfig
+) -> list[PendingGang]:
+    """The gangs more nodes could help, in admission order: not admitted, not held by a
+    quota or limit, and not rejected for a queue problem no node can fix."""
+    out = []
+    for gang in pending:
+        waiting = plan.waiting.get(gang.gang_id)
+        if waiting is None or waiting.code is WaitCode.LIMIT:
+            continue
+        if waiting.code is WaitCode.UNSCHEDULABLE and config.queue_tree.problem(gang.spec):
+            continue
+        out.append(gang)
+    return sorted(out, key=PendingGang.order_key)
+
+
+def plan_scale(
+    snapshot: ClusterSnapshot,
+    waiting: Sequence[PendingGang],
+    groups: Sequence[NodeGroup],
+    node_groups: Mapping[str, str],
+    idle_since: Mapping[str, float],
+    busy_nodes: Iterable[str],
+    config: ScaleConfig,
+    now: float,
+    last_scale_up: Mapping[str, float] | None = None,
+) -> ScalePlan:
+    """Nodes to add per group for `waiting` (in cycle order), and idle nodes to release.
+
+    `snapshot` free capacity should already exclude this cycle's admissions;
+    `node_groups` maps Ray node id -> group (the head is absent, so never released);
+    `busy_nodes` are nodes this cycle's plan is about to use; `last_scale_up` is when each
+    group last grew (the runtime records it from `scaled_up`)."""
+    by_name = {g.name: g for g in sorted(groups, key=lambda g: g.name)}
+    sim = _Scratch(snapshot, by_name, node_groups)
+    plan = ScalePlan()
+    for gang in waiting:
+        _scale_up_one(gang, sim, by_name, plan)
+    added = sim.added
+    desired = {
+        name: max(g.nodes + added.get(name, 0), g.min_nodes) for name, g in by_name.items()
+    }
+    cooling = {
+        name for name, at in (last_scale_up or {}).items()
+        if now - at < config.scale_down_delay_s
+    } | {name for name, n in added.items() if n}
+    release = _idle_nodes(snapshot, by_name, node_groups, idle_since,
+                          set(busy_nodes) | sim.used_real, cooling, desired, config, now)
+    for node_id in release:
+        desired[node_groups[node_id]] -= 1
+    return ScalePlan(desired, plan.waiting_for, plan.at_max, plan.infeasible, release,
+                     tuple(sorted(n for n, k in added.items() if k)))
+
+
+class _Scratch:
+    """Free capacity per node id for the simulation: real nodes, requested-not-up nodes
+    and new virtual ones. Virtual ids sort after real ones only by accident of naming;
+    what matters is that they are deterministic."""
+
+    def __init__(self, snapshot: ClusterSnapshot, groups: Mapping[str, NodeGroup],
+                 node_groups: Mapping[str, str]):
+        self.total: dict[str, Resources] = {}
+        self.free: dict[str, Resources] = {}
+        self.group_of: dict[str, str] = {}  # virtual node -> group
+        self.real: set[str] = set()
+        self.used_real: set[str] = set()  # real nodes a waiting gang will use: not idle
+        self.added: dict[str, int] = {}
+        up: dict[str, int] = {}
+        for node in snapshot.alive_nodes:
+            self.total[node.node_id], self.free[node.node_id] = node.total, node.free
+            self.real.add(node.node_id)
+            if node.node_id in node_groups:
+                up[node_groups[node.node_id]] = up.get(node_groups[node.node_id], 0) + 1
+        for name, group in groups.items():
+            for i in range(max(0, group.nodes - up.get(name, 0))):
+                self._add(f"~{name}/requested-{i:05d}", group)
+
+    def _add(self, node_id: str, group: NodeGroup) -> None:
+        self.total[node_id] = self.free[node_id] = group.shape
+        self.group_of[node_id] = group.name
+
+    def headroom(self, group: NodeGroup) -> int:
+        return max(0, group.max_nodes - group.nodes - self.added.get(group.name, 0))
+
+    def try_place(self, gang: PendingGang, group: NodeGroup | None, k: int):
+        """Placement with `k` more nodes of `group`, or None; changes nothing."""
+        nodes = [NodeState(n, self.total[n], self.free[n]) for n in self.free]
+        if group is not None:
+            base = self.added.get(group.name, 0)
+            nodes += [NodeState(self._new_id(group, base + i), group.shape, group.shape)
+                      for i in range(k)]
+        return place(gang.bundles, gang.strategy, Capacity(nodes))
+
+    def commit(self, gang: PendingGang, group: NodeGroup | None, k: int,
+               assignment: Sequence[str]) -> None:
+        if group is not None:
+            base = self.added.get(group.name, 0)
+            for i in range(k):
+                self._add(self._new_id(group, base + i), group)
+            self.added[group.name] = base + k
+        for node_id, bundle in zip(assignment, gang.bundles, strict=True):
+            self.free[node_id] = self.free[node_id] - bundle
+            if node_id in self.real:
+                self.used_real.add(node_id)
+
+    @staticmethod
+    def _new_id(group: NodeGroup, i: int) -> str:
+        return f"~{group.name}/new-{i:05d}"
+
+
+def _scale_up_one(gang: PendingGang, sim: _Scratch, groups: Mapping[str, NodeGroup],
+                  plan: ScalePlan) -> None:
+    here = sim.try_place(gang, None, 0)
+    if here is not None:  # fits on free, requested or already added nodes: no new node
+        sim.commit(gang, None, 0, here)
+        owner = next((sim.group_of[n] for n in here if n in sim.group_of), None)
+        if owner is not None:
+            plan.waiting_for[gang.gang_id] = (owner, 0)
+        return
+    best: tuple[tuple[float, int, str], NodeGroup, int, tuple[str, ...]] | None = None
+    at_max: list[str] = []
+    for group in groups.values():
+        if not _ever_hosts(gang, group):
+            continue
+        found = _fewest_nodes(gang, sim, group)
+        if found is None:
+            at_max.append(group.name)
+            continue
+        k, assignment = found
+        key = (k * group.node_cost, k, group.name)
+        if best is None or key < best[0]:
+            best = (key, group, k, assignment)
+    if best is not None:
+        _, group, k, assignment = best
+        sim.commit(gang, group, k, assignment)
+        plan.waiting_for[gang.gang_id] = (group.name, k)
+    elif at_max:
+        plan.at_max[gang.gang_id] = "; ".join(
+            f"group {name} is at its maximum of {groups[name].max_nodes} nodes" for name in at_max)
+    else:
+        plan.infeasible[gang.gang_id] = infeasible_reason(gang, list(groups.values()))
+
+
+def _fewest_nodes(gang: PendingGang, sim: _Scratch, group: NodeGroup):
+    """(k, assignment) for the fewest new nodes of `group` that place the gang, or None.
+    Never more new nodes than bundles; more empty nodes never hurt, so binary search."""
+    high = min(sim.headroom(group), len(gang.bundles))
+    if high < 1:
+        return None
+    found = sim.try_place(gang, group, high)
+    if found is None:
+        return None
+    low = 1
+    while low < high:
+        mid = (low + high) // 2
+        trial = sim.try_place(gang, group, mid)
+        if trial is None:
+            low = mid + 1
+        else:
+            high, found = mid, trial
+    return high, found
+
+
+def _ever_hosts(gang: PendingGang, group: NodeGroup) -> bool:
+    """Whether enough empty nodes of this group alone could host the gang."""
+    nodes = [NodeState(f"n{i:05d}", group.shape, group.shape) for i in range(len(gang.bundles))]
+    return place(gang.bundles, gang.strategy, Capacity(nodes)) is not None
+
+
+def infeasible_reason(gang: PendingGang, groups: Sequence[NodeGroup]) -> str:
+    """Why no worker group could ever host `gang`, with numbers."""
+    if not groups:
+        return "no worker group can be scaled up (the cluster has none)"
+    shape = f"{gang.strategy.value}, {describe_bundles(gang.bundles)}"
+    if gang.strategy is Strategy.STRICT_PACK:
+        need = Resources.sum(gang.bundles)
+        closest = _closest(need, groups)
+        return (f"needs {need} on one node ({shape}); the closest node shape is "
+                f"{closest.shape} (group {closest.name}), short of {need.shortfall(closest.shape)}")
+    for bundle in sorted(set(gang.bundles), key=_size_key):
+        if not any(bundle.fits_in(g.shape) for g in groups):
+            closest = _closest(bundle, groups)
+            return (f"bundle {bundle} fits on no worker group's node ({shape}); the closest "
+                    f"node shape is {closest.shape} (group {closest.name}), short of "
+                    f"{bundle.shortfall(closest.shape)}")
+    return (f"no single worker group's node shape hosts every bundle ({shape}); "
+            f"shapes: " + ", ".join(f"{g.name} {g.shape}" for g in groups))
+
+
+def _size_key(bundle: Resources) -> tuple:
+    names = sorted(bundle, key=scarcity_key)
+    return (tuple((scarcity_key(n), -bundle.units(n)) for n in names), repr(bundle))
+
+
+def _closest(need: Resources, groups: Sequence[NodeGroup]) -> NodeGroup:
+    """The group whose shape misses least of `need`, scarcest resource first."""
+    def key(g: NodeGroup) -> tuple:
+        missing = need.shortfall(g.shape)
+        names = sorted(need, key=scarcity_key)
+        return (tuple(missing.units(n) for n in names), g.name)
+    return min(groups, key=key)
+
+
+def _idle_nodes(snapshot: ClusterSnapshot, groups: Mapping[str, NodeGroup],
+                node_groups: Mapping[str, str], idle_since: Mapping[str, float],
+                busy: set[str], cooling: set[str], desired: Mapping[str, int],
+                config: ScaleConfig, now: float) -> tuple[str, ...]:
+    """Idle nodes to release: oldest idle first, then node id; never the head (absent from
+    `node_groups`), never a node holding a bundle, never below a group's min_nodes."""
+    holding = {node_id for g in snapshot.placed for node_id, _ in g.bundles}
+    candidates = []
+    for node in snapshot.alive_nodes:
+        group = node_groups.get(node.node_id)
+        since = idle_since.get(node.node_id)
+        if (group not in groups or since is None or group in cooling
+                or node.node_id in busy or node.node_id in holding
+                or now - since < config.idle_timeout_s):
+            continue
+        candidates.append((since, node.node_id, group))
+    left = dict(desired)
+    release = []
+    for _, node_id, group in sorted(candidates):
+        if left[group] - 1 < groups[group].min_nodes:
+            continue
+        left[group] -= 1
+        release.append(node_id)
+    return tuple(release)
