@@ -122,7 +122,6 @@ class SchedulerMetrics:
             NAMES.cycle, "Seconds one scheduling cycle took (observe, schedule, apply)",
             boundaries=CYCLE_BUCKETS, tag_keys=("result",))
         self._usage_seen: set[tuple[str, str]] = set()  # reported once: 0 when released
-        self._finished_seen: set[str] = set()  # gang ids already counted as finished
 
     # Events ---------------------------------------------------------------------------
     @_quiet
@@ -142,6 +141,11 @@ class SchedulerMetrics:
             "preemptor_kind": preemptor.kind,
         })
 
+    @_quiet
+    def finished(self, record: GangRecord) -> None:
+        """Call once, when the gang reaches its final state."""
+        self._finished.inc(tags={"queue": record.spec.queue, "state": record.state.value})
+
     def cycle_started(self) -> float:
         return self._timer()
 
@@ -150,7 +154,7 @@ class SchedulerMetrics:
         result = "success" if plan.admissions else "inadmissible"
         self._cycle.observe(max(0.0, self._timer() - started), tags={"result": result})
 
-    # Gauges (and finished gangs), from the book --------------------------------------
+    # Gauges, from the book --------------------------------------------------------------
     @_quiet
     def refresh(self, records: Iterable[GangRecord], queues: Iterable[QueueSpec]) -> None:
         """Set every gauge from the gangs as they are now; zero for queues with none."""
@@ -159,10 +163,8 @@ class SchedulerMetrics:
         running = dict(pending)
         usage: dict[tuple[str, str], float] = {}
         parents = {q.name: q.parent for q in queues}
-        present = set()
         for r in records:
             queue = r.spec.queue
-            present.add(r.gang_id)
             if r.state is GangState.PENDING:
                 pending[queue] = pending.get(queue, 0) + 1
             elif r.state.holds_resources:
@@ -170,10 +172,6 @@ class SchedulerMetrics:
                 for name, amount in r.spec.total.items():
                     for q in _self_and_ancestors(queue, parents):
                         usage[q, name] = usage.get((q, name), 0.0) + amount
-            elif r.state.finished and r.gang_id not in self._finished_seen:
-                self._finished_seen.add(r.gang_id)
-                self._finished.inc(tags={"queue": queue, "state": r.state.value})
-        self._finished_seen &= present  # forgotten gangs cannot come back
         for queue, n in pending.items():
             self._pending.set(n, tags={"queue": queue})
         for queue, n in running.items():

@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 SCHEDULER_NAME = "raygang-scheduler"
 # `cluster()` observes Ray afresh at most this often (status pages poll it every few s).
 CLUSTER_VIEW_MAX_AGE_S = 0.25
+METRICS_REFRESH_S = 1.0
 
 
 class Scheduler:
@@ -74,6 +75,7 @@ class Scheduler:
         self._idempotent = IdempotencyKeys()
         from raygang.runtime.metrics import SchedulerMetrics  # made in the actor process
         self._metrics = SchedulerMetrics()
+        self._metrics_at = float("-inf")  # when the gauges were last refreshed
 
     def _ensure_loop(self) -> None:
         if self._loop_task is None or self._loop_task.done():
@@ -188,8 +190,23 @@ class Scheduler:
         self, state: GangState | None = None, queues: Collection[str] | None = None
     ) -> list[GangStatus]:
         """Gangs in submission order, optionally only in `state` and in `queues`."""
+        return [r.status() for r in self._matching(state, queues)]
+
+    async def gang_page(
+        self, state: GangState | None, queues: Collection[str] | None, offset: int,
+        limit: int, newest_first: bool = False,
+    ) -> tuple[list[GangStatus], int]:
+        """One page of `list_gangs` and how many match in all: only the page's statuses
+        are built and sent (a status page polls this with thousands of gangs kept)."""
+        matching = self._matching(state, queues)
+        if newest_first:
+            matching.reverse()
+        return [r.status() for r in matching[offset : offset + limit]], len(matching)
+
+    def _matching(self, state: GangState | None,
+                  queues: Collection[str] | None) -> list[GangRecord]:
         return [
-            r.status() for r in self._gangs.values()
+            r for r in self._gangs.values()
             if (state is None or r.state is state) and (queues is None or r.spec.queue in queues)
         ]
 
@@ -259,7 +276,7 @@ class Scheduler:
         record = self._get(gang_id)
         if record.state is GangState.PENDING:
             record.move(GangState.CANCELLED, reason, self._clock())
-            self._forget_finished(record)
+            self._on_finished(record)
         elif record.task is not None:
             record.cancel_reason = reason
             await self._halt(record)
@@ -314,8 +331,13 @@ class Scheduler:
             except Exception as error:  # never let one bad cycle stop scheduling
                 log.exception("scheduling cycle failed")
                 self._last_cycle_error = f"{type(error).__name__}: {error}"
-            # Every iteration: Ray drops a gauge not set within two report intervals.
-            self._metrics.refresh(self._gangs.values(), self._config.queues)
+            # Ray drops a gauge not set within two report intervals (10 s each); once a
+            # second is plenty, and keeps a scan of every remembered gang off the path of
+            # a burst of submissions (each wakes the loop).
+            now = self._clock()
+            if now - self._metrics_at >= METRICS_REFRESH_S:
+                self._metrics_at = now
+                self._metrics.refresh(self._gangs.values(), self._config.queues)
 
     def _cycle(self) -> None:
         pending = self._pending()
@@ -464,7 +486,7 @@ class Scheduler:
         record.nodes = ()
         record.task = None
         record.stopping = None
-        self._forget_finished(record)
+        self._on_finished(record)
         self._wake.set()
 
     def _requeue_preempted(self, record: GangRecord) -> None:
@@ -493,10 +515,12 @@ class Scheduler:
         except KeyError:
             raise GangNotFoundError(f"no gang with id {gang_id!r}") from None
 
-    def _forget_finished(self, record: GangRecord) -> None:
-        """Keep the last `finished_gangs_kept` finished gangs (and their results)."""
+    def _on_finished(self, record: GangRecord) -> None:
+        """Once a gang has reached its final state: count it, and keep only the last
+        `finished_gangs_kept` finished gangs (and their results)."""
         if not record.state.finished:
             return
+        self._metrics.finished(record)
         self._finished.append(record.gang_id)
         while len(self._finished) > self._config.finished_gangs_kept:
             self._gangs.pop(self._finished.popleft(), None)

@@ -132,9 +132,9 @@ def ensure_serve_started(http_port: int | None = None, host: str = "127.0.0.1") 
     `http_port=None` it is not even asked, so that Serve logs no "config differs" warning.
     `host="0.0.0.0"` exposes it beyond this machine (the raygang API on KubeRay's head).
     """
-    if http_port is None and _serve_status().proxies:  # an empty status: Serve not running
+    status = _serve_status()  # also drops a cached handle to a controller that is gone
+    if http_port is None and status.proxies:  # an empty status: Serve not running
         return
-    _serve_status()  # drops a cached handle to a controller that is gone (see there)
     serve.start(
         proxy_location="HeadOnly",
         http_options={"host": host, "port": http_port or DEFAULT_HTTP_PORT},

@@ -172,12 +172,10 @@ def create_app(
         if queue is not None:
             check_queue(who, queue)
         queues = [queue] if queue else who.visible_queues()
-        gangs = await scheduler.list_gangs(state, None if queues is None else list(queues))
-        if order == "newest":
-            gangs.reverse()
-        page = gangs[offset : offset + limit]
-        more = offset + limit < len(gangs)
-        return GangPage(items=page, total=len(gangs), offset=offset, limit=limit,
+        page, total = await scheduler.gang_page(
+            state, None if queues is None else list(queues), offset, limit, order == "newest")
+        more = offset + limit < total
+        return GangPage(items=page, total=total, offset=offset, limit=limit,
                         next_offset=offset + limit if more else None, now=clock())
 
     @app.get("/v1/gangs/{gang_id}", response_model=GangStatus, tags=["gangs"],

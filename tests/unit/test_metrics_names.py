@@ -123,8 +123,9 @@ def test_refresh_sets_every_queue_and_zeroes_what_was_released():
     assert usage[(("queue", "team-a"), ("resource", "GPU"))] == 2
     assert usage[(("queue", "org"), ("resource", "CPU"))] == 2  # the parent counts it too
     held.state = GangState.SUCCEEDED
+    m.finished(held)  # the scheduler calls it once, when the gang finishes
     m.refresh(gangs, QUEUES)
-    m.refresh(gangs, QUEUES)  # a finished gang is counted once
+    m.refresh(gangs, QUEUES)  # refreshing counts no finished gang again
     assert made[NAMES.running].values[q("team-a")] == 0
     assert set(usage.values()) == {0}
     assert made[NAMES.finished].values == {(("queue", "team-a"), ("state", "SUCCEEDED")): 1}
