@@ -25,7 +25,11 @@ _PUBLIC = {
     "undeploy": "raygang.api",
     "list_deployments": "raygang.api",
     "queues": "raygang.api",
+    "cluster": "raygang.api",
     "QueueStatus": "raygang.runtime.status",
+    "ClusterStatus": "raygang.runtime.status",
+    "ScaleConfig": "raygang.core.config",
+    "NodeType": "raygang.core.config",
     "DeploymentRef": "raygang.api",
     "DryRunResult": "raygang.runtime.status",
     "DeploymentExistsError": "raygang.runtime.errors",
@@ -69,9 +73,9 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from raygang.api import (
         DeploymentRef, Gang, GangRef, GangTask, deploy, dry_run, gang, gang_task,
-        list_deployments, list_gangs, queues, shutdown, start, undeploy,
+        cluster, list_deployments, list_gangs, queues, shutdown, start, undeploy,
     )
-    from raygang.core.config import PriorityClass, SchedulerConfig
+    from raygang.core.config import NodeType, PriorityClass, ScaleConfig, SchedulerConfig
     from raygang.core.gang import GangState
     from raygang.core.queues import QueueSpec
     from raygang.core.resources import Resources
@@ -82,5 +86,5 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         UnschedulableError,
     )
     from raygang.runtime.status import (
-        DryRunResult, GangError, GangStatus, MemberStatus, QueueStatus,
+        ClusterStatus, DryRunResult, GangError, GangStatus, MemberStatus, QueueStatus,
     )

@@ -35,7 +35,7 @@ from raygang.runtime import client
 from raygang.runtime.errors import GangCancelledError, GangFailedError
 from raygang.runtime.launcher import NAMESPACE
 from raygang.runtime.program import RoleProgram
-from raygang.runtime.status import DryRunResult, GangStatus, QueueStatus
+from raygang.runtime.status import ClusterStatus, DryRunResult, GangStatus, QueueStatus
 
 # Options of a whole gang, and options of one role (the rest of the decorator's keywords).
 _GANG_OPTIONS = {
@@ -286,6 +286,12 @@ def deploy(
 def queues() -> list[QueueStatus]:
     """Every queue with its quota, limit, usage, fair share and pending count."""
     return _call("queues")
+
+
+def cluster() -> ClusterStatus:
+    """Nodes with their free and used resources, which gang holds what, and (when the
+    scheduler scales the cluster) its node groups with their current and desired size."""
+    return _call("cluster")
 
 
 def list_deployments() -> list[GangStatus]:

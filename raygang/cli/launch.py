@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -75,8 +76,10 @@ def load_auth(no_auth: bool, tokens_file: Path | None) -> Any:
         raise CliError(str(error), EXIT_USAGE) from None
 
 
-def load_config(path: Path | None) -> Any:
-    if path is None:
+def load_config(paths: Sequence[Path]) -> Any:
+    """The scheduler config from one or more files (later top-level keys win); None for
+    none."""
+    if not paths:
         return None
     import yaml
     from pydantic import ValidationError
@@ -84,23 +87,24 @@ def load_config(path: Path | None) -> Any:
     from raygang.core.config import SchedulerConfig
     from raygang.core.spec import describe_errors
 
+    where = ", ".join(str(p) for p in paths)
     try:
-        return SchedulerConfig.from_file(path)
+        return SchedulerConfig.from_files(paths)
     except OSError as error:
-        raise CliError(f"cannot read {path}: {error.strerror}", EXIT_USAGE) from None
+        raise CliError(f"cannot read {error.filename}: {error.strerror}", EXIT_USAGE) from None
     except yaml.YAMLError as error:
-        raise CliError(f"{path}: not valid YAML: {error}", EXIT_USAGE) from None
+        raise CliError(f"{where}: not valid YAML: {error}", EXIT_USAGE) from None
     except ValidationError as error:
         problems = "; ".join(f"{f}: {m}" for f, m in describe_errors(error))
-        raise CliError(f"{path}: {problems}", EXIT_USAGE) from None
+        raise CliError(f"{where}: {problems}", EXIT_USAGE) from None
     except ValueError as error:
         raise CliError(str(error), EXIT_USAGE) from None
 
 
-def start(ray_address: str, config_path: Path | None, api: bool, host: str, port: int,
+def start(ray_address: str, config_paths: Sequence[Path], api: bool, host: str, port: int,
           no_auth: bool, tokens_file: Path | None) -> None:
     """Start (or find) the detached scheduler and, with `api`, the API on Serve."""
-    config = load_config(config_path)
+    config = load_config(config_paths)
     auth = load_auth(no_auth, tokens_file) if api else None  # before touching the cluster
     connect_ray(ray_address)
     import ray

@@ -107,19 +107,20 @@ def _auth_choice(no_auth: bool, tokens_file: Path | None) -> None:
 @cli.command()
 @click.option("--address", "ray_address", default="auto", show_default=True,
               help="Ray cluster (GCS host:port, or auto).")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
-              help="Scheduler config (YAML).")
+@click.option("--config", "config_paths", type=click.Path(dir_okay=False, path_type=Path),
+              multiple=True,
+              help="Scheduler config (YAML); repeat to merge files (later top-level keys win).")
 @click.option("--api", is_flag=True, help="Also deploy the REST API on Ray Serve.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="API host (with --api).")
 @click.option("--port", default=8000, show_default=True, help="API port (with --api).")
 @auth_options
-def start(ray_address: str, config_path: Path | None, api: bool, host: str, port: int,
+def start(ray_address: str, config_paths: tuple[Path, ...], api: bool, host: str, port: int,
           no_auth: bool, tokens_file: Path | None) -> None:
     """Start the scheduler (and, with --api, the API) in a running Ray cluster."""
     _auth_choice(no_auth, tokens_file)
     from raygang.cli import launch
 
-    launch.start(ray_address, config_path, api, host, port, no_auth, tokens_file)
+    launch.start(ray_address, config_paths, api, host, port, no_auth, tokens_file)
 
 
 @cli.command()

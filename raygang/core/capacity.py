@@ -87,6 +87,31 @@ class Capacity:
                 best = key
         return None if best is None else best[1]
 
+    # Growing the pool (the scale simulation adds nodes that do not exist yet) -----------
+    def add_node(self, node: NodeState) -> None:
+        """Add a node with `node.free` free; its id must be new and sort after no other
+        node's in a way that matters only for ties (ids decide ties)."""
+        if node.node_id in self._free:
+            raise ValueError(f"node {node.node_id!r} is already in the capacity")
+        self._free[node.node_id] = node.free
+        self._total[node.node_id] = node.total
+        self._display[node.node_id] = node.display
+        bisect.insort(self._classes.setdefault(node.free, []), node.node_id)
+        self.free_total = self.free_total + node.free
+        if any(name not in self.resource_names for name in node.total):
+            names = set(self.resource_names) | set(node.total)
+            self.resource_names = tuple(sorted(names, key=scarcity_key))
+
+    def remove_node(self, node_id: str) -> None:
+        """Take a node out again (the undo of `add_node`)."""
+        free = self._free.pop(node_id)
+        del self._total[node_id], self._display[node_id]
+        ids = self._classes[free]
+        del ids[bisect.bisect_left(ids, node_id)]
+        if not ids:
+            del self._classes[free]
+        self.free_total = self.free_total - free
+
     # Tentative changes ------------------------------------------------------------------
     def reserve(self, assignment: Iterable[tuple[str, Resources]]) -> Undo:
         """Take each bundle from its node; returns a function that puts them back."""

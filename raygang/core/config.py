@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from raygang.core.queues import DEFAULT_QUEUE, QueueSpec, QueueTree
-from raygang.core.spec import GangSpec
+from raygang.core.resources import Resources
+from raygang.core.spec import NAME_PATTERN, GangSpec
 
 Action = Literal["allocate", "reclaim", "preempt"]
 
@@ -35,6 +37,101 @@ DEFAULT_PRIORITY_CLASSES: tuple[PriorityClass, ...] = (
 
 class UnknownPriorityClass(ValueError):
     pass
+
+
+def _unique_names(items: tuple, what: str) -> tuple:
+    names = [item.name for item in items]
+    for name in names:
+        if names.count(name) > 1:
+            raise ValueError(f"{what} {name!r} is declared twice")
+    return items
+
+
+ScaleMode = Literal["off", "autoscaler", "kuberay"]
+_NO_MAX = 2**31 - 1  # KubeRay's default maxReplicas
+
+
+class NodeType(BaseModel):
+    """A kind of worker node the cluster can add (a KubeRay worker group, or a node type of
+    Ray's autoscaler config): `resources` is the shape of one node."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(pattern=NAME_PATTERN)
+    resources: Resources
+    min_nodes: int = Field(0, ge=0)
+    max_nodes: int = Field(_NO_MAX, ge=0)
+    cost: float | None = Field(
+        None, ge=0, description="price of one node; default: GPUs weigh 64 CPUs (core.scale)"
+    )
+
+    @model_validator(mode="after")
+    def _min_within_max(self) -> NodeType:
+        if self.min_nodes > self.max_nodes:
+            raise ValueError(
+                f"min_nodes: {self.min_nodes} is above max_nodes {self.max_nodes}"
+            )
+        if not self.resources:
+            raise ValueError("resources: a node type needs at least one resource")
+        return self
+
+
+class ScaleConfig(BaseModel):
+    """Whether and how raygang sizes the cluster to its queue (exactly one mode per cluster).
+
+    - `off`: the cluster is as big as it is.
+    - `autoscaler`: ask Ray's autoscaler for the nodes (`request_resources`); `node_types`
+      says which node types it can launch (the names must match its config, or the
+      RayCluster's worker groups when `raycluster` is set: then they are read from there).
+    - `kuberay`: patch the RayCluster `raycluster` (worker group replicas and
+      `workersToDelete`) directly; Ray's autoscaler must be off.
+    Idle nodes are released after `idle_timeout_s`; a group that grew within
+    `scale_down_delay_s` releases nothing (see `core.scale` for the hysteresis)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    mode: ScaleMode = "off"
+    idle_timeout_s: float = Field(300.0, ge=0, description="release a node idle this long")
+    scale_down_delay_s: float = Field(
+        120.0, ge=0, description="a group that scaled up this recently releases nothing"
+    )
+    node_types: tuple[NodeType, ...] = ()
+    raycluster: str | None = Field(
+        None, description="RayCluster name; default: $RAY_CLUSTER_NAME (set by KubeRay)"
+    )
+    namespace: str | None = Field(
+        None, description="its namespace; default: the pod's own (service account)"
+    )
+    kubeconfig: str | None = Field(
+        None, description="kubeconfig file; default: in-cluster config, else ~/.kube/config"
+    )
+    costs: dict[str, float] = Field(
+        default_factory=dict, description="price of one node per worker group (kuberay mode)"
+    )
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: object) -> object:
+        return "off" if value is False else value  # YAML 1.1 reads a bare `off` as false
+
+    @field_validator("node_types")
+    @classmethod
+    def _unique_types(cls, value: tuple[NodeType, ...]) -> tuple[NodeType, ...]:
+        return _unique_names(value, "node type")
+
+    @model_validator(mode="after")
+    def _mode_needs(self) -> ScaleConfig:
+        if self.mode == "autoscaler" and not self.node_types and self.raycluster is None:
+            raise ValueError(
+                "node_types: autoscaler mode needs the autoscaler's node types (or "
+                "raycluster, to read them from the RayCluster's worker groups)"
+            )
+        if self.mode != "autoscaler" and self.node_types:
+            raise ValueError(
+                f"node_types: only autoscaler mode takes node types (mode is {self.mode!r}; "
+                "kuberay mode reads the worker groups from the RayCluster)"
+            )
+        return self
 
 
 class SchedulerConfig(BaseModel):
@@ -66,17 +163,16 @@ class SchedulerConfig(BaseModel):
     finished_gangs_kept: int = Field(
         10_000, ge=0, description="finished gangs (and their results) remembered"
     )
+    scaling: ScaleConfig = Field(
+        default_factory=ScaleConfig, description="sizing the cluster to the queue"
+    )
 
     _tree: QueueTree = PrivateAttr()
 
     @field_validator("priority_classes")
     @classmethod
     def _unique_classes(cls, value: tuple[PriorityClass, ...]) -> tuple[PriorityClass, ...]:
-        names = [c.name for c in value]
-        for name in names:
-            if names.count(name) > 1:
-                raise ValueError(f"priority class {name!r} is declared twice")
-        return value
+        return _unique_names(value, "priority class")
 
     @field_validator("actions")
     @classmethod
@@ -97,12 +193,22 @@ class SchedulerConfig(BaseModel):
     @classmethod
     def from_file(cls, path: str | Path) -> SchedulerConfig:
         """Load a YAML (or JSON) config file; unknown keys and bad values are errors."""
+        return cls.from_files([path])
+
+    @classmethod
+    def from_files(cls, paths: Sequence[str | Path]) -> SchedulerConfig:
+        """Several files as one config: a later file's top-level keys replace an earlier
+        one's (e.g. queues in one file, the cluster's `scaling` in another)."""
         import yaml  # a dependency of Ray; only config files need it
 
-        text = Path(path).read_text()
-        data = yaml.safe_load(text) or {}
-        if not isinstance(data, dict):
-            raise ValueError(f"{path}: expected a mapping at the top, got {type(data).__name__}")
+        data: dict = {}
+        for path in paths:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+            if not isinstance(loaded, dict):
+                raise ValueError(
+                    f"{path}: expected a mapping at the top, got {type(loaded).__name__}"
+                )
+            data.update(loaded)
         return cls.model_validate(data)
 
     def priority_class(self, spec: GangSpec) -> PriorityClass:

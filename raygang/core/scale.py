@@ -14,20 +14,19 @@ costs at most one node for `idle_timeout_s`, never an up-down-up flap.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from raygang.core.capacity import Capacity
-from raygang.core.config import SchedulerConfig
+from raygang.core.config import NodeType, ScaleConfig, SchedulerConfig
 from raygang.core.explain import describe_bundles
 from raygang.core.gang import PendingGang
 from raygang.core.placement import place
 from raygang.core.plan import Plan, WaitCode
 from raygang.core.resources import Resources, scarcity_key
 from raygang.core.snapshot import ClusterSnapshot, NodeState
-from raygang.core.spec import Strategy
+from raygang.core.spec import GangSpec, Strategy
 
 # Default price of one node, in CPU-equivalents: a datacenter GPU (or other accelerator /
 # custom resource) costs roughly what 64 vCPUs do, and 4 GiB of memory about one vCPU.
@@ -38,6 +37,9 @@ _GIB_COST = 0.25
 _ACCELERATOR_COST = 64.0
 _FREE = ("object_store_memory",)  # carved out of memory: not paid twice
 _NO_MAX = 2**31 - 1  # KubeRay's default maxReplicas
+
+__all__ = ["NodeGroup", "ScaleConfig", "ScalePlan", "default_cost", "infeasible_reason",
+           "never_hosted", "plan_scale", "scale_candidates"]
 
 
 def default_cost(shape: Resources) -> float:
@@ -68,16 +70,10 @@ class NodeGroup:
     def node_cost(self) -> float:
         return default_cost(self.shape) if self.cost is None else self.cost
 
-
-class ScaleConfig(BaseModel):
-    """When idle nodes go away (see the module docstring for the hysteresis rule)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    idle_timeout_s: float = Field(300.0, ge=0, description="release a node idle this long")
-    scale_down_delay_s: float = Field(
-        120.0, ge=0, description="a group that scaled up this recently releases nothing"
-    )
+    @classmethod
+    def of_type(cls, node_type: NodeType, nodes: int) -> NodeGroup:
+        return cls(node_type.name, node_type.resources, node_type.min_nodes,
+                   node_type.max_nodes, nodes, node_type.cost)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,22 +141,20 @@ def plan_scale(
 
 
 class _Scratch:
-    """Free capacity per node id for the simulation: real nodes, requested-not-up nodes
-    and new virtual ones. Virtual ids sort after real ones only by accident of naming;
-    what matters is that they are deterministic."""
+    """The simulation's free capacity: real nodes, requested-not-up nodes and the new
+    virtual ones added for earlier gangs, in one `Capacity`. A trial with k more nodes
+    adds them, places, and takes them out again; identical new nodes form one class of
+    the capacity, so a trial costs about what a placement on the real nodes does."""
 
     def __init__(self, snapshot: ClusterSnapshot, groups: Mapping[str, NodeGroup],
                  node_groups: Mapping[str, str]):
-        self.total: dict[str, Resources] = {}
-        self.free: dict[str, Resources] = {}
+        self.capacity = Capacity(snapshot.alive_nodes)
         self.group_of: dict[str, str] = {}  # virtual node -> group
-        self.real: set[str] = set()
+        self.real: set[str] = {n.node_id for n in snapshot.alive_nodes}
         self.used_real: set[str] = set()  # real nodes a waiting gang will use: not idle
         self.added: dict[str, int] = {}
         up: dict[str, int] = {}
         for node in snapshot.alive_nodes:
-            self.total[node.node_id], self.free[node.node_id] = node.total, node.free
-            self.real.add(node.node_id)
             if node.node_id in node_groups:
                 up[node_groups[node.node_id]] = up.get(node_groups[node.node_id], 0) + 1
         for name, group in groups.items():
@@ -168,7 +162,7 @@ class _Scratch:
                 self._add(f"~{name}/requested-{i:05d}", group)
 
     def _add(self, node_id: str, group: NodeGroup) -> None:
-        self.total[node_id] = self.free[node_id] = group.shape
+        self.capacity.add_node(NodeState(node_id, group.shape, group.shape))
         self.group_of[node_id] = group.name
 
     def headroom(self, group: NodeGroup) -> int:
@@ -176,12 +170,17 @@ class _Scratch:
 
     def try_place(self, gang: PendingGang, group: NodeGroup | None, k: int):
         """Placement with `k` more nodes of `group`, or None; changes nothing."""
-        nodes = [NodeState(n, self.total[n], self.free[n]) for n in self.free]
+        new = []
         if group is not None:
             base = self.added.get(group.name, 0)
-            nodes += [NodeState(self._new_id(group, base + i), group.shape, group.shape)
-                      for i in range(k)]
-        return place(gang.bundles, gang.strategy, Capacity(nodes))
+            new = [self._new_id(group, base + i) for i in range(k)]
+            for node_id in new:
+                self.capacity.add_node(NodeState(node_id, group.shape, group.shape))
+        try:
+            return place(gang.bundles, gang.strategy, self.capacity)
+        finally:
+            for node_id in new:
+                self.capacity.remove_node(node_id)
 
     def commit(self, gang: PendingGang, group: NodeGroup | None, k: int,
                assignment: Sequence[str]) -> None:
@@ -190,10 +189,8 @@ class _Scratch:
             for i in range(k):
                 self._add(self._new_id(group, base + i), group)
             self.added[group.name] = base + k
-        for node_id, bundle in zip(assignment, gang.bundles, strict=True):
-            self.free[node_id] = self.free[node_id] - bundle
-            if node_id in self.real:
-                self.used_real.add(node_id)
+        self.capacity.reserve(zip(assignment, gang.bundles, strict=True))
+        self.used_real.update(n for n in assignment if n in self.real)
 
     @staticmethod
     def _new_id(group: NodeGroup, i: int) -> str:
@@ -253,13 +250,25 @@ def _fewest_nodes(gang: PendingGang, sim: _Scratch, group: NodeGroup):
     return high, found
 
 
-def _ever_hosts(gang: PendingGang, group: NodeGroup) -> bool:
+def _ever_hosts(gang: GangSpec | PendingGang, group: NodeGroup) -> bool:
     """Whether enough empty nodes of this group alone could host the gang."""
-    nodes = [NodeState(f"n{i:05d}", group.shape, group.shape) for i in range(len(gang.bundles))]
-    return place(gang.bundles, gang.strategy, Capacity(nodes)) is not None
+    return _shape_hosts(tuple(gang.bundles), gang.strategy, group.shape)
 
 
-def infeasible_reason(gang: PendingGang, groups: Sequence[NodeGroup]) -> str:
+@functools.lru_cache(maxsize=4096)  # pending gangs come in few shapes; pure, so cacheable
+def _shape_hosts(bundles: tuple[Resources, ...], strategy: Strategy, shape: Resources) -> bool:
+    nodes = [NodeState(f"n{i:05d}", shape, shape) for i in range(len(bundles))]
+    return place(bundles, strategy, Capacity(nodes)) is not None
+
+
+def never_hosted(gang: GangSpec | PendingGang, groups: Sequence[NodeGroup]) -> str | None:
+    """Why nodes of no group could ever host `gang` (None: some group could)."""
+    if any(_ever_hosts(gang, g) for g in groups):
+        return None
+    return infeasible_reason(gang, groups)
+
+
+def infeasible_reason(gang: GangSpec | PendingGang, groups: Sequence[NodeGroup]) -> str:
     """Why no worker group could ever host `gang`, with numbers."""
     if not groups:
         return "no worker group can be scaled up (the cluster has none)"

@@ -26,6 +26,7 @@ def start(config: SchedulerConfig | None = None):
     warning and the running scheduler.
     """
     _ensure_ray()
+    asked = config
     config = config or SchedulerConfig()
     handle = SchedulerActor.options(
         name=SCHEDULER_NAME,
@@ -34,8 +35,15 @@ def start(config: SchedulerConfig | None = None):
         get_if_exists=True,  # the GCS makes get-or-create atomic across drivers
     ).remote(config)
     running = ray.get(handle.ping.remote())["config"]
-    if running != config.model_dump(mode="json"):
-        log.warning("raygang scheduler already running with another config: %s", running)
+    if asked is None:  # "whatever runs, or a default one": nothing to warn about
+        return handle
+    wanted = config.model_dump(mode="json")
+    differ = sorted(k for k in {*running, *wanted} if running.get(k) != wanted.get(k))
+    if differ:
+        log.warning(
+            "raygang scheduler already running with another config (it keeps its own): %s",
+            "; ".join(f"{k}: running {running.get(k)!r}, asked {wanted.get(k)!r}" for k in differ),
+        )
     return handle
 
 

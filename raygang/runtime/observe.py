@@ -11,7 +11,7 @@ of waiting one more cycle, never of promising the same GPU twice.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 import ray
 from ray._private import state as ray_state
@@ -29,7 +29,8 @@ def schedulable(resources: Mapping[str, float]) -> Resources:
     )
 
 
-def observe(held: Iterable[PlacedGang]) -> ClusterSnapshot:
+def observe(held: Iterable[PlacedGang], draining: Collection[str] = ()) -> ClusterSnapshot:
+    """`draining`: nodes asked to go (being scaled down): alive, but nothing free on them."""
     held = tuple(held)
     ours: dict[str, Resources] = {}
     for gang in held:
@@ -43,7 +44,7 @@ def observe(held: Iterable[PlacedGang]) -> ClusterSnapshot:
         total = schedulable(info.get("Resources", {}))
         seen_free = schedulable(available.get(node_id, {})) if alive else Resources()
         not_ours = total - ours.get(node_id, Resources())
-        free = seen_free.minimum(not_ours) if alive else Resources()
+        free = seen_free.minimum(not_ours) if alive and node_id not in draining else Resources()
         nodes.append(
             NodeState(
                 node_id=node_id,

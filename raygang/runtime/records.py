@@ -55,6 +55,8 @@ class GangRecord:
     stopping: str | None = None  # set while being preempted: the reason it will requeue with
     cancel_reason: str | None = None  # set by cancel() before the gang's task is cancelled
     position: int | None = None  # in its queue, as of the last cycle
+    wait_message: str | None = None  # why it waits, as of the last cycle
+    scale_note: str | None = None  # the nodes it waits for, as of the last scale step
     error: GangError | None = None
     result_refs: list[Any] | None = None
     started_at: float | None = None
@@ -74,6 +76,7 @@ class GangRecord:
         self.reason = reason or None
         if to is not GangState.PENDING:
             self.position = None
+            self.wait_message = self.scale_note = None
         if to is GangState.PREEMPTED:
             self.preemptions += 1
         if to is GangState.RUNNING:
@@ -90,8 +93,19 @@ class GangRecord:
     def set_waiting(self, code: WaitCode, message: str, position: int | None) -> None:
         self.wait_code = code
         self.position = position
-        # A preempted gang keeps saying so (and by whom) until it runs again.
-        self.reason = f"{self.preempted_by}; {message}" if self.preempted_by else message
+        self.wait_message = message
+        self._explain()
+
+    def set_scale_note(self, note: str | None) -> None:
+        self.scale_note = note
+        if self.state is GangState.PENDING and self.wait_message is not None:
+            self._explain()
+
+    def _explain(self) -> None:
+        # A preempted gang keeps saying so (and by whom) until it runs again; the nodes
+        # it waits for come before the cycle's reason, which says what is short now.
+        parts = [self.preempted_by, self.scale_note, self.wait_message]
+        self.reason = "; ".join(p for p in parts if p)
 
     @property
     def display(self) -> str:

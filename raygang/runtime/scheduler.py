@@ -26,8 +26,9 @@ from raygang.core.config import SchedulerConfig
 from raygang.core.queues import QueueSpec
 from raygang.core.resources import Resources
 from raygang.core.gang import GangState, PendingGang
-from raygang.core.plan import Admission, Preemption
+from raygang.core.plan import Admission, Plan, Preemption
 from raygang.core.report import queue_report
+from raygang.core.scale import never_hosted, scale_candidates
 from raygang.core.schedule import schedule, unschedulable_reason
 from raygang.core.snapshot import ClusterSnapshot
 from raygang.core.spec import DeploymentSpec, GangSpec
@@ -39,6 +40,7 @@ from raygang.runtime.launcher import GangLaunch, MemberFailure, ReservationTimeo
 from raygang.runtime.observe import observe
 from raygang.runtime.program import RoleProgram
 from raygang.runtime.records import GangRecord
+from raygang.runtime.scaling import ScaleDriver
 from raygang.runtime.status import (
     ClusterStatus,
     DryRunResult,
@@ -76,10 +78,16 @@ class Scheduler:
         from raygang.runtime.metrics import SchedulerMetrics  # made in the actor process
         self._metrics = SchedulerMetrics()
         self._metrics_at = float("-inf")  # when the gauges were last refreshed
+        self._last_plan = Plan()
+        self._scale = ScaleDriver(config.scaling, clock=clock) if config.scaling.mode != "off" else None
+        self._scale_wake = asyncio.Event()
+        self._scale_task: asyncio.Task | None = None
 
     def _ensure_loop(self) -> None:
         if self._loop_task is None or self._loop_task.done():
             self._loop_task = asyncio.get_running_loop().create_task(self._loop())
+        if self._scale is not None and (self._scale_task is None or self._scale_task.done()):
+            self._scale_task = asyncio.get_running_loop().create_task(self._scale_loop())
 
     # Client-facing methods ------------------------------------------------------------
     async def ping(self) -> dict:
@@ -235,6 +243,7 @@ class Scheduler:
             observed_at=self._observed[0] if self._observed else now, nodes=nodes,
             total=sum((n.total for n in alive), Resources()).to_dict(),
             free=sum((n.free for n in alive), Resources()).to_dict(),
+            scaling=self._scale.status() if self._scale is not None else None,
         )
 
     async def set_queue(self, queue: QueueSpec) -> list[QueueStatus]:
@@ -287,8 +296,9 @@ class Scheduler:
         unfinished = [r for r in self._gangs.values() if not r.state.finished]
         for record in unfinished:
             await self.cancel(record.gang_id, "scheduler shut down")
-        if self._loop_task is not None:
-            self._loop_task.cancel()
+        for task in (self._loop_task, self._scale_task):
+            if task is not None:
+                task.cancel()
         return len(unfinished)
 
     def _enqueue(self, spec: GangSpec, programs: dict[str, RoleProgram], kind: str) -> GangRecord:
@@ -297,6 +307,11 @@ class Scheduler:
         reason = unschedulable_reason(spec, self._recent_snapshot(), self._config) and (
             unschedulable_reason(spec, self._recent_snapshot(max_age=0), self._config)
         )
+        if reason and self._scale is not None and not self._config.queue_tree.problem(spec):
+            # Nodes the cluster can add count too; until their groups are read, accept
+            # (the gang's status then says if no group can ever host it).
+            never = never_hosted(spec, self._scale.groups) if self._scale.groups else None
+            reason = never and f"{reason}; and no worker group can ever host it: {never}"
         if reason:
             raise UnschedulableError(f"{kind} {spec.name!r} can never be admitted: {reason}")
         now = self._clock()
@@ -319,18 +334,23 @@ class Scheduler:
         return record
 
     # The loop ---------------------------------------------------------------------------
+    async def _woken(self, event: asyncio.Event) -> None:
+        """Until `event` is set or a resync interval has passed; then clear it."""
+        try:
+            await asyncio.wait_for(event.wait(), self._config.resync_interval_s)
+        except asyncio.TimeoutError:
+            pass
+        event.clear()
+
     async def _loop(self) -> None:
         while True:
-            try:
-                await asyncio.wait_for(self._wake.wait(), self._config.resync_interval_s)
-            except asyncio.TimeoutError:
-                pass
-            self._wake.clear()
+            await self._woken(self._wake)
             try:
                 self._cycle()
             except Exception as error:  # never let one bad cycle stop scheduling
                 log.exception("scheduling cycle failed")
                 self._last_cycle_error = f"{type(error).__name__}: {error}"
+            self._scale_wake.set()
             # Ray drops a gauge not set within two report intervals (10 s each); once a
             # second is plenty, and keeps a scan of every remembered gang off the path of
             # a burst of submissions (each wakes the loop).
@@ -342,12 +362,14 @@ class Scheduler:
     def _cycle(self) -> None:
         pending = self._pending()
         if not pending:
+            self._last_plan = Plan()
             return
         started = self._metrics.cycle_started()
         now = self._clock()
-        snapshot = observe(self._held())
+        snapshot = self._observe()
         self._observed = (now, snapshot)
         plan = schedule(snapshot, [r.pending_view() for r in pending], self._config, now)
+        self._last_plan = plan
         self._cycles += 1
         # Victims first: an admission that needs them waits for them to be gone.
         for preemption in plan.preemptions:
@@ -373,8 +395,37 @@ class Scheduler:
         max_age = self._config.resync_interval_s if max_age is None else max_age
         if self._observed and self._clock() - self._observed[0] < max_age:
             return self._observed[1]
-        self._observed = (self._clock(), observe(self._held()))
+        self._observed = (self._clock(), self._observe())
         return self._observed[1]
+
+    def _observe(self) -> ClusterSnapshot:
+        draining = self._scale.draining if self._scale is not None else ()
+        return observe(self._held(), draining)
+
+    # Scaling the cluster --------------------------------------------------------------
+    async def _scale_loop(self) -> None:
+        """After every cycle (and every resync interval), size the cluster to what waits;
+        one step at a time, while cycles go on (its requests run in a thread)."""
+        assert self._scale is not None
+        while True:
+            await self._woken(self._scale_wake)
+            plan = self._last_plan
+            pending = [r.pending_view() for r in self._pending()]
+            waiting = scale_candidates(pending, plan, self._config)
+            busy = {node for a in plan.admissions for node in a.nodes}
+            if await self._scale.step(self._observe, waiting, busy) is None:
+                continue
+            now = self._clock()
+            for gang_id, request in self._scale.fresh.items():
+                record = self._gangs.get(gang_id)
+                if record is not None and record.state is GangState.PENDING:
+                    plural = "node" if request.nodes == 1 else "nodes"
+                    record.events.append(GangEvent(
+                        at=now, from_state=GangState.PENDING, to_state=GangState.PENDING,
+                        reason=f"requested {request.nodes} {plural} of group {request.group}",
+                    ))
+            for record in self._pending():
+                record.set_scale_note(self._scale.note(record.gang_id))
 
     # Applying a plan ------------------------------------------------------------------
     def _admit(self, record: GangRecord, admission: Admission, now: float) -> None:

@@ -142,6 +142,29 @@ class NodeStatus(BaseModel):
     bundles: list[HeldBundle] = []
 
 
+class GroupStatus(BaseModel):
+    """A node group (worker group / node type) the scheduler can grow or shrink."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    shape: dict[str, float]
+    min_nodes: int
+    max_nodes: int
+    nodes: int  # now (KubeRay: replicas x hosts; autoscaler: alive nodes)
+    desired: int  # what the queue needs, as last decided
+
+
+class ScalingStatus(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    mode: str  # "autoscaler" or "kuberay"
+    groups: list[GroupStatus] = []
+    draining: list[str] = []  # node ids asked to go
+    last_error: str | None = None
+    actions: list[str] = []  # the latest requests sent, oldest first
+
+
 class ClusterStatus(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -149,3 +172,4 @@ class ClusterStatus(BaseModel):
     nodes: list[NodeStatus]
     total: dict[str, float]
     free: dict[str, float]
+    scaling: ScalingStatus | None = None  # None when the scheduler does not scale

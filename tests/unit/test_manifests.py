@@ -294,9 +294,11 @@ def test_the_head_starts_raygang_with_the_mounted_config_and_tokens():
     assert not params["no_auth"] and params["tokens_file"] is None  # from the env
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in head["volumes"]}
-    config_mount = mounts[str(params["config_path"])]
-    configmap = only(docs, "ConfigMap", volumes[config_mount["name"]]["configMap"]["name"])
-    assert config_mount["subPath"] in configmap["data"]
+    assert [p.name for p in params["config_paths"]] == ["config.yaml", "scaling.yaml"]
+    for path in params["config_paths"]:
+        config_mount = mounts[str(path)]
+        configmap = only(docs, "ConfigMap", volumes[config_mount["name"]]["configMap"]["name"])
+        assert config_mount["subPath"] in configmap["data"]
     env = {e["name"]: e["value"] for e in container["env"]}
     tokens = Path(env["RAYGANG_AUTH_TOKENS_FILE"])
     secret_volume = volumes[mounts[str(tokens.parent)]["name"]]["secret"]
@@ -322,10 +324,20 @@ def test_the_example_tokens_load():
         assert isinstance(entry.get("sha256", ""), str)
 
 
-def test_the_scheduler_config_loads():
-    configmap = only(built("base"), "ConfigMap", "raygang-config")
-    config = SchedulerConfig.model_validate(yaml.safe_load(configmap["data"]["config.yaml"]))
+@pytest.mark.parametrize("where, mode", [("base", "off"), ("overlays/kuberay", "kuberay"),
+                                         ("overlays/autoscaler", "autoscaler")])
+def test_the_scheduler_config_loads(where, mode, tmp_path):
+    configmap = only(built(where), "ConfigMap", "raygang-config")
+    paths = []
+    for name in ("config.yaml", "scaling.yaml"):  # in the order the head passes them
+        paths.append(tmp_path / name)
+        paths[-1].write_text(configmap["data"][name])
+    config = SchedulerConfig.from_files(paths)
     assert config.queue_tree.leaves == ["default", "team-a", "team-b"]
+    assert config.scaling.mode == mode
+    if mode != "off":  # the RayCluster it scales is the one these manifests create
+        assert config.scaling.raycluster == only(built(where), "RayCluster", "raygang")[
+            "metadata"]["name"]
 
 
 def test_the_overlays_differ_only_in_autoscaling():
@@ -345,9 +357,14 @@ def test_the_overlays_differ_only_in_autoscaling():
     assert "autoscalerOptions" not in kuberay[cluster_key]["spec"]
     assert autoscaler[cluster_key]["spec"]["enableInTreeAutoscaling"] is True
     assert autoscaler[cluster_key]["spec"]["autoscalerOptions"]["upscalingMode"] == "Default"
-    # Everything else is the base, plus the autoscaler's pod permissions.
-    assert {k: v for k, v in kuberay.items() if k != cluster_key} == \
-        {k: v for k, v in base.items() if k != cluster_key}
+    # Everything else is the base (but the scheduler's scaling section), plus the
+    # autoscaler's pod permissions.
+    config_key = ("ConfigMap", "raygang-config")
+    for overlay in (kuberay, autoscaler):
+        assert overlay[config_key]["data"]["config.yaml"] == base[config_key]["data"]["config.yaml"]
+        assert set(overlay[config_key]["data"]) == set(base[config_key]["data"])
+    assert {k: v for k, v in kuberay.items() if k not in (cluster_key, config_key)} == \
+        {k: v for k, v in base.items() if k not in (cluster_key, config_key)}
     extra = set(autoscaler) - set(base)
     assert extra == {("Role", "raygang-autoscaler"), ("RoleBinding", "raygang-autoscaler")}
     assert autoscaler["Role", "raygang-autoscaler"]["rules"] == [

@@ -1,0 +1,120 @@
+"""The two ways a scale plan reaches the cluster, without Ray: KubeRay patches through the
+real `kubernetes` client against the loopback API stand-in, and the bundles the autoscaler
+mode asks Ray's autoscaler for. The end-to-end tiers run both against real Ray."""
+
+from __future__ import annotations
+
+import pytest
+
+from raygang.core import Resources
+from raygang.core.config import NodeType, ScaleConfig, SchedulerConfig
+from raygang.core.scale import NodeGroup, ScalePlan
+from raygang.runtime.records import GangRecord
+from raygang.runtime.scaling import AutoscalerScaler, KubeRayScaler, Request, ScaleDriver
+from tests.kube_standin import KubeStandIn
+from tests.unit.builders import spec
+from tests.unit.test_kuberay_client import NAME, NS, make_client, raycluster, worker_group
+
+GPU = worker_group("gpu", replicas=1, min_replicas=0, max_replicas=3,
+                   params={"num-cpus": "4", "num-gpus": "4"})
+CPU = worker_group("cpu", replicas=2, min_replicas=1, max_replicas=5, params={"num-cpus": "8"})
+TPU = worker_group("tpu", replicas=1, min_replicas=0, max_replicas=2, numOfHosts=2,
+                   params={"num-cpus": "2", "resources": '"{\\"TPU\\": 4}"'})
+
+
+@pytest.fixture
+def kube():
+    with KubeStandIn() as standin:
+        standin.create(NS, raycluster(GPU, CPU, TPU))
+        yield standin
+
+
+def stored(kube, group):
+    spec_ = next(g for g in kube.get(NS, NAME)["spec"]["workerGroupSpecs"]
+                 if g["groupName"] == group)
+    return spec_["replicas"], (spec_.get("scaleStrategy") or {}).get("workersToDelete", [])
+
+
+def test_kuberay_groups_count_hosts_and_bounds(kube):
+    groups = {g.name: g for g in KubeRayScaler(make_client(kube.url), {"cpu": 3.0}).groups({})}
+    assert groups["gpu"] == NodeGroup("gpu", Resources(CPU=4, GPU=4), 0, 3, 1, None)
+    assert groups["cpu"].cost == 3.0 and groups["cpu"].min_nodes == 1
+    # A multi-host replica is numOfHosts Ray nodes.
+    assert (groups["tpu"].nodes, groups["tpu"].max_nodes) == (2, 4)
+    assert groups["tpu"].shape == Resources(CPU=2, TPU=4)
+
+
+def test_kuberay_scales_up_by_replicas_and_down_by_named_pods(kube):
+    scaler = KubeRayScaler(make_client(kube.url), {})
+    groups = scaler.groups({})
+    plan = ScalePlan(desired={"gpu": 3, "cpu": 1, "tpu": 3}, release=("node-x",))
+    done = scaler.apply(plan, groups, {"cpu": ["rc-cpu-worker-abcde"]}, waiting=True)
+    assert stored(kube, "gpu") == (3, [])
+    # Down only through named pods: replicas and workersToDelete in one guarded patch.
+    assert stored(kube, "cpu") == (1, ["rc-cpu-worker-abcde"])
+    assert stored(kube, "tpu") == (2, [])  # 3 nodes = 2 replicas of 2 hosts
+    assert done == ["cpu: workersToDelete += rc-cpu-worker-abcde (replicas 1)",
+                    "gpu: replicas 1 -> 3", "tpu: replicas 1 -> 2"]
+    # A desired count below replicas never lowers them without a named pod.
+    assert scaler.apply(ScalePlan(desired={"gpu": 0}), scaler.groups({}), {}, True) == []
+    assert stored(kube, "gpu") == (3, [])
+
+
+def test_kuberay_scale_up_survives_a_concurrent_writer(kube):
+    scaler = KubeRayScaler(make_client(kube.url), {})
+    groups = scaler.groups({})
+
+    def operator_edits():  # another writer changes the cluster between read and patch
+        kube.mutate(NS, NAME, lambda o: o["metadata"].setdefault("labels", {}).update(x="y"))
+
+    kube.before_next_patch(operator_edits)
+    scaler.apply(ScalePlan(desired={"gpu": 2}), groups, {}, waiting=True)
+    assert stored(kube, "gpu") == (2, [])
+    assert kube.get(NS, NAME)["metadata"]["labels"] == {"x": "y"}
+
+
+def test_autoscaler_requests_the_whole_desired_cluster_once_and_clears():
+    sent = []
+    types = [NodeGroup("gpu4", Resources(CPU=4, GPU=4, memory=2**30), nodes=1),
+             NodeGroup("cpu8", Resources(CPU=8))]
+    scaler = AutoscalerScaler(lambda up: types, request=sent.append)
+    plan = ScalePlan(desired={"gpu4": 2, "cpu8": 1})
+    assert scaler.apply(plan, types, {}, waiting=True) == ["request_resources: 2×gpu4, 1×cpu8"]
+    # Node-shaped bundles, memory left out (a real node's never equals the config's).
+    assert sent == [[{"CPU": 4, "GPU": 4}, {"CPU": 4, "GPU": 4}, {"CPU": 8}]]
+    assert scaler.apply(plan, types, {}, waiting=True) == []  # the same request: not resent
+    assert scaler.apply(plan, types, {}, waiting=False) == ["request_resources cleared"]
+    assert sent[-1] == [] and len(sent) == 2
+
+
+def test_scale_config_modes_are_checked():
+    with pytest.raises(ValueError, match="node_types: autoscaler mode needs"):
+        ScaleConfig(mode="autoscaler")
+    with pytest.raises(ValueError, match="only autoscaler mode takes node types"):
+        ScaleConfig(mode="kuberay", raycluster="rc",
+                    node_types=[NodeType(name="gpu", resources={"GPU": 4})])
+    with pytest.raises(ValueError, match="min_nodes: 3 is above max_nodes 1"):
+        NodeType(name="gpu", resources={"GPU": 4}, min_nodes=3, max_nodes=1)
+    config = SchedulerConfig.model_validate({"scaling": {
+        "mode": "autoscaler", "idle_timeout_s": 30,
+        "node_types": [{"name": "gpu4", "resources": {"CPU": 4, "GPU": 4}, "max_nodes": 2}]}})
+    assert config.scaling.node_types[0].max_nodes == 2
+
+
+def test_pending_gang_says_which_nodes_it_waits_for():
+    driver = ScaleDriver(ScaleConfig(mode="kuberay", raycluster="rc"))
+    driver.last_plan = ScalePlan(waiting_for={"a": ("gpu", 2), "b": ("gpu", 0)},
+                                 at_max={"c": "group gpu is at its maximum of 3 nodes"},
+                                 infeasible={"d": "needs GPU 16 on one node"})
+    driver.requested = {"a": Request("gpu", 2, 1_790_000_000.0)}
+    assert driver.note("a") == "waiting for 2 nodes of group gpu (requested at 2026-09-21T14:13:20Z)"
+    assert driver.note("b") == "waiting for nodes of group gpu already requested"
+    assert driver.note("c") == "no node can be added: group gpu is at its maximum of 3 nodes"
+    assert driver.note("d").startswith("no worker group can ever host it: needs GPU 16")
+    assert driver.note("e") is None
+
+    record = GangRecord("a", spec("a", "4xGPU=1"), {}, 100, 0, 0.0)
+    record.set_waiting(code=None, message="needs 4×{GPU: 1}", position=1)
+    record.set_scale_note(driver.note("a"))
+    assert record.reason.startswith("waiting for 2 nodes of group gpu (requested at ")
+    assert record.reason.endswith("; needs 4×{GPU: 1}")
