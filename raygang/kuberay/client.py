@@ -10,7 +10,7 @@ client re-read the cluster and try again, up to `max_retries` times.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any
 
 import urllib3
@@ -169,6 +169,23 @@ class RayClusterClient:
                 *_set_replicas_ops(base, spec, current.replicas - len(new)),
                 *_append_workers_ops(base, spec, new),
             ]
+
+        return self._patch_group(group, ops)
+
+    def forget_deleted_workers(self, group: str, alive: Collection[str]) -> WorkerGroup:
+        """Drop names from `scaleStrategy.workersToDelete` whose pods are gone (`alive`:
+        the pod names still up). KubeRay never clears the list itself (Ray's autoscaler
+        does, in `safe_to_scale`); whoever writes it must, or it grows forever."""
+        keep = set(alive)
+
+        def ops(current: WorkerGroup, base: str, spec: dict[str, Any]) -> list[Op]:
+            listed = list(current.workers_to_delete)
+            left = [n for n in listed if n in keep]
+            if left == listed:
+                return []
+            path = f"{base}/scaleStrategy/workersToDelete"
+            return [{"op": "test", "path": path, "value": listed},
+                    {"op": "replace", "path": path, "value": left}]
 
         return self._patch_group(group, ops)
 

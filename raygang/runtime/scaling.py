@@ -90,9 +90,11 @@ class Scaler(Protocol):
         """The node groups now; `up` counts alive Ray nodes per group."""
 
     def apply(self, plan: ScalePlan, groups: Sequence[NodeGroup],
-              release: Mapping[str, list[str]], waiting: bool) -> list[str]:
-        """Make the cluster what `plan` wants; `release` names pods per group. Returns what
-        it did, one line per request sent."""
+              release: Mapping[str, list[str]], waiting: bool,
+              alive_pods: Collection[str] | None = None) -> list[str]:
+        """Make the cluster what `plan` wants; `release` names pods per group, `alive_pods`
+        are the pods of Ray nodes up now (None: not known). Returns what it did, one line
+        per request."""
 
 
 def group_of_worker(group: WorkerGroup, nodes: int, cost: float | None) -> NodeGroup:
@@ -118,8 +120,15 @@ class KubeRayScaler:
                 for g in self._groups.values()]
 
     def apply(self, plan: ScalePlan, groups: Sequence[NodeGroup],
-              release: Mapping[str, list[str]], waiting: bool) -> list[str]:
+              release: Mapping[str, list[str]], waiting: bool,
+              alive_pods: Collection[str] | None = None) -> list[str]:
         done = []
+        alive = None if alive_pods is None else set(alive_pods)
+        for group in self._groups.values():  # pods deleted since: off the list (see client)
+            gone = [p for p in group.workers_to_delete if alive is not None and p not in alive]
+            if gone and group.name not in release:
+                self.client.forget_deleted_workers(group.name, alive)
+                done.append(f"{group.name}: workersToDelete -= {', '.join(gone)} (deleted)")
         for name, pods in sorted(release.items()):
             after = self.client.delete_workers(name, pods)
             done.append(f"{name}: workersToDelete += {', '.join(pods)} (replicas {after.replicas})")
@@ -150,7 +159,8 @@ class AutoscalerScaler:
         return self._node_types(up)
 
     def apply(self, plan: ScalePlan, groups: Sequence[NodeGroup],
-              release: Mapping[str, list[str]], waiting: bool) -> list[str]:
+              release: Mapping[str, list[str]], waiting: bool,
+              alive_pods: Collection[str] | None = None) -> list[str]:
         bundles: list[dict[str, float]] = []
         if waiting:  # else clear: Ray's autoscaler removes the idle nodes on its own timeout
             for group in groups:
@@ -290,8 +300,9 @@ class ScaleDriver:
                 release.setdefault(node_groups[node_id], []).append(pod)
                 self.draining[node_id] = now  # before any await: no cycle may use it now
         try:
+            alive = {n.pod for n in nodes.values() if n.pod is not None}
             done = await asyncio.to_thread(self.scaler.apply, plan, groups, release,
-                                           bool(plan.waiting_for))
+                                           bool(plan.waiting_for), alive)
         except Exception:
             for node_id in plan.release:
                 self.draining.pop(node_id, None)

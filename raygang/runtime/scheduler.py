@@ -58,6 +58,7 @@ SCHEDULER_NAME = "raygang-scheduler"
 # `cluster()` observes Ray afresh at most this often (status pages poll it every few s).
 CLUSTER_VIEW_MAX_AGE_S = 0.25
 METRICS_REFRESH_S = 1.0
+NODE_WAIT_POLL_S = 0.2
 
 
 class Scheduler:
@@ -79,6 +80,7 @@ class Scheduler:
         self._metrics = SchedulerMetrics()
         self._metrics_at = float("-inf")  # when the gauges were last refreshed
         self._last_plan = Plan()
+        self._waiting_seen: frozenset[str] = frozenset()
         self._scale = ScaleDriver(config.scaling, clock=clock) if config.scaling.mode != "off" else None
         self._scale_wake = asyncio.Event()
         self._scale_task: asyncio.Task | None = None
@@ -334,23 +336,32 @@ class Scheduler:
         return record
 
     # The loop ---------------------------------------------------------------------------
-    async def _woken(self, event: asyncio.Event) -> None:
-        """Until `event` is set or a resync interval has passed; then clear it."""
+    async def _woken(self, event: asyncio.Event, timeout: float | None = None) -> None:
+        """Until `event` is set or `timeout` (default: a resync interval) has passed; then
+        clear it."""
         try:
-            await asyncio.wait_for(event.wait(), self._config.resync_interval_s)
+            await asyncio.wait_for(event.wait(), timeout or self._config.resync_interval_s)
         except asyncio.TimeoutError:
             pass
         event.clear()
 
+    def _cycle_timeout(self) -> float:
+        """A gang waiting for nodes that were asked for starts as soon as they are up: a
+        cycle then observes the nodes every NODE_WAIT_POLL_S (a few ms of GCS reads)."""
+        if self._scale is not None and self._scale.requested:
+            return min(NODE_WAIT_POLL_S, self._config.resync_interval_s)
+        return self._config.resync_interval_s
+
     async def _loop(self) -> None:
         while True:
-            await self._woken(self._wake)
+            await self._woken(self._wake, self._cycle_timeout())
             try:
                 self._cycle()
             except Exception as error:  # never let one bad cycle stop scheduling
                 log.exception("scheduling cycle failed")
                 self._last_cycle_error = f"{type(error).__name__}: {error}"
-            self._scale_wake.set()
+            if self._scale is not None and self._last_plan_changed():
+                self._scale_wake.set()  # else the scale loop's own interval is soon enough
             # Ray drops a gauge not set within two report intervals (10 s each); once a
             # second is plenty, and keeps a scan of every remembered gang off the path of
             # a burst of submissions (each wakes the loop).
@@ -358,6 +369,12 @@ class Scheduler:
             if now - self._metrics_at >= METRICS_REFRESH_S:
                 self._metrics_at = now
                 self._metrics.refresh(self._gangs.values(), self._config.queues)
+
+    def _last_plan_changed(self) -> bool:
+        """Whether the last cycle changed what waits (or admitted or preempted anything)."""
+        plan, seen = self._last_plan, self._waiting_seen
+        self._waiting_seen = frozenset(plan.waiting)
+        return bool(plan.admissions or plan.preemptions) or self._waiting_seen != seen
 
     def _cycle(self) -> None:
         pending = self._pending()

@@ -118,3 +118,19 @@ def test_pending_gang_says_which_nodes_it_waits_for():
     record.set_scale_note(driver.note("a"))
     assert record.reason.startswith("waiting for 2 nodes of group gpu (requested at ")
     assert record.reason.endswith("; needs 4×{GPU: 1}")
+
+
+def test_kuberay_takes_deleted_pods_off_workers_to_delete(kube):
+    # KubeRay deletes listed pods but never clears the list (Ray's autoscaler does): in
+    # kuberay mode raygang is the one writer, so it must, or the list grows forever.
+    scaler = KubeRayScaler(make_client(kube.url), {})
+    groups = scaler.groups({})
+    scaler.apply(ScalePlan(desired={"cpu": 1}), groups, {"cpu": ["pod-a"]}, False)
+    assert stored(kube, "cpu") == (1, ["pod-a"])
+    groups = scaler.groups({})
+    # pod-a is still up: nothing to forget yet.
+    assert scaler.apply(ScalePlan(desired={"cpu": 1}), groups, {}, False, {"pod-a"}) == []
+    groups = scaler.groups({})
+    done = scaler.apply(ScalePlan(desired={"cpu": 1}), groups, {}, False, {"pod-b"})
+    assert done == ["cpu: workersToDelete -= pod-a (deleted)"]
+    assert stored(kube, "cpu") == (1, [])

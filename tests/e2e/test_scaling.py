@@ -1,0 +1,66 @@
+"""raygang grows and shrinks a Ray cluster to what its queue needs, end to end, in both
+modes (see tests/e2e/scaling_scenarios.py; each scenario runs on a Ray cluster of its own,
+in a process of its own)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+
+from tests.scripts import ROOT
+
+
+def scenario(name: str, timeout: float = 300) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env["RAY_AUTH_MODE"] = "disabled"  # local test clusters: no token (stated, not default)
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.e2e.scaling_scenarios", name], cwd=ROOT, env=env,
+        capture_output=True, text=True, timeout=timeout,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    assert done.returncode == 0 and lines, f"{name}:\n{done.stdout}\n{done.stderr[-4000:]}"
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+def assert_one_round_trip(result: dict) -> None:
+    # Asked within one cycle of the submission, told the user so, ran on the new nodes.
+    assert result["request_s"] < 1.0, result
+    assert "waiting for 2 nodes of group gpu (requested at " in result["reason"]
+    assert len(result["nodes"]) == 2
+    assert result["running_s"] < 60
+
+
+def test_kuberay_mode_grows_for_a_gang_and_releases_the_idle_nodes():
+    result = scenario("kuberay")
+    assert_one_round_trip(result)
+    # Driven only by raygang's patches: 0 -> 2 for the gang, then each idle node named.
+    gpu = [r for g, r in result["replica_history"] if g == "gpu"]
+    # (The two nodes go in one patch or two, as their idle clocks ran out together or not.)
+    assert gpu in ([0, 2, 1, 0], [0, 2, 0]), result["replica_history"]
+    assert [r for g, r in result["replica_history"] if g == "cpu"] == [0]
+    actions = result["scaling"]["actions"]
+    assert actions[0].endswith("gpu: replicas 0 -> 2"), actions
+    named = [pod for a in actions if "workersToDelete +=" in a
+             for pod in re.findall(r"raygang-gpu-worker-[a-z]{5}", a)]
+    assert len(set(named)) == 2, actions  # each idle node named once, by its pod
+
+
+def test_autoscaler_mode_asks_rays_autoscaler_and_clears_the_request():
+    result = scenario("autoscaler")
+    assert_one_round_trip(result)
+    assert result["released_after_s"] < 90
+
+
+def test_a_burst_of_short_gangs_does_not_make_the_cluster_flap():
+    result = scenario("flap")
+    seen = result["replicas_seen"]
+    # Replicas rise while gangs keep coming and fall only once they have all ended:
+    # one peak, never down-then-up (the hysteresis of core.scale).
+    peak = seen.index(max(seen))
+    assert seen[: peak + 1] == sorted(seen[: peak + 1]), seen
+    assert seen[peak:] == sorted(seen[peak:], reverse=True), seen
+    assert seen[0] == 0 and seen[-1] == 0 and 1 <= max(seen) <= 3, seen
