@@ -218,7 +218,7 @@ def queues(client: ApiClient, output: str) -> None:
 @api_options
 def cluster(client: ApiClient, output: str) -> None:
     """Nodes: resources used and total, and the gangs placed on each."""
-    emit(client.get("/v1/cluster"), output, render.cluster_table)
+    emit(client.get("/v1/cluster"), output, render.cluster_view)
 
 
 @cli.command()

@@ -208,6 +208,36 @@ def queues_table(queues: Iterable[Mapping[str, Any]]) -> Table:
     return table
 
 
+def cluster_view(cluster: Mapping[str, Any]) -> RenderableType:
+    """The nodes, and (when raygang scales the cluster) its node groups."""
+    scaling = cluster.get("scaling")
+    if not scaling:
+        return cluster_table(cluster)
+    return Group(cluster_table(cluster), Text(""), scaling_table(scaling),
+                 *(Text(line) for line in scaling_notes(scaling)))
+
+
+def scaling_table(scaling: Mapping[str, Any]) -> Table:
+    table = _table("GROUP", "NODE SHAPE", "NODES", "DESIRED", "MIN-MAX")
+    for g in scaling["groups"]:
+        shape = ", ".join(f"{k} {amount(k, v)}" for k, v in g["shape"].items())
+        bounds = (f"{g['min_nodes']}+" if g["max_nodes"] >= 2**31 - 1
+                  else f"{g['min_nodes']}-{g['max_nodes']}")
+        table.add_row(g["name"], shape, str(g["nodes"]), str(g["desired"]), bounds)
+    return table
+
+
+def scaling_notes(scaling: Mapping[str, Any]) -> list[str]:
+    lines = [f"scaling: {scaling['mode']} mode"]
+    if scaling.get("draining"):
+        lines.append(f"being released: {len(scaling['draining'])} node(s)")
+    if scaling.get("last_error"):
+        lines.append(f"last request failed: {scaling['last_error']}")
+    if scaling.get("actions"):
+        lines.append(f"last request: {scaling['actions'][-1]}")
+    return lines
+
+
 def cluster_table(cluster: Mapping[str, Any]) -> Table:
     table = _table("NODE", "ALIVE", "GPU USED/TOTAL", "CPU USED/TOTAL", "GANGS")
     for n in cluster["nodes"]:

@@ -263,8 +263,10 @@ class ScaleDriver:
                 self.scaler = await asyncio.to_thread(scaler_from_config, self.config)
             return await self._step(observe, waiting, busy_nodes)
         except Exception as error:
-            log.warning("scale step failed", exc_info=True)
-            self.last_error = f"{type(error).__name__}: {error}"
+            message = f"{type(error).__name__}: {error}"
+            if message != self.last_error:  # once per distinct error, not every second
+                log.warning("scale step failed (retried every cycle)", exc_info=True)
+            self.last_error = message
             return None
 
     async def _step(self, observe, waiting, busy_nodes) -> ScalePlan:

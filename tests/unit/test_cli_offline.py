@@ -40,3 +40,28 @@ def test_a_connect_error_is_retried_with_the_same_idempotency_key():
                        backoff_s=0)
     assert client.post("/v1/gangs", {}, idempotency_key="k1", attempts=3)["gang_id"] == "g-1"
     assert seen == ["k1", "k1", "k1"]
+
+
+def test_cluster_shows_the_node_groups_when_raygang_scales():
+    from rich.console import Console
+
+    from raygang.cli import render
+
+    cluster = {"nodes": [], "total": {}, "free": {}, "scaling": {
+        "mode": "kuberay", "draining": ["n1"], "last_error": "KubeRayUnavailable: refused",
+        "actions": ["2026-11-22T02:10:51Z gpu: replicas 0 -> 2"],
+        "groups": [{"name": "gpu", "shape": {"CPU": 2.0, "GPU": 2.0}, "min_nodes": 0,
+                    "max_nodes": 3, "nodes": 1, "desired": 2},
+                   {"name": "cpu", "shape": {"CPU": 4.0}, "min_nodes": 1,
+                    "max_nodes": 2**31 - 1, "nodes": 1, "desired": 1}]}}
+    console = Console(width=200, record=True)
+    console.print(render.cluster_view(cluster))
+    text = console.export_text()
+    assert "gpu     CPU 2, GPU 2   1       2         0-3" in text, text
+    assert "cpu     CPU 4          1       1         1+ " in text, text
+    assert "\nscaling: kuberay mode\nbeing released: 1 node(s)\nlast request failed: " \
+           "KubeRayUnavailable: refused\nlast request: 2026-11-22T02:10:51Z gpu: replicas " \
+           "0 -> 2\n" in text, text
+    del cluster["scaling"]
+    console.print(render.cluster_view(cluster))
+    assert "GROUP" not in console.export_text()
