@@ -1,0 +1,134 @@
+"""Where the scheduler keeps what it must not lose: a small key-value interface by table.
+
+A write returns once the record is durable in the store, so the scheduler acknowledges a
+submission, cancellation or queue change only after it is written. Two stores:
+
+- `GcsStore` (default): Ray's GCS key-value store, in a namespace of its own. It survives
+  restarts of the scheduler actor; with GCS fault tolerance (KubeRay's external Redis) it
+  survives a restart of the head too. Calls are the GCS client's async ones, so the
+  scheduler's event loop is never blocked on them.
+- `SqliteStore`: a SQLite file, for a plain local setup where the head may restart without
+  GCS fault tolerance. Writes are committed (`synchronous=FULL`, write-ahead log) before
+  they return; they run in a thread.
+
+`MemoryStore` keeps records in the process: for tests and for `store: memory` (nothing
+survives the actor, stated in the config's description).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+GCS_NAMESPACE = "raygang-state"
+
+
+class Store(ABC):
+    """Records (bytes) by table and key. Table and key names are plain strings without '/'
+    in the table name."""
+
+    @abstractmethod
+    async def put(self, table: str, key: str, value: bytes) -> None:
+        """Write one record; durable when this returns."""
+
+    @abstractmethod
+    async def delete(self, table: str, key: str) -> None:
+        """Remove one record (no error if absent)."""
+
+    @abstractmethod
+    async def load(self, table: str) -> dict[str, bytes]:
+        """Every record of a table."""
+
+    def close(self) -> None:  # noqa: B027 - optional for stores holding nothing open
+        """Release what the store holds open."""
+
+
+class MemoryStore(Store):
+    def __init__(self) -> None:
+        self._tables: dict[str, dict[str, bytes]] = {}
+
+    async def put(self, table: str, key: str, value: bytes) -> None:
+        self._tables.setdefault(table, {})[key] = bytes(value)
+
+    async def delete(self, table: str, key: str) -> None:
+        self._tables.get(table, {}).pop(key, None)
+
+    async def load(self, table: str) -> dict[str, bytes]:
+        return dict(self._tables.get(table, {}))
+
+
+class GcsStore(Store):
+    """Ray's GCS key-value store; keys are `<table>/<key>` in namespace `namespace`."""
+
+    def __init__(self, namespace: str = GCS_NAMESPACE, timeout_s: float = 30.0):
+        from ray.experimental.internal_kv import internal_kv_get_gcs_client
+
+        self._client = internal_kv_get_gcs_client()
+        self._namespace = namespace.encode()
+        self._timeout = timeout_s
+
+    @staticmethod
+    def _key(table: str, key: str) -> bytes:
+        if "/" in table:
+            raise ValueError(f"table name {table!r} contains '/'")
+        return f"{table}/{key}".encode()
+
+    async def put(self, table: str, key: str, value: bytes) -> None:
+        await self._client.async_internal_kv_put(
+            self._key(table, key), value, True, namespace=self._namespace,
+            timeout=self._timeout)
+
+    async def delete(self, table: str, key: str) -> None:
+        await self._client.async_internal_kv_del(
+            self._key(table, key), False, namespace=self._namespace, timeout=self._timeout)
+
+    async def load(self, table: str) -> dict[str, bytes]:
+        prefix = self._key(table, "")
+        keys = await self._client.async_internal_kv_keys(
+            prefix, namespace=self._namespace, timeout=self._timeout)
+        if not keys:
+            return {}
+        values = await self._client.async_internal_kv_multi_get(
+            keys, namespace=self._namespace, timeout=self._timeout)
+        return {k[len(prefix):].decode(): v for k, v in values.items() if v is not None}
+
+
+class SqliteStore(Store):
+    """One SQLite file; one connection, used from one thread at a time."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        with self._lock:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS records (tbl TEXT NOT NULL, key TEXT NOT NULL, "
+                "value BLOB NOT NULL, PRIMARY KEY (tbl, key))")
+
+    def _run(self, sql: str, args: tuple) -> list[tuple]:
+        with self._lock:
+            return self._db.execute(sql, args).fetchall()
+
+    async def put(self, table: str, key: str, value: bytes) -> None:
+        await asyncio.to_thread(
+            self._run, "INSERT OR REPLACE INTO records (tbl, key, value) VALUES (?, ?, ?)",
+            (table, key, bytes(value)))
+
+    async def delete(self, table: str, key: str) -> None:
+        await asyncio.to_thread(self._run, "DELETE FROM records WHERE tbl = ? AND key = ?",
+                                (table, key))
+
+    async def load(self, table: str) -> dict[str, bytes]:
+        rows = await asyncio.to_thread(
+            self._run, "SELECT key, value FROM records WHERE tbl = ?", (table,))
+        return {key: bytes(value) for key, value in rows}
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
