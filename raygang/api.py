@@ -15,6 +15,8 @@ return copies, and nothing touches the cluster until `.remote()`.
 from __future__ import annotations
 
 import re
+import time
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -154,7 +156,8 @@ class Gang:
 
     def remote(self) -> GangRef:
         programs = {name: task.program() for name, task in self._roles.items()}
-        gang_id = _call("submit", self.spec, programs)
+        # A key of its own: if the scheduler restarts mid-call, the retry gets this gang.
+        gang_id = _call("submit", self.spec, programs, f"python:{uuid.uuid4().hex}")
         return GangRef(gang_id)
 
 
@@ -318,24 +321,35 @@ def _raise_if_ended_badly(status: GangStatus) -> None:
 
 
 _cached: dict[str, Any] = {}
+RESTART_WAIT_S = 60.0  # how long a call waits for a restarting scheduler actor
 
 
 def _call(method: str, *args: Any) -> Any:
-    """Call the scheduler (starting it if needed); re-raise its errors as themselves."""
-    job = _job_id()
-    handle = _cached.get(job)
-    if handle is None:  # first call of this driver (or after a shutdown / replacement)
-        _cached.clear()
-        handle = _cached[job] = client.start()
-    try:
-        return ray.get(getattr(handle, method).remote(*args))
-    except RayTaskError as error:
-        if error.cause is not None:
-            raise error.cause from None
-        raise
-    except ray.exceptions.RayActorError:
-        _cached.clear()  # the scheduler was replaced; the next call finds the new one
-        raise
+    """Call the scheduler (starting it if needed); re-raise its errors as themselves.
+
+    If the scheduler actor dies or restarts during the call, the call is made again on the
+    restarted actor (which first recovers its state: see runtime/recovery.py) for up to
+    RESTART_WAIT_S; every scheduler method is safe to repeat (submissions carry a key)."""
+    deadline = time.monotonic() + RESTART_WAIT_S
+    delay = 0.1
+    while True:
+        job = _job_id()
+        handle = _cached.get(job)
+        if handle is None:  # first call of this driver (or after a shutdown / replacement)
+            _cached.clear()
+            handle = _cached[job] = client.start()
+        try:
+            return ray.get(getattr(handle, method).remote(*args))
+        except RayTaskError as error:
+            if error.cause is not None:
+                raise error.cause from None
+            raise
+        except ray.exceptions.RayActorError:
+            _cached.clear()  # restarting, or replaced: the next try finds the current one
+            if time.monotonic() + delay > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(2 * delay, 2.0)
 
 
 def _job_id() -> str:

@@ -134,6 +134,29 @@ class ScaleConfig(BaseModel):
         return self
 
 
+class StateConfig(BaseModel):
+    """Where the scheduler keeps what it must not lose (runtime/store.py).
+
+    - `gcs` (default): Ray's GCS key-value store: survives restarts of the scheduler actor,
+      and of the head with GCS fault tolerance (KubeRay's external Redis).
+    - `sqlite`: a SQLite file at `path`, for a local setup without GCS fault tolerance.
+    - `memory`: nothing survives the scheduler actor (tests, throwaway clusters)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    store: Literal["gcs", "sqlite", "memory"] = "gcs"
+    path: str | None = Field(None, description="the SQLite file (store: sqlite)")
+    recovery_wait_s: float = Field(
+        60.0, gt=0, description="how long a call waits for a restarted scheduler to recover"
+    )
+
+    @model_validator(mode="after")
+    def _path_for_sqlite(self) -> StateConfig:
+        if (self.store == "sqlite") != (self.path is not None):
+            raise ValueError("path: needed by store sqlite, and only by it")
+        return self
+
+
 class SchedulerConfig(BaseModel):
     """Policy knobs of `schedule()` plus the loop's timing; immutable once started."""
 
@@ -165,6 +188,9 @@ class SchedulerConfig(BaseModel):
     )
     scaling: ScaleConfig = Field(
         default_factory=ScaleConfig, description="sizing the cluster to the queue"
+    )
+    state: StateConfig = Field(
+        default_factory=StateConfig, description="the durable store of gangs and queues"
     )
 
     _tree: QueueTree = PrivateAttr()

@@ -38,3 +38,11 @@ class DeploymentExistsError(ValueError):
 
 class IdempotencyConflictError(ValueError):
     """An idempotency key was reused for a different submission."""
+
+
+class SchedulerRecoveringError(RuntimeError):
+    """The scheduler restarted and is still reading back its state; try again shortly."""
+
+
+class StoreError(RuntimeError):
+    """The durable store did not take a write: the request was not accepted."""

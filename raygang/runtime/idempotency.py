@@ -45,6 +45,14 @@ class IdempotencyKeys:
             self._seen.popitem(last=False)
         return gang_id
 
+    def remember(self, key: str, fingerprint: str, gang_id: str, at: float) -> None:
+        """Restore a key read back from the store (after a restart), in submission order."""
+        self._seen[key] = (gang_id, fingerprint, at)
+
+    def forget(self, key: str) -> None:
+        """Drop a key whose submission was not stored after all (it may be retried)."""
+        self._seen.pop(key, None)
+
     def _expire(self, now: float) -> None:
         while self._seen:
             _, (_, _, at) = next(iter(self._seen.items()))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +63,11 @@ class GangRecord:
     started_at: float | None = None
     finished_at: float | None = None
     events: list[GangEvent] = field(default_factory=list)
+    idempotency_key: str | None = None  # the submission's, remembered across restarts
+    fingerprint: str | None = None  # what the key was used for (runtime.idempotency)
+    saved: bool = False  # its submission is in the store: only then may it be admitted
+    saving: Any = field(default=None, repr=False)  # the future of that first write
+    on_change: Callable[[GangRecord], None] | None = field(default=None, repr=False)
     task: asyncio.Task | None = None
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     released: asyncio.Event = field(default_factory=asyncio.Event)  # RUNNING or finished
@@ -89,6 +95,17 @@ class GangRecord:
             self.app = None
             self.finished.set()
             self.released.set()
+        if self.on_change is not None:
+            self.on_change(self)
+
+    def requeue_after_restart(self, reason: str, now: float) -> None:
+        """Back to PENDING from wherever a restarted scheduler found it (a move no running
+        scheduler makes, hence not in the table of moves)."""
+        self.events.append(GangEvent(at=now, from_state=self.state, to_state=GangState.PENDING,
+                                     reason=reason))
+        self.state, self.reason, self.nodes, self.members = GangState.PENDING, reason, (), []
+        if self.on_change is not None:
+            self.on_change(self)
 
     def set_waiting(self, code: WaitCode, message: str, position: int | None) -> None:
         self.wait_code = code

@@ -32,11 +32,24 @@ from raygang.core.scale import never_hosted, scale_candidates
 from raygang.core.schedule import schedule, unschedulable_reason
 from raygang.core.snapshot import ClusterSnapshot
 from raygang.core.spec import DeploymentSpec, GangSpec
-from raygang.runtime.errors import DeploymentExistsError, GangNotFoundError, UnschedulableError
+from raygang.runtime import recovery
+from raygang.runtime.durable import GANGS, QUEUES, dump_gang, dump_queue, open_store
+from raygang.runtime.errors import (
+    DeploymentExistsError,
+    GangNotFoundError,
+    SchedulerRecoveringError,
+    StoreError,
+    UnschedulableError,
+)
 from raygang.runtime.deployment import ServeLaunch
 from raygang.runtime.dry_run import dry_run_result
 from raygang.runtime.idempotency import IdempotencyKeys
-from raygang.runtime.launcher import GangLaunch, MemberFailure, ReservationTimeout
+from raygang.runtime.launcher import (
+    GangLaunch,
+    MemberFailure,
+    ReservationTimeout,
+    run_to_completion,
+)
 from raygang.runtime.observe import observe
 from raygang.runtime.program import RoleProgram
 from raygang.runtime.records import GangRecord
@@ -59,6 +72,7 @@ SCHEDULER_NAME = "raygang-scheduler"
 CLUSTER_VIEW_MAX_AGE_S = 0.25
 METRICS_REFRESH_S = 1.0
 NODE_WAIT_POLL_S = 0.2
+STORE_RETRY_S = 1.0
 
 
 class Scheduler:
@@ -84,18 +98,49 @@ class Scheduler:
         self._scale = ScaleDriver(config.scaling, clock=clock) if config.scaling.mode != "off" else None
         self._scale_wake = asyncio.Event()
         self._scale_task: asyncio.Task | None = None
+        self._store = open_store(config.state)
+        self._recovered = asyncio.Event()
+        self._recovery_task: asyncio.Task | None = None
+        self._recovery: dict[str, Any] = {}  # what the last rebuild found
+        self._dirty: dict[str, GangRecord | None] = {}  # gang id -> to write (None: delete)
+        self._dirty_wake = asyncio.Event()
+        self._writer_task: asyncio.Task | None = None
 
     def _ensure_loop(self) -> None:
+        """Start the loops; after a (re)start, first read the state back from the store."""
+        loop = asyncio.get_running_loop()
+        if self._recovery_task is None:
+            self._recovery_task = loop.create_task(self._recover())
+        if not self._recovered.is_set():
+            return
         if self._loop_task is None or self._loop_task.done():
-            self._loop_task = asyncio.get_running_loop().create_task(self._loop())
+            self._loop_task = loop.create_task(self._loop())
+        if self._writer_task is None or self._writer_task.done():
+            self._writer_task = loop.create_task(self._writer())
         if self._scale is not None and (self._scale_task is None or self._scale_task.done()):
-            self._scale_task = asyncio.get_running_loop().create_task(self._scale_loop())
+            self._scale_task = loop.create_task(self._scale_loop())
+
+    async def _ready(self) -> None:
+        """Wait (up to `state.recovery_wait_s`) until the state is read back."""
+        self._ensure_loop()
+        if self._recovered.is_set():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._recovered.wait()),
+                                   self._config.state.recovery_wait_s)
+        except asyncio.TimeoutError:
+            raise SchedulerRecoveringError(
+                "the raygang scheduler restarted and is still recovering its state "
+                f"({self._last_cycle_error or 'reading the store'}); try again shortly"
+            ) from None
 
     # Client-facing methods ------------------------------------------------------------
     async def ping(self) -> dict:
         self._ensure_loop()
         return {
             "config": self._config.model_dump(mode="json"),
+            "ready": self._recovered.is_set(),
+            "recovery": dict(self._recovery),
             "gangs": len(self._gangs),
             "cycles": self._cycles,
             "last_cycle_error": self._last_cycle_error,
@@ -111,7 +156,7 @@ class Scheduler:
         an IdempotencyConflictError. Safe under concurrent retries: nothing awaits between
         the look-up and the enqueue, so the actor's event loop runs them as one step.
         """
-        self._ensure_loop()
+        await self._ready()
         if not isinstance(spec, GangSpec):
             raise TypeError(f"submit() takes a GangSpec, got {type(spec).__name__}")
         if not isinstance(programs, dict) or not all(
@@ -123,15 +168,19 @@ class Scheduler:
         if missing:
             raise ValueError(f"roles without a program to run: {', '.join(missing)}")
         if idempotency_key is None:
-            return self._enqueue(spec, dict(programs), "gang").gang_id
-        return self._idempotent.submit(
-            idempotency_key, _fingerprint(spec, programs), self._clock(),
-            lambda: self._enqueue(spec, dict(programs), "gang").gang_id,
+            return await self._saved(self._enqueue(spec, dict(programs), "gang"))
+        fingerprint = _fingerprint(spec, programs)
+        gang_id = self._idempotent.submit(
+            idempotency_key, fingerprint, self._clock(),
+            lambda: self._enqueue(spec, dict(programs), "gang", idempotency_key,
+                                  fingerprint).gang_id,
         )
+        record = self._gangs.get(gang_id)
+        return gang_id if record is None else await self._saved(record)
 
     async def deploy(self, deployment: DeploymentSpec, app: Any = None) -> str:
         """Queue a Serve application as a gang (see `runtime.deployment`). Returns its id."""
-        self._ensure_loop()
+        await self._ready()
         if not isinstance(deployment, DeploymentSpec):
             raise TypeError(f"deploy() takes a DeploymentSpec, got {type(deployment).__name__}")
         deployment = DeploymentSpec.model_validate(deployment.model_dump())
@@ -144,13 +193,14 @@ class Scheduler:
                 f"deployment {deployment.name!r} exists ({current.state.value}); "
                 "undeploy it first"
             )
-        record = self._enqueue(deployment.gang_spec(), {}, "deployment")
-        record.deployment, record.app = deployment, app
+        record = self._enqueue(deployment.gang_spec(), {}, "deployment",
+                               deployment=deployment, app=app)
         self._deployments[deployment.name] = record.gang_id
-        return record.gang_id
+        return await self._saved(record)
 
     async def undeploy(self, name: str) -> GangStatus:
         """Stop a deployment and free its capacity; returns once its app is deleted."""
+        await self._ready()
         gang_id = self._deployments.get(name)
         if gang_id is None or gang_id not in self._gangs:
             raise GangNotFoundError(f"no deployment named {name!r}")
@@ -159,11 +209,13 @@ class Scheduler:
     async def list_deployments(self) -> list[GangStatus]:
         """Deployments queued, running, or failed (until redeployed); undeployed ones are
         history (their gangs stay in `list_gangs`)."""
+        await self._ready()
         records = [self._gangs[g] for g in self._deployments.values() if g in self._gangs]
         return [r.status() for r in records if r.state is not GangState.CANCELLED]
 
     async def queues(self) -> list[QueueStatus]:
         """The queue tree with usage and fair shares as of now."""
+        await self._ready()
         pending = [r.pending_view() for r in self._pending()]
         # Usage is what raygang holds now; only the nodes (for fair shares) may be cached.
         snapshot = dataclasses.replace(self._recent_snapshot(), placed=tuple(self._held()))
@@ -180,6 +232,7 @@ class Scheduler:
 
     async def dry_run(self, spec: GangSpec) -> DryRunResult:
         """What a cycle would do with `spec` submitted now, without doing any of it."""
+        await self._ready()
         if not isinstance(spec, GangSpec):
             raise TypeError(f"dry_run() takes a GangSpec, got {type(spec).__name__}")
         spec = GangSpec.model_validate(spec.model_dump())
@@ -194,12 +247,14 @@ class Scheduler:
         return dry_run_result(plan, probe, snapshot, self._gangs)
 
     async def status(self, gang_id: str) -> GangStatus:
+        await self._ready()
         return self._get(gang_id).status()
 
     async def list_gangs(
         self, state: GangState | None = None, queues: Collection[str] | None = None
     ) -> list[GangStatus]:
         """Gangs in submission order, optionally only in `state` and in `queues`."""
+        await self._ready()
         return [r.status() for r in self._matching(state, queues)]
 
     async def gang_page(
@@ -208,6 +263,7 @@ class Scheduler:
     ) -> tuple[list[GangStatus], int]:
         """One page of `list_gangs` and how many match in all: only the page's statuses
         are built and sent (a status page polls this with thousands of gangs kept)."""
+        await self._ready()
         matching = self._matching(state, queues)
         if newest_first:
             matching.reverse()
@@ -222,6 +278,7 @@ class Scheduler:
 
     async def cluster(self) -> ClusterStatus:
         """Nodes with their total, free and used resources, and which gang holds what."""
+        await self._ready()
         now = self._clock()
         snapshot = self._recent_snapshot(max_age=CLUSTER_VIEW_MAX_AGE_S)
         held: dict[str, list[HeldBundle]] = {}
@@ -251,6 +308,7 @@ class Scheduler:
     async def set_queue(self, queue: QueueSpec) -> list[QueueStatus]:
         """Add a queue or replace one's quota, limit, weight or parent (admin only over
         REST). The new tree is validated whole; a queue holding gangs stays a leaf."""
+        await self._ready()
         queue = QueueSpec.model_validate(queue.model_dump())
         holding = {r.spec.queue for r in self._gangs.values() if not r.state.finished}
         if queue.parent in holding:
@@ -258,10 +316,9 @@ class Scheduler:
                 f"parent: queue {queue.parent!r} holds gangs, so it cannot become a parent "
                 "(only leaf queues hold gangs)"
             )
-        queues = [q for q in self._config.queues if q.name != queue.name] + [queue]
-        self._config = SchedulerConfig.model_validate(
-            {**self._config.model_dump(), "queues": [q.model_dump() for q in queues]}
-        )
+        config = self._with_queues([queue])
+        await self._store.put(QUEUES, queue.name, dump_queue(queue))  # durable, then applied
+        self._config = config
         self._wake.set()  # a larger quota or limit may admit waiting gangs
         return await self.queues()
 
@@ -270,6 +327,7 @@ class Scheduler:
     ) -> GangStatus:
         """The gang's status once it has finished (or, with `until_running`, once it is
         past the launch barrier), or as it is after `timeout` seconds."""
+        await self._ready()
         record = self._get(gang_id)
         event = record.released if until_running else record.finished
         try:
@@ -280,30 +338,46 @@ class Scheduler:
 
     async def results(self, gang_id: str) -> list:
         """Object refs of the members' results in rank order (for a SUCCEEDED gang)."""
+        await self._ready()
         return list(self._get(gang_id).result_refs or [])
 
     async def cancel(self, gang_id: str, reason: str = "cancelled by user") -> GangStatus:
         """Cancel a gang; returns once its members are gone and its resources released."""
+        await self._ready()
         record = self._get(gang_id)
+        if record.state.finished:
+            return record.status()
+        await self._saved(record)
+        if record.cancel_reason is None:
+            record.cancel_reason = reason
+            await self._write(record)  # the intent is durable before anything is done
         if record.state is GangState.PENDING:
-            record.move(GangState.CANCELLED, reason, self._clock())
+            record.move(GangState.CANCELLED, record.cancel_reason, self._clock())
             self._on_finished(record)
         elif record.task is not None:
-            record.cancel_reason = reason
             await self._halt(record)
         return record.status()
 
     async def shutdown(self) -> int:
         """Cancel every unfinished gang (tearing down running ones). Returns how many."""
+        await self._ready()
         unfinished = [r for r in self._gangs.values() if not r.state.finished]
         for record in unfinished:
             await self.cancel(record.gang_id, "scheduler shut down")
-        for task in (self._loop_task, self._scale_task):
+        for task in (self._loop_task, self._scale_task, self._writer_task):
             if task is not None:
                 task.cancel()
+        # A shutdown ends this scheduler's history (a crash keeps it): the next start is clean.
+        for table in (GANGS, QUEUES):
+            for key in await self._store.load(table):
+                await self._store.delete(table, key)
         return len(unfinished)
 
-    def _enqueue(self, spec: GangSpec, programs: dict[str, RoleProgram], kind: str) -> GangRecord:
+    def _enqueue(self, spec: GangSpec, programs: dict[str, RoleProgram], kind: str,
+                 idempotency_key: str | None = None, fingerprint: str | None = None,
+                 deployment: DeploymentSpec | None = None, app: Any = None) -> GangRecord:
+        """Add the gang to the book (in this step, with no await: see `submit`); it is
+        admitted only once `_saved` has written it to the store."""
         cls = self._config.priority_class(spec)
         # A recent view may accept; only a fresh one may refuse (a node may just have joined).
         reason = unschedulable_reason(spec, self._recent_snapshot(), self._config) and (
@@ -327,6 +401,11 @@ class Scheduler:
             preemptible=cls.preemptible,
             min_runtime_s=cls.min_runtime_s,
             kind=kind,
+            deployment=deployment,
+            app=app,
+            idempotency_key=idempotency_key,
+            fingerprint=fingerprint,
+            on_change=self._mark_dirty,
         )
         record.events.append(
             GangEvent(at=now, from_state=None, to_state=GangState.PENDING, reason="submitted")
@@ -400,7 +479,9 @@ class Scheduler:
         self._metrics.cycle_done(started, plan)
 
     def _pending(self) -> list[GangRecord]:
-        return [r for r in self._gangs.values() if r.state is GangState.PENDING]
+        """Gangs to schedule: stored, and not being cancelled."""
+        return [r for r in self._gangs.values()
+                if r.state is GangState.PENDING and r.saved and r.cancel_reason is None]
 
     def _held(self):
         return [self._gangs[gang_id].placed_view() for gang_id in self._launches]
@@ -548,7 +629,10 @@ class Scheduler:
             record.move(GangState.CANCELLED, record.cancel_reason or "cancelled", self._clock())
 
     async def _release(self, record: GangRecord, launch) -> None:
-        """Free everything the gang's launch holds and forget the launch."""
+        """Free everything the gang's launch holds and forget the launch. How the gang
+        ended is written first: a scheduler restarting in between must not run it again."""
+        if record.state.finished:
+            await run_to_completion(self._write(record))
         await launch.close()
         self._launches.pop(record.gang_id, None)
         record.nodes = ()
@@ -576,6 +660,88 @@ class Scheduler:
         else:
             record.move(GangState.FAILED, error.summary, now)
 
+    def _with_queues(self, changed: Collection[QueueSpec]) -> SchedulerConfig:
+        """The config with these queues added or replaced (the tree validated whole)."""
+        names = {q.name for q in changed}
+        queues = [q for q in self._config.queues if q.name not in names] + list(changed)
+        return SchedulerConfig.model_validate(
+            {**self._config.model_dump(), "queues": [q.model_dump() for q in queues]}
+        )
+
+    # The durable store ------------------------------------------------------------------
+    async def _saved(self, record: GangRecord) -> str:
+        """Write a new submission to the store before it is acknowledged; only then may it
+        be admitted. A retry (same idempotency key) waits for the same write."""
+        if not record.saved:
+            if record.saving is None:
+                record.saving = asyncio.ensure_future(
+                    self._store.put(GANGS, record.gang_id, dump_gang(record)))
+            try:
+                await asyncio.shield(record.saving)
+            except Exception as error:
+                if self._gangs.get(record.gang_id) is record and not record.saved:
+                    self._forget_unsaved(record)
+                raise StoreError(
+                    f"the submission was not accepted: the store did not take it ({error})"
+                ) from None
+            record.saved = True
+            self._wake.set()
+        return record.gang_id
+
+    def _forget_unsaved(self, record: GangRecord) -> None:
+        del self._gangs[record.gang_id]
+        if record.idempotency_key is not None:
+            self._idempotent.forget(record.idempotency_key)
+        if record.deployment is not None and \
+                self._deployments.get(record.deployment.name) == record.gang_id:
+            del self._deployments[record.deployment.name]
+
+    async def _write(self, record: GangRecord) -> None:
+        """Write the gang as it is now, at once (the writer task may write it again)."""
+        await self._store.put(GANGS, record.gang_id, dump_gang(record))
+
+    def _mark_dirty(self, record: GangRecord) -> None:
+        """A gang changed: the writer task writes it soon (state changes are not waited
+        for; the ones that matter after a restart are written first, see `_release`)."""
+        if record.saved:
+            self._dirty[record.gang_id] = record
+            self._dirty_wake.set()
+
+    async def _writer(self) -> None:
+        while True:
+            await self._dirty_wake.wait()
+            self._dirty_wake.clear()
+            batch, self._dirty = self._dirty, {}
+            failed = False
+            for gang_id, record in batch.items():
+                try:
+                    if record is None:
+                        await self._store.delete(GANGS, gang_id)
+                    else:
+                        await self._write(record)
+                except Exception:
+                    log.warning("writing gang %s to the store failed", gang_id, exc_info=True)
+                    self._dirty.setdefault(gang_id, record)
+                    failed = True
+            if failed:
+                await asyncio.sleep(STORE_RETRY_S)
+                self._dirty_wake.set()
+
+    async def _recover(self) -> None:
+        """Read the state back (after a restart of the actor, or a first start: then the
+        store is empty), until that works; then start the loops."""
+        while True:
+            try:
+                self._recovery = await recovery.rebuild(self)
+                break
+            except Exception as error:
+                log.exception("recovering the scheduler's state failed; retrying")
+                self._last_cycle_error = f"recovery: {type(error).__name__}: {error}"
+                await asyncio.sleep(STORE_RETRY_S)
+        self._recovered.set()
+        self._ensure_loop()
+        self._wake.set()
+
     # Bookkeeping ------------------------------------------------------------------------
     def _get(self, gang_id: str) -> GangRecord:
         try:
@@ -591,7 +757,10 @@ class Scheduler:
         self._metrics.finished(record)
         self._finished.append(record.gang_id)
         while len(self._finished) > self._config.finished_gangs_kept:
-            self._gangs.pop(self._finished.popleft(), None)
+            gone = self._finished.popleft()
+            self._gangs.pop(gone, None)
+            self._dirty[gone] = None  # out of the store too
+            self._dirty_wake.set()
 
 
 def _fingerprint(spec: GangSpec, programs: dict[str, RoleProgram]) -> str:
@@ -614,4 +783,7 @@ async def _cancel(task: asyncio.Task) -> None:
 
 
 # The actor: no resources of its own, many concurrent calls (waits are long polls).
-SchedulerActor = ray.remote(num_cpus=0, max_concurrency=10_000)(Scheduler)
+# Ray restarts it whenever it dies (its process or its node); it then recovers its state
+# from the store (runtime/recovery.py). Calls in flight are not retried by Ray: the
+# client retries them (the Python API's submissions carry an idempotency key).
+SchedulerActor = ray.remote(num_cpus=0, max_concurrency=10_000, max_restarts=-1)(Scheduler)

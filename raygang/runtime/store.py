@@ -21,6 +21,7 @@ import asyncio
 import sqlite3
 import threading
 from abc import ABC, abstractmethod
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 GCS_NAMESPACE = "raygang-state"
@@ -97,12 +98,14 @@ class GcsStore(Store):
 
 
 class SqliteStore(Store):
-    """One SQLite file; one connection, used from one thread at a time."""
+    """One SQLite file; one connection, on one thread: calls run in the order they were
+    made (two writes of one record land in that order)."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="raygang-sqlite")
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         with self._lock:
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -111,24 +114,26 @@ class SqliteStore(Store):
                 "CREATE TABLE IF NOT EXISTS records (tbl TEXT NOT NULL, key TEXT NOT NULL, "
                 "value BLOB NOT NULL, PRIMARY KEY (tbl, key))")
 
-    def _run(self, sql: str, args: tuple) -> list[tuple]:
+    def _execute(self, sql: str, args: tuple) -> list[tuple]:
         with self._lock:
             return self._db.execute(sql, args).fetchall()
 
+    async def _run(self, sql: str, args: tuple) -> list[tuple]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._thread, self._execute, sql, args)
+
     async def put(self, table: str, key: str, value: bytes) -> None:
-        await asyncio.to_thread(
-            self._run, "INSERT OR REPLACE INTO records (tbl, key, value) VALUES (?, ?, ?)",
-            (table, key, bytes(value)))
+        await self._run("INSERT OR REPLACE INTO records (tbl, key, value) VALUES (?, ?, ?)",
+                        (table, key, bytes(value)))
 
     async def delete(self, table: str, key: str) -> None:
-        await asyncio.to_thread(self._run, "DELETE FROM records WHERE tbl = ? AND key = ?",
-                                (table, key))
+        await self._run("DELETE FROM records WHERE tbl = ? AND key = ?", (table, key))
 
     async def load(self, table: str) -> dict[str, bytes]:
-        rows = await asyncio.to_thread(
-            self._run, "SELECT key, value FROM records WHERE tbl = ?", (table,))
+        rows = await self._run("SELECT key, value FROM records WHERE tbl = ?", (table,))
         return {key: bytes(value) for key, value in rows}
 
     def close(self) -> None:
+        self._thread.shutdown(wait=True)
         with self._lock:
             self._db.close()

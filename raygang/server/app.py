@@ -32,6 +32,8 @@ from raygang.runtime.errors import (
     DeploymentExistsError,
     GangNotFoundError,
     IdempotencyConflictError,
+    SchedulerRecoveringError,
+    StoreError,
     UnschedulableError,
 )
 from raygang.runtime.status import ClusterStatus, DryRunResult, GangStatus, QueueStatus
@@ -55,7 +57,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         (403, "the token may not use this queue or priority class"),
         (413, "request body too large"),
         (422, "invalid request: which field, and why"),
-        (503, "the scheduler does not answer"),
+        (503, "the scheduler does not answer, is recovering, or could not store the request"),
     )
 }
 
@@ -123,6 +125,10 @@ def create_app(
         except SchedulerUnavailable as error:
             response.status_code = 503
             return Health(status="unavailable", detail=str(error))
+        if not ping.get("ready", True):  # restarted, still reading its state back
+            response.status_code = 503
+            return Health(status="recovering",
+                          detail=ping.get("last_cycle_error") or "reading the store")
         return Health(status="ready", scheduler={k: ping[k] for k in ("gangs", "cycles")})
 
     # Gangs ----------------------------------------------------------------------------
@@ -318,6 +324,8 @@ def _install_error_handlers(app: FastAPI) -> None:
         (UnschedulableError, 422),
         (UnknownPriorityClass, 422),
         (SchedulerUnavailable, 503),
+        (SchedulerRecoveringError, 503),
+        (StoreError, 503),
         (ValueError, 422),  # the scheduler's own checks of a request (after pydantic's)
     )
     for kind, status in statuses:

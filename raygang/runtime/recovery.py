@@ -1,0 +1,126 @@
+"""Rebuilding the scheduler's book after its actor restarted (Ray restarts it: it is
+created with `max_restarts=-1`), from the store and from what is left in Ray.
+
+- Queue changes made at run time are applied again over the config.
+- Finished and cancelled gangs stay as they were (their results are not kept across a
+  restart: the object refs belonged to the old process).
+- A gang whose cancellation was written but not carried out is cancelled now.
+- A pending gang keeps its id and its place in line (same submission sequence).
+- A gang that was admitted, starting or running is torn down (its named members and its
+  `raygang-<id>` placement group, found by name) and requeued, with an event saying so.
+  It counts as neither a restart nor a preemption.
+- Placement groups and member actors named `raygang-*` that belong to no unfinished gang
+  are removed (orphans of a crash between creating them and recording it).
+- Idempotency keys are restored, so a client retrying across the restart gets its gang.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import ray
+from ray._raylet import PlacementGroupID
+from ray.util.placement_group import (
+    PlacementGroup,
+    placement_group_table,
+    remove_placement_group,
+)
+
+from raygang.core.gang import GangState
+from raygang.runtime.durable import GANGS, QUEUES, load_gang, load_queue
+from raygang.runtime.launcher import NAMESPACE
+
+if TYPE_CHECKING:
+    from raygang.runtime.scheduler import Scheduler
+
+log = logging.getLogger(__name__)
+PREFIX = "raygang-"
+
+
+async def rebuild(scheduler: Scheduler) -> dict[str, Any]:
+    """Fill `scheduler`'s book from its store; returns what it found and did."""
+    started = time.monotonic()
+    store = scheduler._store
+    queues = [load_queue(raw) for raw in (await store.load(QUEUES)).values()]
+    if queues:
+        scheduler._config = scheduler._with_queues(queues)
+    records = sorted((load_gang(raw) for raw in (await store.load(GANGS)).values()),
+                     key=lambda r: r.seq)
+    found = {"gangs": len(records), "pending": 0, "requeued": 0, "cancelled": 0,
+             "finished": 0, "orphans_removed": 0}
+    now = scheduler._clock()
+    for record in records:
+        record.saved = True
+        record.on_change = scheduler._mark_dirty
+        scheduler._gangs[record.gang_id] = record
+        if record.idempotency_key and record.fingerprint:
+            scheduler._idempotent.remember(record.idempotency_key, record.fingerprint,
+                                           record.gang_id, record.submitted_at)
+        if record.deployment is not None:
+            scheduler._deployments[record.deployment.name] = record.gang_id  # latest wins
+        if record.state.finished:
+            scheduler._finished.append(record.gang_id)
+            found["finished"] += 1
+            continue
+        if record.state is not GangState.PENDING or record.cancel_reason:
+            clear_gang(record.gang_id)
+        if record.cancel_reason:
+            record.requeue_after_restart("scheduler restarted; carrying out the cancellation",
+                                         now)
+            record.move(GangState.CANCELLED, record.cancel_reason, now)
+            scheduler._finished.append(record.gang_id)
+            found["cancelled"] += 1
+        elif record.state is GangState.PENDING:
+            found["pending"] += 1
+        else:
+            record.requeue_after_restart(
+                f"requeued: the scheduler restarted while the gang was {record.state.value}",
+                now)
+            found["requeued"] += 1
+    unfinished = {r.gang_id for r in records if not r.state.finished}
+    found["orphans_removed"] = remove_orphans(unfinished)
+    scheduler._seq = itertools.count(max((r.seq for r in records), default=-1) + 1)
+    found["seconds"] = round(time.monotonic() - started, 3)
+    if records:
+        log.warning("raygang scheduler recovered its state: %s", found)
+    return found
+
+
+def _belongs(name: str, gang_ids: set[str]) -> bool:
+    return any(name == f"{PREFIX}{g}" or name.startswith(f"{PREFIX}{g}-") for g in gang_ids)
+
+
+def clear_gang(gang_id: str) -> int:
+    """Kill the gang's named members and remove its placement group; how many were found."""
+    return _remove(lambda name: _belongs(name, {gang_id}))
+
+
+def remove_orphans(unfinished: set[str]) -> int:
+    """Remove `raygang-*` members and placement groups of no unfinished gang."""
+    from raygang.runtime.scheduler import SCHEDULER_NAME
+
+    return _remove(lambda name: name != SCHEDULER_NAME and not _belongs(name, unfinished))
+
+
+def _remove(match) -> int:
+    removed = 0
+    for actor in ray.util.list_named_actors(all_namespaces=True):
+        name = actor["name"]
+        if actor["namespace"] == NAMESPACE and name.startswith(PREFIX) and match(name):
+            try:
+                ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
+                removed += 1
+            except ValueError:  # gone meanwhile
+                pass
+    for pg_id, info in placement_group_table().items():
+        name = info.get("name") or ""
+        if name.startswith(PREFIX) and info.get("state") != "REMOVED" and match(name):
+            try:  # by id: a name is only unique within the namespace that created it
+                remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id))))
+                removed += 1
+            except Exception:  # removed meanwhile
+                log.debug("removing placement group %s failed", name, exc_info=True)
+    return removed

@@ -1,0 +1,72 @@
+"""The scheduler actor dies and Ray restarts it: no gang is lost, none runs twice at once,
+a cancelled one stays cancelled, and callers ride through the restart."""
+
+from __future__ import annotations
+
+import time
+
+import ray
+from ray.util.placement_group import placement_group_table
+
+import raygang
+from raygang import demo
+from raygang.runtime.launcher import NAMESPACE
+from raygang.runtime.scheduler import SCHEDULER_NAME
+
+
+def scheduler():
+    return ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE)
+
+
+def raygang_pgs_by_gang() -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for info in placement_group_table().values():
+        if info["name"].startswith("raygang-") and info["state"] != "REMOVED":
+            counts[info["name"]] = counts.get(info["name"], 0) + 1
+    return counts
+
+
+def test_a_restarted_scheduler_keeps_every_gang(ray_cluster):
+    hold = raygang.gang_task(demo.sleep, name="hold", replicas=2, num_gpus=4, num_cpus=0,
+                             strategy="SPREAD")  # every GPU of the cluster
+    small = raygang.gang_task(demo.sleep, name="small", num_gpus=1, num_cpus=0)
+    running = hold.remote(seconds=3.0)
+    running.ready(timeout=60)
+    waiting = small.remote(seconds=0.1)
+    cancelled = small.remote(seconds=0.1)
+    assert cancelled.cancel().state.value == "CANCELLED"
+    assert waiting.status().state.value == "PENDING"
+
+    ray.kill(scheduler(), no_restart=False)  # the process dies; Ray starts it again
+
+    # Callers ride through the restart (the Python API retries on the new actor).
+    assert waiting.wait(timeout=90).state.value == "SUCCEEDED"
+    done = running.wait(timeout=90)
+    assert done.state.value == "SUCCEEDED"
+    assert any("scheduler restarted while the gang was RUNNING" in e.reason
+               for e in done.events), [e.reason for e in done.events]
+    assert cancelled.status().state.value == "CANCELLED"  # not re-admitted
+    assert done.restarts == 0 and done.preemptions == 0  # a restart of the scheduler is neither
+    # Each gang once, same ids; never two placement groups of one gang.
+    ids = [g.gang_id for g in raygang.list_gangs()]
+    for ref in (running, waiting, cancelled):
+        assert ids.count(ref.gang_id) == 1
+    assert all(n == 1 for n in raygang_pgs_by_gang().values())
+    recovery = ray.get(scheduler().ping.remote())["recovery"]
+    assert recovery["requeued"] == 1 and recovery["pending"] == 1, recovery
+    assert recovery["cancelled"] == 0 and recovery["finished"] >= 1, recovery
+
+
+def test_a_submission_is_stored_before_it_is_acknowledged(ray_cluster):
+    small = raygang.gang_task(demo.sleep, name="stored", num_gpus=1, num_cpus=0)
+    hold = raygang.gang_task(demo.sleep, name="hold", replicas=2, num_gpus=4, num_cpus=0,
+                             strategy="SPREAD")
+    blocker = hold.remote(seconds=2.0)
+    blocker.ready(timeout=60)
+    refs = [small.remote(seconds=0.1) for _ in range(3)]
+    # Killed at once after the acknowledgements: every acknowledged gang was written.
+    ray.kill(scheduler(), no_restart=False)
+    deadline = time.monotonic() + 90
+    for ref in refs:
+        assert ref.wait(timeout=max(1.0, deadline - time.monotonic())).state.value == "SUCCEEDED"
+    assert blocker.wait(timeout=60).state.value == "SUCCEEDED"
