@@ -334,11 +334,11 @@ def _call(method: str, *args: Any) -> Any:
     delay = 0.1
     while True:
         job = _job_id()
-        handle = _cached.get(job)
-        if handle is None:  # first call of this driver (or after a shutdown / replacement)
-            _cached.clear()
-            handle = _cached[job] = client.start()
         try:
+            handle = _cached.get(job)
+            if handle is None:  # first call of this driver (or after a shutdown / restart)
+                _cached.clear()
+                handle = _cached[job] = client.start()
             return ray.get(getattr(handle, method).remote(*args))
         except RayTaskError as error:
             if error.cause is not None:

@@ -183,6 +183,11 @@ class SchedulerConfig(BaseModel):
         None, ge=1, le=65535,
         description="port of Serve's HTTP proxy if raygang starts Serve (default 8000)",
     )
+    restart_backoff_s: float = Field(
+        1.0, ge=0, description="a gang restarted whole waits this long before it may run "
+        "again, doubling with each restart of it (at most restart_backoff_max_s)"
+    )
+    restart_backoff_max_s: float = Field(60.0, ge=0, description="the longest restart wait")
     finished_gangs_kept: int = Field(
         10_000, ge=0, description="finished gangs (and their results) remembered"
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import ray
 
@@ -12,6 +13,7 @@ from raygang.runtime.launcher import NAMESPACE
 from raygang.runtime.scheduler import SCHEDULER_NAME, SchedulerActor
 
 log = logging.getLogger(__name__)
+SHUTDOWN_WAIT_S = 60.0  # how long shutdown() waits for a restarting scheduler to answer
 
 
 def _ensure_ray() -> None:
@@ -62,9 +64,17 @@ def shutdown() -> None:
     """Cancel every unfinished gang, then stop the scheduler actor (if one runs)."""
     if not ray.is_initialized():
         return
-    try:
-        handle = ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE)
-    except ValueError:
-        return
-    ray.get(handle.shutdown.remote())
+    deadline = time.monotonic() + SHUTDOWN_WAIT_S
+    while True:
+        try:
+            handle = ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE)
+        except ValueError:
+            return
+        try:
+            ray.get(handle.shutdown.remote())
+            break
+        except ray.exceptions.RayActorError:  # it is restarting: ask the restarted one
+            if time.monotonic() > deadline:
+                break  # kill it anyway
+            time.sleep(0.2)
     ray.kill(handle, no_restart=True)

@@ -28,7 +28,7 @@ FORMAT = 1  # bump when the record's shape changes; older records are read by ve
 _KEPT = ("gang_id", "kind", "priority", "seq", "submitted_at", "preemptible",
          "min_runtime_s", "reason", "nodes", "restarts", "preemptions", "preempted_by",
          "cancel_reason", "error", "started_at", "finished_at", "events", "members",
-         "idempotency_key", "fingerprint")
+         "idempotency_key", "fingerprint", "not_before")
 
 
 def open_store(config: StateConfig) -> Store:

@@ -15,7 +15,13 @@ from typing import Any
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
-from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray._raylet import PlacementGroupID
+from ray.util.placement_group import (
+    PlacementGroup,
+    placement_group,
+    placement_group_table,
+    remove_placement_group,
+)
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from raygang.core.resources import Resources
@@ -107,6 +113,24 @@ class GangLaunch:
         self.handles: list[Any] = [None] * spec.world_size
         self._tasks: list[asyncio.Task] = []
         self._role_ranks = _role_ranks(spec)
+
+    @classmethod
+    def adopt(cls, gang_id: str, spec: GangSpec, nodes: Sequence[str],
+              attempt: int) -> GangLaunch | None:
+        """The launch of a gang that a previous scheduler process started, found by name
+        (its members and placement group are detached); None if any part is gone."""
+        launch = cls(gang_id, spec, {}, nodes, attempt)
+        try:
+            launch.handles = [ray.get_actor(member_name(gang_id, slot), namespace=NAMESPACE)
+                              for slot in spec.slots]
+        except ValueError:
+            return None
+        for pg_id, info in placement_group_table().items():
+            if info.get("name") == pg_name(gang_id) and info.get("state") == "CREATED":
+                launch.pg = PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id)))
+                launch._at_rest = True
+                return launch
+        return None
 
     # 1. Reserve ------------------------------------------------------------------------
     async def reserve(self) -> None:
@@ -206,7 +230,22 @@ class GangLaunch:
         they die or the gang is cancelled.
         """
         peers = tuple(self.handles)
-        pairs = [h.__raygang_run__.remote(peers) for h in self.handles]
+        return await self._outcome([h.__raygang_run__.remote(peers) for h in self.handles])
+
+    async def resume(self) -> list[Any]:
+        """`run()` for an adopted gang: each member's outcome of the run the previous
+        scheduler released it into; members it had not released yet (it died in between)
+        are released now, with the same peers."""
+        started = await self._all_or_first_error(
+            [self._await(slot, self.handles[slot.rank].__raygang_started__.remote())
+             for slot in self.spec.slots])
+        peers = tuple(self.handles)
+        return await self._outcome([
+            h.__raygang_outcome__.remote() if began else h.__raygang_run__.remote(peers)
+            for h, began in zip(self.handles, started)
+        ])
+
+    async def _outcome(self, pairs: list) -> list[Any]:
         markers = await self._all_or_first_error(
             [self._await(slot, pairs[slot.rank][0]) for slot in self.spec.slots]
         )

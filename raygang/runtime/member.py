@@ -11,6 +11,12 @@ stay out of the user's namespace:
   which stays in the object store for the client (the scheduler never copies it).
 - `__raygang_watch__()`: in a concurrency group of its own, blocks until the actor dies;
   it is how the scheduler notices a member of a long-running service dying.
+- `__raygang_started__()` and `__raygang_outcome__()`: in the control group, whether
+  `__raygang_run__` was called, and what it returned (or the error it raised) once it has
+  ended. A scheduler that restarted picks up a running gang with them: the members outlive
+  the scheduler (they are detached) and so does their run; only the refs of its results
+  were the old process's. A second `__raygang_run__` never runs the body twice: it
+  returns the first one's outcome.
 - `__raygang_preempt__()`: the graceful preemption signal, in the same control group so
   that it runs while `run()` is busy. Sets the context's `preempted` flag, then runs the
   user class's `on_preempt()` method (if any) and the callbacks registered with
@@ -18,9 +24,10 @@ stay out of the user's namespace:
   a hook that raises is reported there, never raised (the member is killed after the
   grace period anyway). Only the first signal runs hooks; a repeat returns hooks=0.
 
-The control group has 3 slots: `__raygang_watch__` holds one for the member's whole life,
-`__raygang_preempt__` needs one while `run()` holds the default group, and one is spare
-(a repeated signal, or a watch from a scheduler that restarted). In a sync actor a slot
+The control group has 6 slots: `__raygang_watch__` holds one for the member's whole life
+(one more per scheduler restart: the old call stays blocked), `__raygang_outcome__` one
+while run() lasts (again per restart), `__raygang_preempt__` one while `run()` holds the
+default group; the rest are spare. In a sync actor a slot
 is a thread; in an async actor the group is its own event loop, on a thread of its own.
 """
 
@@ -42,7 +49,7 @@ from raygang.runtime import context as _ctx
 from raygang.runtime.program import RoleProgram
 
 CONTROL_GROUP = "raygang"
-CONTROL_SLOTS = 3  # watch (held for life) + preempt (while run() is busy) + one spare
+CONTROL_SLOTS = 6  # watch and outcome (each once per scheduler life) + preempt + spare
 SERVING = "serving"  # marker: the member has no run(); the gang runs until cancelled
 DONE = "done"
 
@@ -67,6 +74,33 @@ class _SyncControl:
     def _raygang_enter(self, context: _ctx.GangContext) -> None:
         context.node_id = _node_id()
         _ctx._set_context(context)
+        self._raygang_started = False
+        self._raygang_ended = threading.Event()
+        self._raygang_outcome: tuple[str, Any] = ("", None)
+
+    def _raygang_record(self, run: Callable[[], tuple[str, Any]]) -> tuple[str, Any]:
+        """Run the body through `run` and keep what it returned or raised (for outcome)."""
+        if self._raygang_started:  # a repeated release: the first run's outcome, once
+            self._raygang_ended.wait()
+            return self._raygang_recorded()
+        self._raygang_started = True
+        try:
+            outcome = run()
+        except BaseException as error:
+            self._raygang_keep("error", error)
+            raise
+        self._raygang_keep("value", outcome)
+        return outcome
+
+    def _raygang_keep(self, kind: str, value: Any) -> None:
+        self._raygang_outcome = (kind, value)
+        self._raygang_ended.set()
+
+    def _raygang_recorded(self) -> tuple[str, Any]:
+        kind, value = self._raygang_outcome
+        if kind == "error":
+            raise value
+        return value
 
     def __raygang_ready__(self) -> str:
         if self._raygang_error is not None:
@@ -78,8 +112,17 @@ class _SyncControl:
         _ctx.get_context().peers = peers
         body = self._raygang_body()
         if body is None:
-            return SERVING, None
-        return DONE, body()
+            return self._raygang_record(lambda: (SERVING, None))
+        return self._raygang_record(lambda: (DONE, body()))
+
+    @ray.method(concurrency_group=CONTROL_GROUP)
+    def __raygang_started__(self) -> bool:
+        return self._raygang_started
+
+    @ray.method(num_returns=2, concurrency_group=CONTROL_GROUP)
+    def __raygang_outcome__(self) -> tuple[str, Any]:
+        self._raygang_ended.wait()
+        return self._raygang_recorded()
 
     @ray.method(concurrency_group=CONTROL_GROUP)
     def __raygang_watch__(self) -> None:
@@ -131,12 +174,32 @@ class _AsyncControl(_SyncControl):
         self._raygang_loop = asyncio.get_running_loop()
         _ctx.get_context().peers = peers
         body = self._raygang_body()
-        if body is None:
-            return SERVING, None
-        result = body()
-        if inspect.isawaitable(result):
-            result = await result
-        return DONE, result
+        if self._raygang_started:  # a repeated release: the first run's outcome, once
+            await asyncio.to_thread(self._raygang_ended.wait)
+            return self._raygang_recorded()
+        self._raygang_started = True
+        try:
+            if body is None:
+                outcome: tuple[str, Any] = (SERVING, None)
+            else:
+                result = body()
+                if inspect.isawaitable(result):
+                    result = await result
+                outcome = (DONE, result)
+        except BaseException as error:
+            self._raygang_keep("error", error)
+            raise
+        self._raygang_keep("value", outcome)
+        return outcome
+
+    @ray.method(concurrency_group=CONTROL_GROUP)
+    async def __raygang_started__(self) -> bool:  # type: ignore[override]
+        return self._raygang_started
+
+    @ray.method(num_returns=2, concurrency_group=CONTROL_GROUP)
+    async def __raygang_outcome__(self) -> tuple[str, Any]:  # type: ignore[override]
+        await asyncio.to_thread(self._raygang_ended.wait)
+        return self._raygang_recorded()
 
     @ray.method(concurrency_group=CONTROL_GROUP)
     async def __raygang_watch__(self) -> None:  # type: ignore[override]

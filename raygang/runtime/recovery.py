@@ -6,9 +6,12 @@ created with `max_restarts=-1`), from the store and from what is left in Ray.
   restart: the object refs belonged to the old process).
 - A gang whose cancellation was written but not carried out is cancelled now.
 - A pending gang keeps its id and its place in line (same submission sequence).
-- A gang that was admitted, starting or running is torn down (its named members and its
-  `raygang-<id>` placement group, found by name) and requeued, with an event saying so.
-  It counts as neither a restart nor a preemption.
+- A running gang whose members (detached, named) and placement group are all there is
+  adopted: the new process takes over its run (launcher.GangLaunch.resume) without
+  restarting anything; its history says so.
+- A gang that was admitted or starting, or running but missing a part, is torn down (its
+  named members and its `raygang-<id>` placement group, found by name) and requeued, with
+  an event saying so. It counts as neither a restart nor a preemption.
 - Placement groups and member actors named `raygang-*` that belong to no unfinished gang
   are removed (orphans of a crash between creating them and recording it).
 - Idempotency keys are restored, so a client retrying across the restart gets its gang.
@@ -31,7 +34,8 @@ from ray.util.placement_group import (
 
 from raygang.core.gang import GangState
 from raygang.runtime.durable import GANGS, QUEUES, load_gang, load_queue
-from raygang.runtime.launcher import NAMESPACE
+from raygang.runtime.launcher import NAMESPACE, GangLaunch
+from raygang.runtime.records import GangRecord
 
 if TYPE_CHECKING:
     from raygang.runtime.scheduler import Scheduler
@@ -49,8 +53,8 @@ async def rebuild(scheduler: Scheduler) -> dict[str, Any]:
         scheduler._config = scheduler._with_queues(queues)
     records = sorted((load_gang(raw) for raw in (await store.load(GANGS)).values()),
                      key=lambda r: r.seq)
-    found = {"gangs": len(records), "pending": 0, "requeued": 0, "cancelled": 0,
-             "finished": 0, "orphans_removed": 0}
+    found = {"gangs": len(records), "pending": 0, "adopted": 0, "requeued": 0,
+             "cancelled": 0, "finished": 0, "orphans_removed": 0}
     now = scheduler._clock()
     for record in records:
         record.saved = True
@@ -65,9 +69,8 @@ async def rebuild(scheduler: Scheduler) -> dict[str, Any]:
             scheduler._finished.append(record.gang_id)
             found["finished"] += 1
             continue
-        if record.state is not GangState.PENDING or record.cancel_reason:
-            clear_gang(record.gang_id)
         if record.cancel_reason:
+            clear_gang(record.gang_id)
             record.requeue_after_restart("scheduler restarted; carrying out the cancellation",
                                          now)
             record.move(GangState.CANCELLED, record.cancel_reason, now)
@@ -75,7 +78,11 @@ async def rebuild(scheduler: Scheduler) -> dict[str, Any]:
             found["cancelled"] += 1
         elif record.state is GangState.PENDING:
             found["pending"] += 1
+        elif (launch := _adoptable(record)) is not None:
+            scheduler._adopt(record, launch)
+            found["adopted"] += 1
         else:
+            clear_gang(record.gang_id)
             record.requeue_after_restart(
                 f"requeued: the scheduler restarted while the gang was {record.state.value}",
                 now)
@@ -87,6 +94,14 @@ async def rebuild(scheduler: Scheduler) -> dict[str, Any]:
     if records:
         log.warning("raygang scheduler recovered its state: %s", found)
     return found
+
+
+def _adoptable(record: GangRecord) -> GangLaunch | None:
+    """A running gang whose members and placement group are all still there."""
+    if record.state is not GangState.RUNNING or record.kind != "gang":
+        return None  # a deployment is redeployed: its Serve app is not adopted (yet)
+    return GangLaunch.adopt(record.gang_id, record.spec, record.nodes,
+                            attempt=record.restarts + record.preemptions)
 
 
 def _belongs(name: str, gang_ids: set[str]) -> bool:

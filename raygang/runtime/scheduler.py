@@ -456,12 +456,12 @@ class Scheduler:
         return bool(plan.admissions or plan.preemptions) or self._waiting_seen != seen
 
     def _cycle(self) -> None:
-        pending = self._pending()
+        now = self._clock()
+        pending = [r for r in self._pending() if r.not_before is None or r.not_before <= now]
         if not pending:
             self._last_plan = Plan()
             return
         started = self._metrics.cycle_started()
-        now = self._clock()
         snapshot = self._observe()
         self._observed = (now, snapshot)
         plan = schedule(snapshot, [r.pending_view() for r in pending], self._config, now)
@@ -549,6 +549,16 @@ class Scheduler:
             self._drive(record, launch, victims)
         )
 
+    def _adopt(self, record: GangRecord, launch: GangLaunch) -> None:
+        """Take over a running gang a previous scheduler process started (recovery)."""
+        self._launches[record.gang_id] = launch
+        record.events.append(GangEvent(
+            at=self._clock(), from_state=GangState.RUNNING, to_state=GangState.RUNNING,
+            reason="adopted by the restarted scheduler: members and placement group kept",
+        ))
+        record.task = asyncio.get_running_loop().create_task(
+            self._drive(record, launch, [], adopted=True))
+
     def _preempt(self, preemption: Preemption) -> None:
         """Tell the victim, give it its grace period, then stop it (see _stop)."""
         victim = self._gangs[preemption.victim]
@@ -593,17 +603,22 @@ class Scheduler:
             self._interrupted(record)
             await self._release(record, launch)
 
-    async def _drive(self, record: GangRecord, launch, victims: list[asyncio.Task]) -> None:
+    async def _drive(self, record: GangRecord, launch, victims: list[asyncio.Task],
+                     adopted: bool = False) -> None:
         try:
-            if victims:  # their resources are promised to this gang: wait until freed
-                await asyncio.wait(victims)
-            await launch.reserve()
-            record.move(GangState.RESERVED, "placement group ready", self._clock())
-            record.move(GangState.STARTING, "starting members in role order", self._clock())
-            await launch.start_members()
-            record.move(GangState.RUNNING, "all members ready: released past the launch barrier",
-                        self._clock())
-            results = await launch.run()
+            if adopted:  # started by the previous scheduler process: pick up its run
+                results = await launch.resume()
+            else:
+                if victims:  # their resources are promised to this gang: wait until freed
+                    await asyncio.wait(victims)
+                await launch.reserve()
+                record.move(GangState.RESERVED, "placement group ready", self._clock())
+                record.move(GangState.STARTING, "starting members in role order",
+                            self._clock())
+                await launch.start_members()
+                record.move(GangState.RUNNING,
+                            "all members ready: released past the launch barrier", self._clock())
+                results = await launch.run()
             if record.stopping:  # it returned after being told it is preempted
                 raise asyncio.CancelledError
             record.result_refs = results
@@ -653,10 +668,16 @@ class Scheduler:
         now = self._clock()
         if record.restarts < record.spec.max_restarts:
             record.restarts += 1
+            # Exponential backoff: a gang that keeps crashing does not hog the queue head.
+            delay = min(self._config.restart_backoff_max_s,
+                        self._config.restart_backoff_s * 2 ** (record.restarts - 1))
+            record.not_before = now + delay
+            asyncio.get_running_loop().call_later(delay, self._wake.set)
             record.move(GangState.RESTARTING,
                         f"restart {record.restarts}/{record.spec.max_restarts} after "
                         f"{error.summary}", now)
-            record.move(GangState.PENDING, "requeued to restart whole", now)
+            record.move(GangState.PENDING,
+                        f"requeued to restart whole, not before {delay:g}s from now", now)
         else:
             record.move(GangState.FAILED, error.summary, now)
 

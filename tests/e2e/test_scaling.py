@@ -14,16 +14,21 @@ import sys
 from tests.scripts import ROOT
 
 
-def scenario(name: str, timeout: float = 300) -> dict:
+def scenario_output(module: str, *args: str, timeout: float = 300) -> dict:
+    """Run `python -m module args` on a Ray cluster of its own; the JSON it printed."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env["RAY_AUTH_MODE"] = "disabled"  # local test clusters: no token (stated, not default)
     done = subprocess.run(
-        [sys.executable, "-m", "tests.e2e.scaling_scenarios", name], cwd=ROOT, env=env,
+        [sys.executable, "-m", module, *args], cwd=ROOT, env=env,
         capture_output=True, text=True, timeout=timeout,
     )
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    assert done.returncode == 0 and lines, f"{name}:\n{done.stdout}\n{done.stderr[-4000:]}"
+    assert done.returncode == 0 and lines, f"{module}:\n{done.stdout}\n{done.stderr[-4000:]}"
     return json.loads(lines[-1][len("RESULT "):])
+
+
+def scenario(name: str, timeout: float = 300) -> dict:
+    return scenario_output("tests.e2e.scaling_scenarios", name, timeout=timeout)
 
 
 def assert_one_round_trip(result: dict) -> None:

@@ -87,6 +87,12 @@ def test_whole_gang_restarts_up_to_max_restarts(ray_cluster):
     restarts = [e for e in status.events if e.to_state is GangState.RESTARTING]
     assert [e.reason.split(" after ")[0] for e in restarts] == ["restart 1/2", "restart 2/2"]
     assert "transient failure on attempt 0" in restarts[0].reason
+    # Exponential backoff between restarts: 1 s, then 2 s (restart_backoff_s=1 by default).
+    requeues = [e for e in status.events if e.reason.startswith("requeued to restart whole")]
+    assert [e.reason.rsplit("before ", 1)[1] for e in requeues] == ["1s from now", "2s from now"]
+    admitted = [e for e in status.events if e.to_state is GangState.ADMITTED]
+    assert admitted[1].at - requeues[0].at >= 1.0
+    assert admitted[2].at - requeues[1].at >= 2.0
 
 
 def test_restarts_exhausted_fail_with_the_last_error(ray_cluster):

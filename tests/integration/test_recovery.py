@@ -26,12 +26,17 @@ def raygang_pgs_by_gang() -> dict[str, int]:
     return counts
 
 
+def member_actor_ids(status) -> list[str]:
+    return [ray.get_actor(m.actor_name, namespace=NAMESPACE)._actor_id.hex()
+            for m in status.members]
+
+
 def test_a_restarted_scheduler_keeps_every_gang(ray_cluster):
     hold = raygang.gang_task(demo.sleep, name="hold", replicas=2, num_gpus=4, num_cpus=0,
                              strategy="SPREAD")  # every GPU of the cluster
     small = raygang.gang_task(demo.sleep, name="small", num_gpus=1, num_cpus=0)
-    running = hold.remote(seconds=3.0)
-    running.ready(timeout=60)
+    running = hold.remote(seconds=6.0)
+    members = member_actor_ids(running.ready(timeout=60))
     waiting = small.remote(seconds=0.1)
     cancelled = small.remote(seconds=0.1)
     assert cancelled.cancel().state.value == "CANCELLED"
@@ -39,22 +44,27 @@ def test_a_restarted_scheduler_keeps_every_gang(ray_cluster):
 
     ray.kill(scheduler(), no_restart=False)  # the process dies; Ray starts it again
 
-    # Callers ride through the restart (the Python API retries on the new actor).
-    assert waiting.wait(timeout=90).state.value == "SUCCEEDED"
-    done = running.wait(timeout=90)
+    # Callers ride through the restart (the Python API retries on the new actor). The
+    # running gang is adopted, not restarted: same member actors, same run.
+    status = running.status()
+    assert status.state.value == "RUNNING", status
+    assert member_actor_ids(status) == members
+    assert [r["rank"] for r in running.result(timeout=60)] == [0, 1]
+    done = running.status()
     assert done.state.value == "SUCCEEDED"
-    assert any("scheduler restarted while the gang was RUNNING" in e.reason
-               for e in done.events), [e.reason for e in done.events]
+    assert any("adopted by the restarted scheduler" in e.reason for e in done.events)
+    assert done.restarts == 0 and done.preemptions == 0
+    assert waiting.wait(timeout=90).state.value == "SUCCEEDED"
     assert cancelled.status().state.value == "CANCELLED"  # not re-admitted
-    assert done.restarts == 0 and done.preemptions == 0  # a restart of the scheduler is neither
     # Each gang once, same ids; never two placement groups of one gang.
     ids = [g.gang_id for g in raygang.list_gangs()]
     for ref in (running, waiting, cancelled):
         assert ids.count(ref.gang_id) == 1
     assert all(n == 1 for n in raygang_pgs_by_gang().values())
     recovery = ray.get(scheduler().ping.remote())["recovery"]
-    assert recovery["requeued"] == 1 and recovery["pending"] == 1, recovery
-    assert recovery["cancelled"] == 0 and recovery["finished"] >= 1, recovery
+    assert recovery["adopted"] == 1 and recovery["pending"] == 1, recovery
+    assert recovery["requeued"] == 0 and recovery["cancelled"] == 0, recovery
+    assert recovery["finished"] >= 1, recovery
 
 
 def test_a_submission_is_stored_before_it_is_acknowledged(ray_cluster):
@@ -70,3 +80,10 @@ def test_a_submission_is_stored_before_it_is_acknowledged(ray_cluster):
     for ref in refs:
         assert ref.wait(timeout=max(1.0, deadline - time.monotonic())).state.value == "SUCCEEDED"
     assert blocker.wait(timeout=60).state.value == "SUCCEEDED"
+
+
+def test_the_gcs_store_keeps_the_contract(ray_cluster):
+    from raygang.runtime.store import GcsStore
+    from tests.unit.test_store import contract
+
+    contract(GcsStore(namespace=f"raygang-test-{time.time_ns()}"))

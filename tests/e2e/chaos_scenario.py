@@ -1,0 +1,124 @@
+"""Chaos soak, on a Ray cluster of its own (run as `python -m tests.e2e.chaos_scenario`;
+tests/e2e/test_chaos.py parses the JSON line it prints).
+
+A stream of small gangs (2 members, a few seconds each, up to 3 whole restarts) while,
+every few seconds, one fault in turn: kill a random member actor, kill the scheduler actor
+(Ray restarts it), remove a worker node and add a fresh one, or cancel a random gang. At the end every submitted gang must be SUCCEEDED, FAILED with a reason, or
+CANCELLED; none lost, none listed twice; and nothing left: no raygang placement group or
+member actor, every CPU and chaos slot free again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from collections import Counter
+
+CHAOS = "chaos"  # the resource the gangs use: only the worker nodes have it
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=90.0, help="how long gangs arrive")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+    import ray
+    from ray.cluster_utils import Cluster
+
+    import raygang
+    from raygang import demo
+    from raygang.runtime.launcher import NAMESPACE
+    from raygang.runtime.scheduler import SCHEDULER_NAME
+    from tests.integration import leaks
+
+    rng = random.Random(args.seed)
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 2, "num_gpus": 0, "include_dashboard": False})
+    workers = [cluster.add_node(num_cpus=2, resources={CHAOS: 4}) for _ in range(2)]
+    ray.init(address=cluster.address)
+    cluster.wait_for_nodes()
+    raygang.start(raygang.SchedulerConfig(restart_backoff_s=0.5, restart_backoff_max_s=4.0))
+    task = raygang.gang_task(demo.sleep, name="soak", replicas=2, num_cpus=0,
+                             resources={CHAOS: 1}, max_restarts=3)
+    refs: list = []
+    actions: Counter = Counter()
+    errors: list[str] = []
+    # Every kind of fault, in turns (members twice as often), at random moments. Done from
+    # this thread: Ray's Cluster.add_node works only from the main thread.
+    kinds = ["member", "scheduler", "member", "node", "cancel"]
+
+    def chaos(what: str) -> None:
+        try:
+            if what == "member":
+                names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+                         if a["name"].startswith("raygang-") and a["name"] != SCHEDULER_NAME]
+                if not names:
+                    return
+                ray.kill(ray.get_actor(rng.choice(names), namespace=NAMESPACE))
+            elif what == "scheduler":
+                ray.kill(ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE), no_restart=False)
+            elif what == "node":
+                victim = rng.choice(workers)
+                cluster.remove_node(victim, allow_graceful=False)
+                workers.remove(victim)
+                workers.append(cluster.add_node(num_cpus=2, resources={CHAOS: 4}))
+            elif refs:
+                rng.choice(refs).cancel()
+            actions[what] += 1
+        except Exception as error:  # a target that vanished meanwhile: note it
+            errors.append(f"{what}: {type(error).__name__}: {error}")
+
+    t0 = time.monotonic()
+    next_chaos = t0 + rng.uniform(2.0, 5.0)
+    try:
+        while time.monotonic() - t0 < args.seconds:
+            if time.monotonic() >= next_chaos:
+                chaos(kinds[sum(actions.values()) % len(kinds)])
+                next_chaos = time.monotonic() + rng.uniform(2.0, 5.0)
+            refs.append(task.remote(seconds=rng.uniform(1.0, 4.0)))
+            time.sleep(rng.uniform(0.5, 2.0))
+        ends = Counter()
+        failed_without_reason = []
+        for ref in refs:
+            status = ref.wait(timeout=300)
+            ends[status.state.value] += 1
+            if status.state.value == "FAILED" and (status.error is None or not status.reason):
+                failed_without_reason.append(ref.gang_id)
+        listed = Counter(g.gang_id for g in raygang.list_gangs())
+        submitted = [r.gang_id for r in refs]
+        deadline = time.monotonic() + 60
+        while True:  # the last teardowns settle
+            left = leaks.raygang_placement_groups() or leaks.raygang_member_actors()
+            total, free = ray.cluster_resources(), ray.available_resources()
+            short = {k: (free.get(k, 0), v) for k, v in total.items()
+                     if k in ("CPU", CHAOS) and free.get(k, 0) != v}
+            if (not left and not short) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        result = {
+            "submitted": len(submitted), "ends": dict(ends), "actions": dict(actions),
+            "lost": [g for g in submitted if listed[g] == 0],
+            "duplicated": [g for g, n in listed.items() if n > 1],
+            "unfinished": sum(n for s, n in ends.items()
+                              if s not in ("SUCCEEDED", "FAILED", "CANCELLED")),
+            "failed_without_reason": failed_without_reason,
+            "leaked": [str(x) for x in left] if left else [], "short": short,
+            "restarts": sum(r.status().restarts for r in refs),
+            "chaos_errors": errors[:10], "seconds": round(time.monotonic() - t0, 1),
+        }
+    finally:
+        raygang.shutdown()
+        ray.shutdown()
+        cluster.shutdown()
+    print("RESULT " + json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,17 @@
+"""Chaos soak (tests/e2e/chaos_scenario.py): members, the scheduler actor and worker nodes
+killed while gangs stream in; every gang ends accounted for, and nothing leaks."""
+
+from __future__ import annotations
+
+from tests.e2e.test_scaling import scenario_output
+
+
+def test_chaos_soak_loses_nothing_and_leaks_nothing():
+    result = scenario_output("tests.e2e.chaos_scenario", "--seconds", "60", timeout=400)
+    assert result["submitted"] >= 15, result
+    assert result["lost"] == [] and result["duplicated"] == [], result
+    assert result["unfinished"] == 0 and result["failed_without_reason"] == [], result
+    assert result["leaked"] == [] and result["short"] == {}, result
+    # The chaos really happened: every kind of fault, and gangs restarted whole.
+    assert {"member", "scheduler", "node"} <= set(result["actions"]), result
+    assert result["restarts"] > 0 and result["ends"].get("SUCCEEDED", 0) > 0, result
