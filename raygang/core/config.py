@@ -149,6 +149,14 @@ class StateConfig(BaseModel):
     recovery_wait_s: float = Field(
         60.0, gt=0, description="how long a call waits for a restarted scheduler to recover"
     )
+    results_max_bytes: int = Field(
+        1 << 20, ge=0, description="a finished gang's results up to this size (pickled) are "
+        "kept in the store, readable after a scheduler restart; larger ones only live in "
+        "Ray's object store, owned by the scheduler process"
+    )
+    results_retention_s: float = Field(
+        86_400.0, ge=0, description="how long kept results stay in the store"
+    )
 
     @model_validator(mode="after")
     def _path_for_sqlite(self) -> StateConfig:

@@ -23,12 +23,13 @@ from raygang.runtime.store import GcsStore, MemoryStore, SqliteStore, Store
 
 GANGS = "gangs"
 QUEUES = "queues"
+RESULTS = "results"  # a finished gang's results, pickled (while small and recent)
 FORMAT = 1  # bump when the record's shape changes; older records are read by version
 
 _KEPT = ("gang_id", "kind", "priority", "seq", "submitted_at", "preemptible",
          "min_runtime_s", "reason", "nodes", "restarts", "preemptions", "preempted_by",
          "cancel_reason", "error", "started_at", "finished_at", "events", "members",
-         "idempotency_key", "fingerprint", "not_before")
+         "idempotency_key", "fingerprint", "not_before", "results_kept")
 
 
 def open_store(config: StateConfig) -> Store:

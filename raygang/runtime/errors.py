@@ -44,5 +44,9 @@ class SchedulerRecoveringError(RuntimeError):
     """The scheduler restarted and is still reading back its state; try again shortly."""
 
 
+class ResultsLostError(RuntimeError):
+    """The gang succeeded, but its results were not kept across a scheduler restart."""
+
+
 class StoreError(RuntimeError):
     """The durable store did not take a write: the request was not accepted."""

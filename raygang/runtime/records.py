@@ -67,6 +67,7 @@ class GangRecord:
     fingerprint: str | None = None  # what the key was used for (runtime.idempotency)
     saved: bool = False  # its submission is in the store: only then may it be admitted
     not_before: float | None = None  # restart backoff: not admitted before this time
+    results_kept: bool = False  # its results are in the store (see StateConfig)
     saving: Any = field(default=None, repr=False)  # the future of that first write
     on_change: Callable[[GangRecord], None] | None = field(default=None, repr=False)
     task: asyncio.Task | None = None

@@ -33,7 +33,7 @@ from ray.util.placement_group import (
 )
 
 from raygang.core.gang import GangState
-from raygang.runtime.durable import GANGS, QUEUES, load_gang, load_queue
+from raygang.runtime.durable import GANGS, QUEUES, RESULTS, load_gang, load_queue
 from raygang.runtime.launcher import NAMESPACE, GangLaunch
 from raygang.runtime.records import GangRecord
 
@@ -87,6 +87,7 @@ async def rebuild(scheduler: Scheduler) -> dict[str, Any]:
                 f"requeued: the scheduler restarted while the gang was {record.state.value}",
                 now)
             found["requeued"] += 1
+    found["results_expired"] = await _expire_results(scheduler, records, now)
     unfinished = {r.gang_id for r in records if not r.state.finished}
     found["orphans_removed"] = remove_orphans(unfinished)
     scheduler._seq = itertools.count(max((r.seq for r in records), default=-1) + 1)
@@ -94,6 +95,21 @@ async def rebuild(scheduler: Scheduler) -> dict[str, Any]:
     if records:
         log.warning("raygang scheduler recovered its state: %s", found)
     return found
+
+
+async def _expire_results(scheduler: Scheduler, records: list[GangRecord], now: float) -> int:
+    """Drop kept results past their retention (and any of a gang no longer known)."""
+    keep_for = scheduler._config.state.results_retention_s
+    fresh = {r.gang_id for r in records if r.results_kept and r.finished_at is not None
+             and now - r.finished_at < keep_for}
+    expired = 0
+    for gang_id in await scheduler._store.keys(RESULTS):
+        if gang_id not in fresh:
+            await scheduler._store.delete(RESULTS, gang_id)
+            expired += 1
+    for record in records:
+        record.results_kept = record.gang_id in fresh
+    return expired
 
 
 def _adoptable(record: GangRecord) -> GangLaunch | None:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 import ray
+from ray import cloudpickle
 
 from raygang.core.config import SchedulerConfig
 from raygang.core.queues import QueueSpec
@@ -33,12 +34,13 @@ from raygang.core.schedule import schedule, unschedulable_reason
 from raygang.core.snapshot import ClusterSnapshot
 from raygang.core.spec import DeploymentSpec, GangSpec
 from raygang.runtime import recovery
-from raygang.runtime.durable import GANGS, QUEUES, dump_gang, dump_queue, open_store
+from raygang.runtime.book import STORE_RETRY_S, DurableBook
+from raygang.runtime.durable import GANGS, QUEUES, RESULTS, dump_queue, open_store
 from raygang.runtime.errors import (
     DeploymentExistsError,
     GangNotFoundError,
+    ResultsLostError,
     SchedulerRecoveringError,
-    StoreError,
     UnschedulableError,
 )
 from raygang.runtime.deployment import ServeLaunch
@@ -72,10 +74,9 @@ SCHEDULER_NAME = "raygang-scheduler"
 CLUSTER_VIEW_MAX_AGE_S = 0.25
 METRICS_REFRESH_S = 1.0
 NODE_WAIT_POLL_S = 0.2
-STORE_RETRY_S = 1.0
 
 
-class Scheduler:
+class Scheduler(DurableBook):
     def __init__(self, config: SchedulerConfig, clock: Callable[[], float] = time.time):
         self._config = config
         self._clock = clock
@@ -337,9 +338,19 @@ class Scheduler:
         return record.status()
 
     async def results(self, gang_id: str) -> list:
-        """Object refs of the members' results in rank order (for a SUCCEEDED gang)."""
+        """Object refs of the members' results in rank order (for a SUCCEEDED gang). After
+        a restart of the scheduler they come from the store, if they were kept there."""
         await self._ready()
-        return list(self._get(gang_id).result_refs or [])
+        record = self._get(gang_id)
+        if record.state is GangState.SUCCEEDED and record.result_refs is None:
+            raw = await self._store.get(RESULTS, gang_id) if record.results_kept else None
+            if raw is None:
+                raise ResultsLostError(
+                    f"gang {gang_id} succeeded, but its results were lost when the scheduler "
+                    f"restarted (kept only up to {self._config.state.results_max_bytes} "
+                    f"bytes, for {self._config.state.results_retention_s:g}s)")
+            record.result_refs = [ray.put(value) for value in cloudpickle.loads(raw)]
+        return list(record.result_refs or [])
 
     async def cancel(self, gang_id: str, reason: str = "cancelled by user") -> GangStatus:
         """Cancel a gang; returns once its members are gone and its resources released."""
@@ -368,8 +379,8 @@ class Scheduler:
             if task is not None:
                 task.cancel()
         # A shutdown ends this scheduler's history (a crash keeps it): the next start is clean.
-        for table in (GANGS, QUEUES):
-            for key in await self._store.load(table):
+        for table in (GANGS, QUEUES, RESULTS):
+            for key in await self._store.keys(table):
                 await self._store.delete(table, key)
         return len(unfinished)
 
@@ -646,6 +657,8 @@ class Scheduler:
     async def _release(self, record: GangRecord, launch) -> None:
         """Free everything the gang's launch holds and forget the launch. How the gang
         ended is written first: a scheduler restarting in between must not run it again."""
+        if record.state is GangState.SUCCEEDED and record.result_refs:
+            await run_to_completion(self._keep_results(record))
         if record.state.finished:
             await run_to_completion(self._write(record))
         await launch.close()
@@ -689,65 +702,6 @@ class Scheduler:
             {**self._config.model_dump(), "queues": [q.model_dump() for q in queues]}
         )
 
-    # The durable store ------------------------------------------------------------------
-    async def _saved(self, record: GangRecord) -> str:
-        """Write a new submission to the store before it is acknowledged; only then may it
-        be admitted. A retry (same idempotency key) waits for the same write."""
-        if not record.saved:
-            if record.saving is None:
-                record.saving = asyncio.ensure_future(
-                    self._store.put(GANGS, record.gang_id, dump_gang(record)))
-            try:
-                await asyncio.shield(record.saving)
-            except Exception as error:
-                if self._gangs.get(record.gang_id) is record and not record.saved:
-                    self._forget_unsaved(record)
-                raise StoreError(
-                    f"the submission was not accepted: the store did not take it ({error})"
-                ) from None
-            record.saved = True
-            self._wake.set()
-        return record.gang_id
-
-    def _forget_unsaved(self, record: GangRecord) -> None:
-        del self._gangs[record.gang_id]
-        if record.idempotency_key is not None:
-            self._idempotent.forget(record.idempotency_key)
-        if record.deployment is not None and \
-                self._deployments.get(record.deployment.name) == record.gang_id:
-            del self._deployments[record.deployment.name]
-
-    async def _write(self, record: GangRecord) -> None:
-        """Write the gang as it is now, at once (the writer task may write it again)."""
-        await self._store.put(GANGS, record.gang_id, dump_gang(record))
-
-    def _mark_dirty(self, record: GangRecord) -> None:
-        """A gang changed: the writer task writes it soon (state changes are not waited
-        for; the ones that matter after a restart are written first, see `_release`)."""
-        if record.saved:
-            self._dirty[record.gang_id] = record
-            self._dirty_wake.set()
-
-    async def _writer(self) -> None:
-        while True:
-            await self._dirty_wake.wait()
-            self._dirty_wake.clear()
-            batch, self._dirty = self._dirty, {}
-            failed = False
-            for gang_id, record in batch.items():
-                try:
-                    if record is None:
-                        await self._store.delete(GANGS, gang_id)
-                    else:
-                        await self._write(record)
-                except Exception:
-                    log.warning("writing gang %s to the store failed", gang_id, exc_info=True)
-                    self._dirty.setdefault(gang_id, record)
-                    failed = True
-            if failed:
-                await asyncio.sleep(STORE_RETRY_S)
-                self._dirty_wake.set()
-
     async def _recover(self) -> None:
         """Read the state back (after a restart of the actor, or a first start: then the
         store is empty), until that works; then start the loops."""
@@ -779,8 +733,10 @@ class Scheduler:
         self._finished.append(record.gang_id)
         while len(self._finished) > self._config.finished_gangs_kept:
             gone = self._finished.popleft()
-            self._gangs.pop(gone, None)
+            dropped = self._gangs.pop(gone, None)
             self._dirty[gone] = None  # out of the store too
+            if dropped is not None and dropped.results_kept:
+                asyncio.get_running_loop().create_task(self._store.delete(RESULTS, gone))
             self._dirty_wake.set()
 
 

@@ -43,6 +43,14 @@ class Store(ABC):
     async def load(self, table: str) -> dict[str, bytes]:
         """Every record of a table."""
 
+    @abstractmethod
+    async def get(self, table: str, key: str) -> bytes | None:
+        """One record, or None."""
+
+    @abstractmethod
+    async def keys(self, table: str) -> list[str]:
+        """The keys of a table (without reading the records)."""
+
     def close(self) -> None:  # noqa: B027 - optional for stores holding nothing open
         """Release what the store holds open."""
 
@@ -59,6 +67,12 @@ class MemoryStore(Store):
 
     async def load(self, table: str) -> dict[str, bytes]:
         return dict(self._tables.get(table, {}))
+
+    async def get(self, table: str, key: str) -> bytes | None:
+        return self._tables.get(table, {}).get(key)
+
+    async def keys(self, table: str) -> list[str]:
+        return list(self._tables.get(table, {}))
 
 
 class GcsStore(Store):
@@ -85,6 +99,16 @@ class GcsStore(Store):
     async def delete(self, table: str, key: str) -> None:
         await self._client.async_internal_kv_del(
             self._key(table, key), False, namespace=self._namespace, timeout=self._timeout)
+
+    async def get(self, table: str, key: str) -> bytes | None:
+        return await self._client.async_internal_kv_get(
+            self._key(table, key), namespace=self._namespace, timeout=self._timeout)
+
+    async def keys(self, table: str) -> list[str]:
+        prefix = self._key(table, "")
+        keys = await self._client.async_internal_kv_keys(
+            prefix, namespace=self._namespace, timeout=self._timeout)
+        return [k[len(prefix):].decode() for k in keys]
 
     async def load(self, table: str) -> dict[str, bytes]:
         prefix = self._key(table, "")
@@ -132,6 +156,15 @@ class SqliteStore(Store):
     async def load(self, table: str) -> dict[str, bytes]:
         rows = await self._run("SELECT key, value FROM records WHERE tbl = ?", (table,))
         return {key: bytes(value) for key, value in rows}
+
+    async def get(self, table: str, key: str) -> bytes | None:
+        rows = await self._run("SELECT value FROM records WHERE tbl = ? AND key = ?",
+                               (table, key))
+        return bytes(rows[0][0]) if rows else None
+
+    async def keys(self, table: str) -> list[str]:
+        return [key for (key,) in await self._run("SELECT key FROM records WHERE tbl = ?",
+                                                  (table,))]
 
     def close(self) -> None:
         self._thread.shutdown(wait=True)

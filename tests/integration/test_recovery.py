@@ -87,3 +87,48 @@ def test_the_gcs_store_keeps_the_contract(ray_cluster):
     from tests.unit.test_store import contract
 
     contract(GcsStore(namespace=f"raygang-test-{time.time_ns()}"))
+
+
+@raygang.gang_task(name="big", num_cpus=1)
+def big_result() -> bytes:
+    return b"x" * (2 << 20)  # over the 1 MiB kept in the store by default
+
+
+def test_small_results_are_kept_across_a_restart(ray_cluster):
+    import pytest
+
+    from raygang.runtime.errors import ResultsLostError
+
+    small = raygang.gang_task(demo.sleep, name="done-before", replicas=2, num_cpus=1)
+    kept = small.remote(seconds=0.1)
+    expected = kept.result(timeout=60)
+    lost = big_result.remote()
+    assert len(lost.result(timeout=60)[0]) == 2 << 20
+    ray.kill(scheduler(), no_restart=False)
+    assert kept.result(timeout=60) == expected  # from the store, after the restart
+    with pytest.raises(ResultsLostError, match="kept only up to 1048576 bytes"):
+        lost.result(timeout=60)
+
+
+def test_the_sqlite_store_carries_gangs_across_a_restart(ray_cluster, tmp_path):
+    from tests.conftest import SCHEDULER_CONFIG, _scheduler_with
+
+    config = SCHEDULER_CONFIG.model_copy(update={"state": raygang.SchedulerConfig.model_validate(
+        {"state": {"store": "sqlite", "path": str(tmp_path / "raygang.db")}}).state})
+    try:
+        raygang.shutdown()
+        raygang.start(config)
+        hold = raygang.gang_task(demo.sleep, name="hold", replicas=2, num_gpus=4, num_cpus=0,
+                                 strategy="SPREAD")
+        blocker = hold.remote(seconds=3.0)
+        blocker.ready(timeout=60)
+        waiting = raygang.gang_task(demo.sleep, name="waits", num_gpus=1,
+                                    num_cpus=0).remote(seconds=0.1)
+        ray.kill(scheduler(), no_restart=False)
+        assert waiting.wait(timeout=90).state.value == "SUCCEEDED"
+        assert blocker.wait(timeout=60).state.value == "SUCCEEDED"
+        recovery = ray.get(scheduler().ping.remote())["recovery"]
+        assert recovery["adopted"] == 1 and recovery["pending"] == 1, recovery
+        assert (tmp_path / "raygang.db").exists()
+    finally:
+        _scheduler_with(SCHEDULER_CONFIG)

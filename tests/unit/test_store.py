@@ -21,6 +21,10 @@ def contract(store: Store) -> None:
         await store.delete("gangs", "never-there")
         assert await store.load("gangs") == {"b/2": b"\x00two"}
         assert await store.load("queues") == {"a-1": b"other table"}
+        assert await store.get("gangs", "b/2") == b"\x00two"
+        assert await store.get("gangs", "a-1") is None
+        assert sorted(await store.keys("gangs")) == ["b/2"]
+        assert await store.keys("nothing") == []
 
     asyncio.run(go())
 
