@@ -16,12 +16,7 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 from ray._raylet import PlacementGroupID
-from ray.util.placement_group import (
-    PlacementGroup,
-    placement_group,
-    placement_group_table,
-    remove_placement_group,
-)
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from raygang.core.resources import Resources
@@ -115,22 +110,19 @@ class GangLaunch:
         self._role_ranks = _role_ranks(spec)
 
     @classmethod
-    def adopt(cls, gang_id: str, spec: GangSpec, nodes: Sequence[str],
-              attempt: int) -> GangLaunch | None:
-        """The launch of a gang that a previous scheduler process started, found by name
-        (its members and placement group are detached); None if any part is gone."""
+    def adopt(cls, gang_id: str, spec: GangSpec, nodes: Sequence[str], attempt: int,
+              pg_id: str) -> GangLaunch | None:
+        """The launch of a gang that a previous scheduler process started: its members
+        (detached, named) and its placement group `pg_id` (hex); None if a member is gone."""
         launch = cls(gang_id, spec, {}, nodes, attempt)
         try:
             launch.handles = [ray.get_actor(member_name(gang_id, slot), namespace=NAMESPACE)
                               for slot in spec.slots]
         except ValueError:
             return None
-        for pg_id, info in placement_group_table().items():
-            if info.get("name") == pg_name(gang_id) and info.get("state") == "CREATED":
-                launch.pg = PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id)))
-                launch._at_rest = True
-                return launch
-        return None
+        launch.pg = PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id)))
+        launch._at_rest = True
+        return launch
 
     # 1. Reserve ------------------------------------------------------------------------
     async def reserve(self) -> None:

@@ -56,6 +56,7 @@ async def rebuild(scheduler: Scheduler) -> dict[str, Any]:
     found = {"gangs": len(records), "pending": 0, "adopted": 0, "requeued": 0,
              "cancelled": 0, "finished": 0, "orphans_removed": 0}
     now = scheduler._clock()
+    leftovers = Leftovers({r.gang_id for r in records})
     for record in records:
         record.saved = True
         record.on_change = scheduler._mark_dirty
@@ -70,7 +71,7 @@ async def rebuild(scheduler: Scheduler) -> dict[str, Any]:
             found["finished"] += 1
             continue
         if record.cancel_reason:
-            clear_gang(record.gang_id)
+            leftovers.clear(record.gang_id)
             record.requeue_after_restart("scheduler restarted; carrying out the cancellation",
                                          now)
             record.move(GangState.CANCELLED, record.cancel_reason, now)
@@ -78,18 +79,20 @@ async def rebuild(scheduler: Scheduler) -> dict[str, Any]:
             found["cancelled"] += 1
         elif record.state is GangState.PENDING:
             found["pending"] += 1
-        elif (launch := _adoptable(record)) is not None:
+        elif (launch := _adoptable(record, leftovers)) is not None:
             scheduler._adopt(record, launch)
+            leftovers.actors.pop(record.gang_id, None)  # its own now, not leftovers
+            leftovers.groups.pop(record.gang_id, None)
             found["adopted"] += 1
         else:
-            clear_gang(record.gang_id)
+            leftovers.clear(record.gang_id)
             record.requeue_after_restart(
                 f"requeued: the scheduler restarted while the gang was {record.state.value}",
                 now)
             found["requeued"] += 1
     found["results_expired"] = await _expire_results(scheduler, records, now)
     unfinished = {r.gang_id for r in records if not r.state.finished}
-    found["orphans_removed"] = remove_orphans(unfinished)
+    found["orphans_removed"] = leftovers.orphans(unfinished)
     scheduler._seq = itertools.count(max((r.seq for r in records), default=-1) + 1)
     found["seconds"] = round(time.monotonic() - started, 3)
     if records:
@@ -112,46 +115,65 @@ async def _expire_results(scheduler: Scheduler, records: list[GangRecord], now: 
     return expired
 
 
-def _adoptable(record: GangRecord) -> GangLaunch | None:
+def _adoptable(record: GangRecord, leftovers: Leftovers) -> GangLaunch | None:
     """A running gang whose members and placement group are all still there."""
     if record.state is not GangState.RUNNING or record.kind != "gang":
         return None  # a deployment is redeployed: its Serve app is not adopted (yet)
+    groups = leftovers.groups.get(record.gang_id, [])
+    if len(groups) != 1 or len(leftovers.actors.get(record.gang_id, [])) != len(record.spec.slots):
+        return None
     return GangLaunch.adopt(record.gang_id, record.spec, record.nodes,
-                            attempt=record.restarts + record.preemptions)
+                            attempt=record.restarts + record.preemptions, pg_id=groups[0])
 
 
-def _belongs(name: str, gang_ids: set[str]) -> bool:
-    return any(name == f"{PREFIX}{g}" or name.startswith(f"{PREFIX}{g}-") for g in gang_ids)
+class Leftovers:
+    """The `raygang-*` member actors and placement groups in Ray, read once (a rebuild with
+    a thousand gangs must not list every actor and group per gang), by gang id."""
 
+    def __init__(self, known: set[str]):
+        from raygang.runtime.scheduler import SCHEDULER_NAME
 
-def clear_gang(gang_id: str) -> int:
-    """Kill the gang's named members and remove its placement group; how many were found."""
-    return _remove(lambda name: _belongs(name, {gang_id}))
+        self.actors: dict[str | None, list[str]] = {}  # gang id (None: no known gang) -> names
+        self.groups: dict[str | None, list[str]] = {}  # gang id -> placement group ids
+        for actor in ray.util.list_named_actors(all_namespaces=True):
+            name = actor["name"]
+            if actor["namespace"] == NAMESPACE and name.startswith(PREFIX) \
+                    and name != SCHEDULER_NAME:
+                self.actors.setdefault(_gang_of(name, known), []).append(name)
+        for pg_id, info in placement_group_table().items():
+            name = info.get("name") or ""
+            if name.startswith(PREFIX) and info.get("state") != "REMOVED":
+                self.groups.setdefault(_gang_of(name, known), []).append(pg_id)
 
-
-def remove_orphans(unfinished: set[str]) -> int:
-    """Remove `raygang-*` members and placement groups of no unfinished gang."""
-    from raygang.runtime.scheduler import SCHEDULER_NAME
-
-    return _remove(lambda name: name != SCHEDULER_NAME and not _belongs(name, unfinished))
-
-
-def _remove(match) -> int:
-    removed = 0
-    for actor in ray.util.list_named_actors(all_namespaces=True):
-        name = actor["name"]
-        if actor["namespace"] == NAMESPACE and name.startswith(PREFIX) and match(name):
+    def clear(self, gang_id: str | None) -> int:
+        """Kill the gang's members and remove its placement groups; how many there were."""
+        removed = 0
+        for name in self.actors.pop(gang_id, []):
             try:
                 ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
                 removed += 1
             except ValueError:  # gone meanwhile
                 pass
-    for pg_id, info in placement_group_table().items():
-        name = info.get("name") or ""
-        if name.startswith(PREFIX) and info.get("state") != "REMOVED" and match(name):
+        for pg_id in self.groups.pop(gang_id, []):
             try:  # by id: a name is only unique within the namespace that created it
                 remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id))))
                 removed += 1
             except Exception:  # removed meanwhile
-                log.debug("removing placement group %s failed", name, exc_info=True)
-    return removed
+                log.debug("removing placement group %s failed", pg_id, exc_info=True)
+        return removed
+
+    def orphans(self, unfinished: set[str]) -> int:
+        """Remove everything of no unfinished gang."""
+        stale = (set(self.actors) | set(self.groups)) - unfinished
+        return sum(self.clear(gang_id) for gang_id in stale)
+
+
+def _gang_of(name: str, known: set[str]) -> str | None:
+    """The known gang id a `raygang-<gang id>[-<role>-<index>]` name belongs to (gang ids
+    and role names may hold dashes: try each cut, longest id first)."""
+    parts = name[len(PREFIX):].split("-")
+    for cut in range(len(parts), 0, -1):
+        candidate = "-".join(parts[:cut])
+        if candidate in known:
+            return candidate
+    return None

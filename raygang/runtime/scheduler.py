@@ -373,8 +373,8 @@ class Scheduler(DurableBook):
         """Cancel every unfinished gang (tearing down running ones). Returns how many."""
         await self._ready()
         unfinished = [r for r in self._gangs.values() if not r.state.finished]
-        for record in unfinished:
-            await self.cancel(record.gang_id, "scheduler shut down")
+        # All at once: a thousand gangs torn down one after another take minutes.
+        await asyncio.gather(*(self.cancel(r.gang_id, "scheduler shut down") for r in unfinished))
         for task in (self._loop_task, self._scale_task, self._writer_task):
             if task is not None:
                 task.cancel()
@@ -629,6 +629,8 @@ class Scheduler(DurableBook):
                 await launch.start_members()
                 record.move(GangState.RUNNING,
                             "all members ready: released past the launch barrier", self._clock())
+                # Stored before the release: a restarted scheduler then adopts the gang.
+                await run_to_completion(self._write(record))
                 results = await launch.run()
             if record.stopping:  # it returned after being told it is preempted
                 raise asyncio.CancelledError

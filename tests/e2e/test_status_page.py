@@ -133,6 +133,17 @@ def test_page_follows_a_gang_from_submission_to_success(ray_cluster, api_server,
         done = wait_for(browser, f"gang {gang_id} SUCCEEDED",
                         lambda d: snap(d)["state"] == "SUCCEEDED" and snap(d))
         assert done["slot_labels"] == [], "a finished gang still shown on a GPU"
+        # Its history, unfolded, lists every state change, and stays open across refreshes.
+        summary = f'tr[data-gang-id="{gang_id}"] details.history summary'
+        browser.find_element("css selector", summary).click()
+        refreshed = browser.find_element("id", "updated").get_attribute("data-updated-at")
+        wait_for(browser, "a refresh", lambda d: d.find_element("id", "updated")
+                 .get_attribute("data-updated-at") != refreshed)
+        steps = [li.text for li in browser.find_elements(
+            "css selector", f'tr[data-gang-id="{gang_id}"] details.history[open] li')]
+        assert [s.split(" ", 1)[1].split(":")[0] for s in steps] == [
+            "- \u2192 PENDING", "PENDING \u2192 ADMITTED", "ADMITTED \u2192 RESERVED",
+            "RESERVED \u2192 STARTING", "STARTING \u2192 RUNNING", "RUNNING \u2192 SUCCEEDED"], steps
 
         # Everything the page loaded came from the server itself: no CDN, fonts or URLs.
         loaded = browser.execute_script(

@@ -11,6 +11,7 @@
 
   const $ = (id) => document.getElementById(id);
   let timer = null;
+  const openHistories = new Set();  // gang ids whose history is unfolded
   let inFlight = false;
 
   class AuthError extends Error {}
@@ -237,7 +238,23 @@
       el("td", { class: "state" }, el("span", { class: "pill state-" + g.state }, g.state)),
       el("td", { class: "position num" }, position),
       el("td", { class: "age num", title: submitted }, age(now - g.submitted_at)),
-      el("td", { class: "reason" }, g.reason || ""));
+      el("td", { class: "reason" }, g.reason || "", historyOf(g)));
+  }
+
+  // Every state change of the gang (time since submission, from -> to, why): folded; a
+  // gang whose history is open stays open across refreshes.
+  function historyOf(g) {
+    const events = g.events || [];
+    const items = events.map((e) => el("li", {},
+      el("span", { class: "mono" }, "+" + (e.at - g.submitted_at).toFixed(2) + "s"), " ",
+      (e.from_state || "-") + " \u2192 " + e.to_state, e.reason ? ": " + e.reason : ""));
+    const details = el("details", { class: "history" },
+      el("summary", {}, "history (" + events.length + ")"), el("ol", {}, ...items));
+    details.open = openHistories.has(g.gang_id);
+    details.addEventListener("toggle", () => {
+      if (details.open) openHistories.add(g.gang_id); else openHistories.delete(g.gang_id);
+    });
+    return details;
   }
 
   // Nodes -----------------------------------------------------------------------------
