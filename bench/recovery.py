@@ -99,6 +99,7 @@ def recovery(n: int, running: int) -> dict:
         assert time.monotonic() < deadline, f"{len(up)}/{running} running"
         time.sleep(1.0)
     before = {g.gang_id: [m.actor_name for m in g.members] for g in up}
+    old = ray.get(handle.ping.remote())["instance"]
     t0 = time.perf_counter()
     ray.kill(handle, no_restart=False)
     answered = None
@@ -107,6 +108,9 @@ def recovery(n: int, running: int) -> dict:
             ping = ray.get(ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE).ping.remote(),
                            timeout=5)
         except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError, ValueError):
+            time.sleep(0.01)
+            continue
+        if ping["instance"] == old:  # the kill is asynchronous: the old process answered
             time.sleep(0.01)
             continue
         answered = answered or time.perf_counter() - t0

@@ -44,6 +44,15 @@ class ServeLaunch:
         self._reservation = GangLaunch(gang_id, spec, {}, nodes, attempt=0)
         self._deployed = False
 
+    @classmethod
+    def adopted(cls, gang_id: str, spec: GangSpec, deployment: DeploymentSpec,
+                nodes: Sequence[str], http_port: int | None) -> ServeLaunch:
+        """The launch of a deployment a previous scheduler process deployed: the Serve app
+        lives on (Serve's controller is detached), so it is watched, not deployed again."""
+        launch = cls(gang_id, spec, deployment, None, nodes, http_port)
+        launch._deployed = True
+        return launch
+
     async def reserve(self) -> None:
         await self._reservation.reserve()
 
@@ -80,6 +89,10 @@ class ServeLaunch:
             lost = await asyncio.to_thread(serving.app_lost, self.deployment.name)
             if lost:
                 raise MemberFailure(GangError(error_type="ServeAppLost", message=lost))
+
+    async def resume(self) -> list[Any]:
+        """`run()` for an adopted deployment: watch the app that is already there."""
+        return await self.run()
 
     async def signal_preempt(self, grace_s: float) -> list[dict]:
         return []  # Serve drains its replicas itself (graceful_shutdown_timeout_s)

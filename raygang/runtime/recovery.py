@@ -8,7 +8,8 @@ created with `max_restarts=-1`), from the store and from what is left in Ray.
 - A pending gang keeps its id and its place in line (same submission sequence).
 - A running gang whose members (detached, named) and placement group are all there is
   adopted: the new process takes over its run (launcher.GangLaunch.resume) without
-  restarting anything; its history says so.
+  restarting anything; its history says so. A running deployment whose Serve application
+  still exists is adopted the same way (Serve's controller is detached too).
 - A gang that was admitted or starting, or running but missing a part, is torn down (its
   named members and its `raygang-<id>` placement group, found by name) and requeued, with
   an event saying so. It counts as neither a restart nor a preemption.
@@ -34,6 +35,7 @@ from ray.util.placement_group import (
 
 from raygang.core.gang import GangState
 from raygang.runtime.durable import GANGS, QUEUES, RESULTS, load_gang, load_queue
+from raygang.runtime.deployment import ServeLaunch
 from raygang.runtime.launcher import NAMESPACE, GangLaunch
 from raygang.runtime.records import GangRecord
 
@@ -79,7 +81,8 @@ async def rebuild(scheduler: Scheduler) -> dict[str, Any]:
             found["cancelled"] += 1
         elif record.state is GangState.PENDING:
             found["pending"] += 1
-        elif (launch := _adoptable(record, leftovers)) is not None:
+        elif (launch := _adoptable(record, leftovers,
+                                   scheduler._config.serve_http_port)) is not None:
             scheduler._adopt(record, launch)
             leftovers.actors.pop(record.gang_id, None)  # its own now, not leftovers
             leftovers.groups.pop(record.gang_id, None)
@@ -115,10 +118,19 @@ async def _expire_results(scheduler: Scheduler, records: list[GangRecord], now: 
     return expired
 
 
-def _adoptable(record: GangRecord, leftovers: Leftovers) -> GangLaunch | None:
-    """A running gang whose members and placement group are all still there."""
-    if record.state is not GangState.RUNNING or record.kind != "gang":
-        return None  # a deployment is redeployed: its Serve app is not adopted (yet)
+def _adoptable(record: GangRecord, leftovers: Leftovers,
+               http_port: int | None) -> GangLaunch | ServeLaunch | None:
+    """A running gang whose members and placement group are all still there, or a running
+    deployment whose Serve application still exists."""
+    if record.state is not GangState.RUNNING:
+        return None
+    if record.kind == "deployment":
+        from raygang.runtime import serving  # imports Serve: only with a deployment to adopt
+
+        if serving.app_lost(record.deployment.name) is not None:
+            return None
+        return ServeLaunch.adopted(record.gang_id, record.spec, record.deployment,
+                                   record.nodes, http_port)
     groups = leftovers.groups.get(record.gang_id, [])
     if len(groups) != 1 or len(leftovers.actors.get(record.gang_id, [])) != len(record.spec.slots):
         return None

@@ -103,6 +103,7 @@ class Scheduler(DurableBook):
         self._recovered = asyncio.Event()
         self._recovery_task: asyncio.Task | None = None
         self._recovery: dict[str, Any] = {}  # what the last rebuild found
+        self._instance = uuid.uuid4().hex
         self._dirty: dict[str, GangRecord | None] = {}  # gang id -> to write (None: delete)
         self._dirty_wake = asyncio.Event()
         self._writer_task: asyncio.Task | None = None
@@ -141,6 +142,7 @@ class Scheduler(DurableBook):
         return {
             "config": self._config.model_dump(mode="json"),
             "ready": self._recovered.is_set(),
+            "instance": self._instance,  # a new one after every restart of the actor
             "recovery": dict(self._recovery),
             "gangs": len(self._gangs),
             "cycles": self._cycles,
@@ -560,7 +562,7 @@ class Scheduler(DurableBook):
             self._drive(record, launch, victims)
         )
 
-    def _adopt(self, record: GangRecord, launch: GangLaunch) -> None:
+    def _adopt(self, record: GangRecord, launch: GangLaunch | ServeLaunch) -> None:
         """Take over a running gang a previous scheduler process started (recovery)."""
         self._launches[record.gang_id] = launch
         record.events.append(GangEvent(

@@ -3,6 +3,7 @@ a cancelled one stays cancelled, and callers ride through the restart."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import ray
@@ -16,6 +17,23 @@ from raygang.runtime.scheduler import SCHEDULER_NAME
 
 def scheduler():
     return ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE)
+
+
+def restart_scheduler(timeout: float = 60) -> None:
+    """Kill the scheduler's process (Ray restarts it) and wait until the new process is
+    ready: a kill is asynchronous, and the old process may still answer a call or two."""
+    old = ray.get(scheduler().ping.remote())["instance"]
+    ray.kill(scheduler(), no_restart=False)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            ping = ray.get(scheduler().ping.remote(), timeout=5)
+            if ping["instance"] != old and ping["ready"]:
+                return
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError, ValueError):
+            pass
+        assert time.monotonic() < deadline, "the scheduler did not come back"
+        time.sleep(0.05)
 
 
 def raygang_pgs_by_gang() -> dict[str, int]:
@@ -42,10 +60,10 @@ def test_a_restarted_scheduler_keeps_every_gang(ray_cluster):
     assert cancelled.cancel().state.value == "CANCELLED"
     assert waiting.status().state.value == "PENDING"
 
-    ray.kill(scheduler(), no_restart=False)  # the process dies; Ray starts it again
+    restart_scheduler()  # the process dies; Ray starts it again
 
-    # Callers ride through the restart (the Python API retries on the new actor). The
-    # running gang is adopted, not restarted: same member actors, same run.
+    # The running gang was adopted, not restarted: same member actors, same run (calls made
+    # during a restart are retried by the Python API: tests/e2e/test_chaos.py).
     status = running.status()
     assert status.state.value == "RUNNING", status
     assert member_actor_ids(status) == members
@@ -75,7 +93,7 @@ def test_a_submission_is_stored_before_it_is_acknowledged(ray_cluster):
     blocker.ready(timeout=60)
     refs = [small.remote(seconds=0.1) for _ in range(3)]
     # Killed at once after the acknowledgements: every acknowledged gang was written.
-    ray.kill(scheduler(), no_restart=False)
+    restart_scheduler()
     deadline = time.monotonic() + 90
     for ref in refs:
         assert ref.wait(timeout=max(1.0, deadline - time.monotonic())).state.value == "SUCCEEDED"
@@ -104,7 +122,7 @@ def test_small_results_are_kept_across_a_restart(ray_cluster):
     expected = kept.result(timeout=60)
     lost = big_result.remote()
     assert len(lost.result(timeout=60)[0]) == 2 << 20
-    ray.kill(scheduler(), no_restart=False)
+    restart_scheduler()
     assert kept.result(timeout=60) == expected  # from the store, after the restart
     with pytest.raises(ResultsLostError, match="kept only up to 1048576 bytes"):
         lost.result(timeout=60)
@@ -124,7 +142,7 @@ def test_the_sqlite_store_carries_gangs_across_a_restart(ray_cluster, tmp_path):
         blocker.ready(timeout=60)
         waiting = raygang.gang_task(demo.sleep, name="waits", num_gpus=1,
                                     num_cpus=0).remote(seconds=0.1)
-        ray.kill(scheduler(), no_restart=False)
+        restart_scheduler()
         assert waiting.wait(timeout=90).state.value == "SUCCEEDED"
         assert blocker.wait(timeout=60).state.value == "SUCCEEDED"
         recovery = ray.get(scheduler().ping.remote())["recovery"]
@@ -132,3 +150,49 @@ def test_the_sqlite_store_carries_gangs_across_a_restart(ray_cluster, tmp_path):
         assert (tmp_path / "raygang.db").exists()
     finally:
         _scheduler_with(SCHEDULER_CONFIG)
+
+
+@raygang.gang_task(name="slow-start", replicas=2, num_cpus=1)
+class SlowStart:
+    def __init__(self):
+        time.sleep(3.0)  # the scheduler dies while members are being started
+
+    def run(self):
+        return raygang.get_context().rank
+
+
+def test_a_gang_caught_starting_is_torn_down_and_requeued(ray_cluster):
+    ref = SlowStart.remote()
+    deadline = time.monotonic() + 60
+    while ref.status().state.value != "STARTING":
+        assert time.monotonic() < deadline, ref.status()
+        time.sleep(0.05)
+    restart_scheduler()
+    assert ref.result(timeout=120) == [0, 1]
+    done = ref.status()
+    # (What the store held when the process died: STARTING, or a step before it if that
+    # change was still being written.)
+    assert any(re.search(r"restarted while the gang was (ADMITTED|RESERVED|STARTING)",
+                         e.reason) for e in done.events), [e.reason for e in done.events]
+    assert done.restarts == 0
+    recovery = ray.get(scheduler().ping.remote())["recovery"]
+    assert recovery["requeued"] == 1 and recovery["adopted"] == 0, recovery
+
+
+def test_a_running_deployment_is_adopted_and_keeps_serving(ray_cluster, http_port):
+    import httpx
+
+    ref = raygang.deploy("kept", "raygang.demo:echo", replicas=1, num_cpus=0.5)
+    try:
+        ref.ready(timeout=180)
+        url = f"http://127.0.0.1:{http_port}/kept"
+        assert httpx.get(url, timeout=30).status_code == 200
+        restart_scheduler()
+        status = raygang.list_deployments()[0]
+        assert status.state.value == "RUNNING", status
+        assert any("adopted by the restarted scheduler" in e.reason for e in status.events)
+        assert httpx.get(url, timeout=30).status_code == 200  # never redeployed
+        recovery = ray.get(scheduler().ping.remote())["recovery"]
+        assert recovery["adopted"] == 1 and recovery["requeued"] == 0, recovery
+    finally:
+        assert raygang.undeploy("kept").state.value == "CANCELLED"

@@ -1,0 +1,70 @@
+"""What a gang record becomes in the store and back (no Ray cluster: pickling only), and
+how leftover actor and group names are matched to gangs after a restart."""
+
+from __future__ import annotations
+
+import pytest
+
+from raygang.core.gang import GangState
+from raygang.core.queues import QueueSpec
+from raygang.runtime.durable import dump_gang, dump_queue, load_gang, load_queue
+from raygang.runtime.program import RoleProgram
+from raygang.runtime.records import GangRecord
+from raygang.runtime.recovery import _gang_of
+from raygang.runtime.status import GangError
+from tests.unit.builders import spec
+
+
+def scale(x: int, factor: int = 2) -> int:
+    return x * factor
+
+
+def test_a_gang_record_round_trips_with_its_program_and_history():
+    record = GangRecord("train-1a2b3c4d", spec("train", "2xGPU=1"),
+                        {"r0": RoleProgram(target=scale, args=(3,), kwargs={"factor": 5})},
+                        priority=100, seq=7, submitted_at=1000.0,
+                        idempotency_key="team-a:k1", fingerprint="abc")
+    record.move(GangState.ADMITTED, "placed on 1 node(s)", 1001.0)
+    record.nodes = ("n1", "n1")
+    record.error = GangError(member="r0-0", rank=0, error_type="ValueError", message="x")
+    back = load_gang(dump_gang(record))
+    assert (back.gang_id, back.seq, back.priority, back.state) == \
+        ("train-1a2b3c4d", 7, 100, GangState.ADMITTED)
+    assert back.spec == record.spec and back.nodes == ("n1", "n1")
+    assert back.idempotency_key == "team-a:k1" and back.fingerprint == "abc"
+    assert back.error == record.error
+    assert [e.to_state for e in back.events] == [GangState.ADMITTED]
+    program = back.programs["r0"]
+    assert program.target(*program.args, **program.kwargs) == 15  # the code itself came back
+    assert not back.finished.is_set() and back.task is None
+
+
+def test_a_finished_record_comes_back_finished():
+    record = GangRecord("g-00000000", spec("g", "CPU=1"), {}, 10, 0, 0.0)
+    record.move(GangState.CANCELLED, "cancelled by user", 5.0)
+    back = load_gang(dump_gang(record))
+    assert back.state is GangState.CANCELLED and back.finished.is_set()
+
+
+def test_an_unknown_record_format_is_refused():
+    from ray import cloudpickle
+
+    with pytest.raises(ValueError, match="gang record format 99, expected 1"):
+        load_gang(cloudpickle.dumps({"format": 99}))
+
+
+def test_queues_round_trip():
+    queue = QueueSpec(name="team-a", quota={"GPU": 4}, limit={"GPU": 8}, weight=2)
+    assert load_queue(dump_queue(queue)) == queue
+
+
+@pytest.mark.parametrize("name, gang", [
+    ("raygang-train-1a2b3c4d", "train-1a2b3c4d"),                      # its placement group
+    ("raygang-train-1a2b3c4d-worker-3", "train-1a2b3c4d"),             # a member
+    ("raygang-train-1a2b3c4d-param-server-0", "train-1a2b3c4d"),       # a role with a dash
+    ("raygang-train-1a2b3c4d-x-1a2b3c4d-w-0", "train-1a2b3c4d-x-1a2b3c4d"),  # longest id wins
+    ("raygang-other-99999999-w-0", None),                              # an orphan
+])
+def test_leftover_names_map_to_their_gang(name, gang):
+    known = {"train-1a2b3c4d", "train-1a2b3c4d-x-1a2b3c4d"}
+    assert _gang_of(name, known) == gang
