@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from raygang.core.config import SchedulerConfig
+from tests.kube_standin import merge_patch
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
@@ -49,20 +50,6 @@ HEAD_LABELS = {"ray.io/node-type": "head", "ray.io/group": "headgroup",
 # kustomize, the part the overlays use -------------------------------------------------
 def load_documents(path: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """kustomize's strategic merge on a custom resource (no patch strategy known for its
-    fields): mappings merge, lists and scalars are replaced, null deletes (RFC 7386)."""
-    if not isinstance(patch, dict) or not isinstance(target, dict):
-        return copy.deepcopy(patch)
-    merged = copy.deepcopy(target)
-    for key, value in patch.items():
-        if value is None:
-            merged.pop(key, None)
-        else:
-            merged[key] = merge_patch(merged.get(key), value)
-    return merged
 
 
 def key(doc: dict[str, Any]) -> tuple[str, str]:
