@@ -10,11 +10,14 @@ their quota, some under it; some gangs protected by a minimum runtime, some drai
 and pending gangs of 1-8 GPUs (PACK, STRICT_PACK, SPREAD) including non-preemptible
 inference gangs, so that reclaim and preempt really search for victims. Backfill is off
 (the default). One row per set of actions, adding one at a time (median of a few runs);
-the first row, allocate only, is the baseline of the policy cost ratio.
+the first row, allocate only, is the baseline of the policy cost ratio. Decisions/s counts
+every pending gang the cycle decides (admitted, or waiting with its reason: a gang behind
+a blocked one in its queue is decided without a search); admitted/s only the admissions.
 
 Every plan is checked: no node oversubscribed once admissions are applied and victims
 removed; every victim preemptible, not draining, not protected and, for preempt, of
-strictly lower priority than its preemptor (for reclaim, of another queue); every
+strictly lower priority than its preemptor (for reclaim, of another queue, and beyond
+its own queue's quota and fair share); every
 pending gang decided exactly once. Side by side, on a smaller cluster of the same kind,
 the plain victim search (free every candidate on the capacity, place after each step,
 as raygang first did it) must reach the very same plan; the ratio is reported.
@@ -50,7 +53,8 @@ from raygang.core import (  # noqa: E402
     gang_spec,
     schedule,
 )
-from raygang.core.victims import VictimSearch  # noqa: E402
+from raygang.core.fairshare import QueueBook  # noqa: E402
+from raygang.core.victims import VictimSearch, reclaim_protected  # noqa: E402
 
 TARGET_CYCLE_S = 2.0
 TARGET_DECISIONS_PER_S = 5_000
@@ -211,11 +215,16 @@ def workload(nodes: int, running: int, pending: int, seed: int
 
 # Checks -----------------------------------------------------------------------------------
 
-def check(plan: Plan, snapshot: ClusterSnapshot, pending: Sequence[PendingGang]) -> None:
+def check(plan: Plan, snapshot: ClusterSnapshot, pending: Sequence[PendingGang],
+          config: SchedulerConfig) -> None:
     """Assert that the plan is sound on this snapshot."""
     free = {n.node_id: n.free for n in snapshot.nodes}
     running = {g.gang_id: g for g in snapshot.placed}
     gangs = {g.gang_id: g for g in pending}
+    tree = config.queue_tree
+    book = QueueBook(tree, snapshot.placed)  # the cycle's fair shares, to see what reclaim
+    book.share_out(snapshot.alive_nodes, [g for g in pending if not tree.problem(g.spec)])
+    kept = reclaim_protected(book, snapshot.placed)  # was allowed to take
     victims = [p.victim for p in plan.preemptions]
     assert len(set(victims)) == len(victims), "a gang was preempted twice"
     for p in plan.preemptions:
@@ -226,6 +235,7 @@ def check(plan: Plan, snapshot: ClusterSnapshot, pending: Sequence[PendingGang])
             assert victim.priority < preemptor.priority, p
         else:
             assert p.action == "reclaim" and victim.queue != preemptor.queue, p
+            assert victim.gang_id not in kept, f"within its quota or fair share: {p}"
         for node_id, bundle in victim.bundles:
             free[node_id] = free[node_id] + bundle
     preempted = Counter(p.preemptor for p in plan.preemptions)
@@ -312,7 +322,8 @@ def row(actions: tuple[str, ...], seconds: float, plan: Plan, n_pending: int) ->
     waiting = Counter(w.code.value for w in plan.waiting.values())
     return (
         f"{'+'.join(actions):<25} {seconds * 1e3:9.1f} ms {n_pending / seconds:10,.0f}/s  "
-        f"admitted {len(plan.admissions)} (allocate {admitted['allocate']}, reclaim "
+        f"admitted {len(plan.admissions)} = {len(plan.admissions) / seconds:,.0f}/s "
+        f"(allocate {admitted['allocate']}, reclaim "
         f"{admitted['reclaim']}, preempt {admitted['preempt']}); victims reclaim "
         f"{victims['reclaim']}, preempt {victims['preempt']}; waiting "
         + ", ".join(f"{c} {waiting[c]}" for c in ("NO_FIT", "BEHIND", "LIMIT", "UNSCHEDULABLE"))
@@ -376,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     for actions in ACTION_ROWS:
         config = SchedulerConfig(queues=tuple(queues), priority_classes=CLASSES, actions=actions)
         seconds, plan = median_of(args.repeats, lambda: schedule(snapshot, pending, config, NOW))
-        check(plan, snapshot, pending)
+        check(plan, snapshot, pending, config)
         times.append(seconds)
         plans.append(plan)
         print(row(actions, seconds, plan, len(pending)))

@@ -211,7 +211,11 @@ class SchedulerConfig(BaseModel):
     @field_validator("priority_classes")
     @classmethod
     def _unique_classes(cls, value: tuple[PriorityClass, ...]) -> tuple[PriorityClass, ...]:
-        return _unique_names(value, "priority class")
+        """Configured classes add to the defaults (one of the same name replaces it), so
+        `inference` for deployments and `training` for gangs keep meaning something."""
+        value = _unique_names(value, "priority class")
+        names = {c.name for c in value}
+        return value + tuple(c for c in DEFAULT_PRIORITY_CLASSES if c.name not in names)
 
     @field_validator("actions")
     @classmethod

@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 
 from raygang.core.queues import QueueTree, exceeds_limit
-from raygang.core.resources import Resources, format_amount
+from raygang.core.resources import UNIT, Resources, format_amount
 from raygang.core.gang import PendingGang
 from raygang.core.snapshot import NodeState, PlacedGang
 
@@ -34,7 +34,13 @@ class QueueBook:
                 by_queue.setdefault(gang.queue, []).append(gang.total)
         for queue, totals in by_queue.items():  # summed per queue first: 20,000 gangs
             self.add(queue, Resources.sum(totals))
+        # What each leaf runs in gangs reclaim cannot stop (non-preemptible classes).
+        self.firm: dict[str, Resources] = dict.fromkeys(tree.specs, Resources())
+        for gang in placed:
+            if not gang.preemptible and gang.queue in tree.specs:
+                self.firm[gang.queue] = self.firm[gang.queue] + gang.total
         self.fair: dict[str, Share] = {}
+        self.cluster = Resources()  # the alive nodes' capacity, set by `share_out`
 
     def add(self, queue: str, amount: Resources) -> Undo:
         for name in self.tree.paths[queue]:
@@ -66,9 +72,49 @@ class QueueBook:
                 )
         return None
 
+    def admission_problem(self, gang: PendingGang) -> str | None:
+        """Why admitting `gang` would break a limit on its queue's path or, for a gang of a
+        non-preemptible class, its borrow caps; None if neither."""
+        problem = self.limit_problem(gang.queue, gang.total)
+        if problem is None and not gang.preemptible:
+            problem = self.borrow_problem(gang.queue, gang.total)
+        return problem
+
     def within_quota(self, queue: str, demand: Resources) -> bool:
         """Whether `queue` would stay within its guaranteed quota with `demand` added."""
-        return (self.usage[queue] + demand).fits_in(self.tree.specs[queue].quota)
+        return in_quota(self.tree.specs[queue].quota, self.usage[queue] + demand, demand)
+
+    def borrow_problem(self, queue: str, demand: Resources) -> str | None:
+        """Why a gang reclaim may never stop (a non-preemptible class) cannot add `demand`
+        to its queue, or None. Borrowed capacity goes back through reclaim when its owner
+        needs it; gangs reclaim cannot stop would keep a queue from its quota for good.
+        So what a queue runs in such gangs beyond its quota must fit in the capacity no
+        quota guarantees: per resource, every leaf's quota, or its non-preemptible usage
+        where that is larger, add up to at most the cluster (KAI Scheduler keeps such
+        gangs within quota outright; this is the same guarantee, on totals)."""
+        quota = self.tree.specs[queue].quota
+        after = self.firm[queue] + demand
+        for res in demand:
+            mine = after.units(res)
+            if mine <= quota.units(res):
+                continue
+            others = sum(max(self.tree.specs[q].quota.units(res), self.firm[q].units(res))
+                         for q in self.tree.leaves if q != queue)
+            if others + mine > self.cluster.units(res):
+                return (
+                    f"queue {queue!r} would run {format_amount(res, after[res])} {res} in "
+                    f"gangs of non-preemptible classes, beyond its quota of "
+                    f"{format_amount(res, quota.get(res))}: those run beyond a quota only "
+                    f"on capacity no queue is guaranteed, and other queues hold "
+                    f"{format_amount(res, others / UNIT)} of the cluster's "
+                    f"{format_amount(res, self.cluster.get(res))} {res} (their quotas, or "
+                    f"such gangs beyond them)"
+                )
+        return None
+
+    def add_firm(self, queue: str, amount: Resources) -> None:
+        """Count an admitted gang of a non-preemptible class (after `add`)."""
+        self.firm[queue] = self.firm[queue] + amount
 
     # Fair share -------------------------------------------------------------------------
     def share_out(self, nodes: Iterable[NodeState], pending: Iterable[PendingGang]) -> None:
@@ -86,6 +132,7 @@ class QueueBook:
     def compute_fair_shares(self, cluster: Resources, demand: Mapping[str, Resources]) -> None:
         """Fair share of every queue, given the cluster's capacity and each leaf's demand
         (what it uses plus what its pending gangs ask for)."""
+        self.cluster = cluster
         want = _wants(self.tree, demand)
         shares: dict[str | None, Share] = {None: cluster.to_dict()}
         for parent in self.tree.top_down():
@@ -122,6 +169,14 @@ class QueueBook:
     def order_key(self, leaf: str) -> tuple[float, ...]:
         """Ancestors' dominant shares from the top down, then the leaf's own."""
         return tuple(self.share_ratio(name) for name in self.tree.paths[leaf])
+
+
+def in_quota(quota: Resources, usage: Resources, gang: Resources) -> bool:
+    """Whether `usage` (which includes `gang`) is within `quota`. A quota guarantees the
+    resources it names: only those are compared (a GPU quota covers the CPUs its gangs
+    ask alongside), and a gang asking for none of them is guaranteed nothing."""
+    named = frozenset(quota)
+    return any(gang.get(n) > 0 for n in named) and usage.only(named).fits_in(quota)
 
 
 def _wants(tree: QueueTree, demand: Mapping[str, Resources]) -> dict[str, Share]:

@@ -32,7 +32,8 @@ class Preemption:
 class WaitCode(str, enum.Enum):
     NO_FIT = "NO_FIT"  # not enough free resources of the right shape right now
     BEHIND = "BEHIND"  # a gang earlier in the order is blocked and backfill is off
-    LIMIT = "LIMIT"  # its queue (or a parent queue) is at its limit
+    LIMIT = "LIMIT"  # its queue (or a parent) is at its limit, or a non-preemptible gang
+    # would borrow beyond its quota what another queue is guaranteed
     UNSCHEDULABLE = "UNSCHEDULABLE"  # cannot fit even on the empty cluster as it is now
 
 

@@ -25,7 +25,7 @@ from raygang.core.plan import Admission, Plan, Preemption, WaitCode, Waiting
 from raygang.core.pool import Candidates, Pool
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
 from raygang.core.spec import GangSpec
-from raygang.core.victims import VictimSearch, in_quota_gangs, victim_order
+from raygang.core.victims import VictimSearch, reclaim_protected, victim_order
 
 
 def schedule(
@@ -180,7 +180,7 @@ class _Cycle:
 
     # Actions ------------------------------------------------------------------------------
     def _allocate(self, gang: PendingGang) -> bool:
-        problem = self.book.limit_problem(gang.queue, gang.total)
+        problem = self.book.admission_problem(gang)
         if problem:
             self.limited[gang.gang_id] = problem
             return False
@@ -193,7 +193,8 @@ class _Cycle:
         return True
 
     def _reclaim(self, gang: PendingGang) -> bool:
-        """A queue below its quota takes back what other queues borrowed beyond theirs."""
+        """A queue below its quota takes back what other queues run beyond their quota and
+        fair share (`reclaim_protected` says which gangs that leaves)."""
         if not self.book.within_quota(gang.queue, gang.total):
             return False
         pool = self._pool("reclaim")
@@ -218,13 +219,17 @@ class _Cycle:
                 )
             ordered = self._stoppable
             if action == "reclaim":
-                inside = in_quota_gangs(self.book, self.snapshot.placed)
-                ordered = [g for g in ordered if g.gang_id not in inside]
+                kept = reclaim_protected(self.book, self.snapshot.placed)
+                ordered = [g for g in ordered if g.gang_id not in kept]
             self._pools[action] = Pool(ordered, self.capacity, self.taken)
         return self._pools[action]
 
     def _search(self, gang: PendingGang, pool: Pool, candidates: Candidates,
                 action: str) -> bool:
+        problem = None if gang.preemptible else self.book.borrow_problem(gang.queue, gang.total)
+        if problem:  # stopping others (always preemptible gangs) never changes this
+            self.limited[gang.gang_id] = problem
+            return False
         key = (action, gang.shape, gang.priority, gang.queue, gang.preemptible)
         found = None
         if key not in self.failed:
@@ -250,6 +255,8 @@ class _Cycle:
     ) -> None:
         self.capacity.reserve(zip(nodes, gang.bundles))
         self.book.add(gang.queue, gang.total)
+        if not gang.preemptible:
+            self.book.add_firm(gang.queue, gang.total)
         self.admitted.add(gang.gang_id)
         self.limited.pop(gang.gang_id, None)
         self.admissions.append(
@@ -294,9 +301,10 @@ class _Cycle:
 
 
 _NO_ROOM = {
-    ("reclaim", "none"): "; no other queue runs gangs beyond its quota to reclaim",
-    ("reclaim", "some"): "; reclaiming what other queues borrowed beyond their quota would "
-                         "not make room",
+    ("reclaim", "none"): "; no other queue runs preemptible gangs beyond its quota and fair "
+                         "share to reclaim",
+    ("reclaim", "some"): "; reclaiming what other queues borrowed beyond their quota and fair "
+                         "share would not make room",
     ("preempt", "none"): "; no lower-priority preemptible gang runs that it may preempt",
     ("preempt", "some"): "; preempting lower-priority gangs would not make room",
 }
@@ -306,7 +314,7 @@ def _why(action: str, victim: PlacedGang, gang: PendingGang) -> str:
     if action == "reclaim":
         return (
             f"reclaimed for gang {gang.gang_id}: queue {gang.queue!r} is below its quota and "
-            f"queue {victim.queue!r} runs this gang beyond its own quota"
+            f"queue {victim.queue!r} runs this gang beyond its own quota and fair share"
         )
     return (
         f"preempted for gang {gang.gang_id} (priority {gang.priority} > {victim.priority}"

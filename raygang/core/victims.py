@@ -16,12 +16,12 @@ import math
 from collections.abc import Callable, Sequence
 
 from raygang.core.capacity import Capacity
-from raygang.core.fairshare import QueueBook
+from raygang.core.fairshare import QueueBook, in_quota
 from raygang.core.gang import PendingGang
 from raygang.core.placement import place
 from raygang.core.pool import Candidates, Pool
 from raygang.core.probe import Probe
-from raygang.core.resources import scarcity_key
+from raygang.core.resources import UNIT, Resources, scarcity_key
 from raygang.core.snapshot import PlacedGang
 
 Undo = Callable[[], None]
@@ -35,27 +35,37 @@ def victim_order(gang: PlacedGang) -> tuple:
     return (gang.priority, -started, size, gang.gang_id)
 
 
-def in_quota_gangs(book: QueueBook, placed: Sequence[PlacedGang]) -> set[str]:
-    """Ids of gangs that run within their own queue's quota: walking each queue's gangs
-    most important first (highest priority, longest running), those whose running total
-    still fits in the quota. Reclaim never takes these."""
+def reclaim_protected(book: QueueBook, placed: Sequence[PlacedGang]) -> set[str]:
+    """Ids of the gangs reclaim never takes. Walking each queue's gangs most important
+    first (`_importance`), a gang is kept if the queue's kept total
+    with it stays within the queue's quota (the resources the quota names) or within its
+    fair share: reclaim takes only what a queue runs beyond both, i.e. from queues over
+    their fair share, and never a gang that runs within its own queue's quota."""
     by_queue: dict[str, list[PlacedGang]] = {}
     for gang in placed:
         if gang.queue in book.tree.specs:
             by_queue.setdefault(gang.queue, []).append(gang)
-    inside: set[str] = set()
+    kept_ids: set[str] = set()
     for queue, gangs in by_queue.items():
         quota = book.tree.specs[queue].quota
-        used: dict[str, int] = {}  # in units; what was used already fits in the quota
-        for gang in sorted(gangs, key=lambda g: (-g.priority, g.running_since or math.inf,
-                                                 g.gang_id)):
-            total = gang.total
-            if any(used.get(n, 0) + total.units(n) > quota.units(n) for n in total):
-                break
-            for n in total:
-                used[n] = used.get(n, 0) + total.units(n)
-            inside.add(gang.gang_id)
-    return inside
+        # Fair shares are floats: to units, with a hair of slack for the water-filling sums.
+        fair = {n: math.floor(v * UNIT * (1 + 1e-9)) for n, v in book.fair.get(queue, {}).items()}
+        kept = Resources()
+        for gang in sorted(gangs, key=_importance):
+            with_it = kept + gang.total
+            if in_quota(quota, with_it, gang.total) or all(
+                with_it.units(n) <= fair.get(n, 0) for n in with_it
+            ):  # a gang that fits neither is skipped, not a stop: a smaller, less
+                kept = with_it  # important one may still fit
+                kept_ids.add(gang.gang_id)
+    return kept_ids
+
+
+def _importance(gang: PlacedGang) -> tuple:
+    """Gangs reclaim cannot stop first (they hold their part of the quota whatever
+    happens), then highest priority, then longest running."""
+    since = gang.running_since if gang.running_since is not None else math.inf
+    return (gang.preemptible, -gang.priority, since, gang.gang_id)
 
 
 class VictimSearch:

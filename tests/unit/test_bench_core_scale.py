@@ -14,7 +14,7 @@ def test_core_scale_benchmark_quick():
     rows = {}
     for actions in ("allocate", "allocate\\+reclaim", "allocate\\+reclaim\\+preempt"):
         line = re.search(
-            rf"^{actions} +[\d.]+ ms +[\d,]+/s  admitted (\d+) \(allocate \d+, reclaim (\d+), "
+            rf"^{actions} +[\d.]+ ms +[\d,]+/s  admitted (\d+) = [\d,]+/s \(allocate \d+, reclaim (\d+), "
             rf"preempt (\d+)\); victims reclaim (\d+), preempt (\d+); waiting NO_FIT \d+, "
             rf"BEHIND \d+, LIMIT \d+, UNSCHEDULABLE \d+$", text, re.MULTILINE)
         assert line, text

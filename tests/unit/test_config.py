@@ -42,17 +42,25 @@ def test_unknown_class_lists_the_known_ones():
     assert isinstance(info.value, ValueError)
 
 
-def test_custom_classes_replace_the_defaults():
+def test_custom_classes_add_to_the_defaults_and_replace_one_of_the_same_name():
     config = SchedulerConfig(
         priority_classes=(
             PriorityClass(name="critical", value=10_000, preemptible=False),
             PriorityClass(name="scavenger", value=-1),
+            PriorityClass(name="training", value=200, min_runtime_s=60),
         )
     )
     assert config.resolve_priority(spec("g", "GPU=1", priority="critical")) == 10_000
     assert config.resolve_priority(spec("g", "GPU=1", priority="scavenger")) == -1
-    with pytest.raises(UnknownPriorityClass, match=r"known: critical, scavenger\)"):
-        config.resolve_priority(spec("g", "GPU=1", priority="training"))
+    training = config.priority_class(spec("g", "GPU=1", priority="training"))
+    assert (training.value, training.min_runtime_s) == (200, 60)
+    # The defaults not named stay: deployments default to `inference`.
+    assert config.resolve_priority(spec("g", "GPU=1", priority="inference")) == 1000
+    assert [c.name for c in config.priority_classes] == [
+        "critical", "scavenger", "training", "inference", "batch"]
+    with pytest.raises(UnknownPriorityClass, match=r"known: batch, critical, inference, "
+                                                   r"scavenger, training\)"):
+        config.resolve_priority(spec("g", "GPU=1", priority="urgent"))
 
 
 def test_config_defaults_and_validation():

@@ -208,6 +208,111 @@ def test_reclaim_needs_the_queue_to_stay_within_its_quota():
     assert plan.waiting["b-1"].code is WaitCode.NO_FIT
 
 
+def test_a_quota_covers_the_resources_it_names_only():
+    # Quotas name GPUs; bundles ask a CPU alongside each GPU. The CPUs do not put team-b
+    # "over quota" (it could never reclaim) nor team-a's first gang beyond its quota.
+    config = SchedulerConfig(queues=[queue("team-a", quota="GPU=4"),
+                                     queue("team-b", quota="GPU=4")])
+    snapshot = busy(*TWO_NODES, placed=[
+        running("a-in", "w-1: 4xGPU=1,CPU=1", queue="team-a", since=1.0),
+        running("a-over", "w-2: 4xGPU=1,CPU=1", queue="team-a", since=2.0),
+    ])
+    pending = [gang("b-1", "4xGPU=1,CPU=1", "STRICT_PACK", priority="training",
+                    queue="team-b")]
+    plan = schedule(snapshot, pending, config, 10.0)
+    assert [(p.victim, p.action) for p in plan.preemptions] == [("a-over", "reclaim")]
+    # A gang asking for nothing its queue's quota names is guaranteed nothing.
+    cpu_only = [gang("b-cpu", "CPU=4", priority="training", queue="team-b")]
+    full = busy("w-1: GPU=4 CPU=4", placed=[
+        running("a-cpu", "w-1: CPU=4", queue="team-a", since=1.0)])
+    assert schedule(full, cpu_only, config, 10.0).preemptions == ()
+
+
+def test_reclaim_never_takes_an_in_quota_gang_even_the_one_in_the_way():
+    # b-1 needs all of w-1 (STRICT_PACK 8). team-a's a-old runs there within team-a's
+    # quota: reclaiming only a-new would not make room, so nothing is reclaimed (the most
+    # recently started go first, so without the protection both would be taken).
+    config = SchedulerConfig(queues=[queue("team-a", quota="GPU=4"),
+                                     queue("team-b", quota="GPU=8")])
+    snapshot = busy("w-1: GPU=8", "w-2: GPU=4", placed=[
+        running("a-old", "w-1: 4xGPU=1", queue="team-a", since=1.0),
+        running("a-new", "w-1: 2xGPU=1; w-2: 2xGPU=1", queue="team-a", since=2.0),
+    ])
+    pending = [gang("b-1", "8xGPU=1", "STRICT_PACK", priority="training", queue="team-b")]
+    plan = schedule(snapshot, pending, config, 10.0)
+    assert plan.preemptions == () and plan.admissions == ()
+    assert "reclaiming what other queues borrowed beyond their quota and fair share would " \
+           "not make room" in plan.waiting["b-1"].message
+
+
+def test_reclaim_takes_from_the_queue_over_its_fair_share():
+    # 16 GPUs. Fair shares with b's demand: a 4 (quota 2 + weight 3 of the surplus),
+    # b 2, c 10. a runs exactly its fair share; c runs 12: c gives back, not a, although
+    # a2 is the most recently started gang beyond a quota.
+    config = SchedulerConfig(queues=[queue("a", quota="GPU=2", weight=3),
+                                     queue("b", quota="GPU=6"), queue("c", quota="GPU=4")])
+    snapshot = busy("w-1: GPU=4", "w-2: GPU=4", "w-3: GPU=4", "w-4: GPU=4", placed=[
+        running("a1", "w-1: 2xGPU=1", queue="a", since=1.0),
+        running("a2", "w-1: 2xGPU=1", queue="a", since=9.0),
+        running("c1", "w-2: 4xGPU=1", queue="c", since=1.0),
+        running("c2", "w-3: 4xGPU=1", queue="c", since=2.0),
+        running("c3", "w-4: 4xGPU=1", queue="c", since=3.0),
+    ])
+    plan = schedule(snapshot, [gang("b-1", "2xGPU=1", priority="training", queue="b")],
+                    config, 100.0)
+    assert [(p.victim, p.action) for p in plan.preemptions] == [("c3", "reclaim")]
+    assert "beyond its own quota and fair share" in plan.preemptions[0].reason
+
+
+@pytest.mark.parametrize("other_quota, admitted", [("GPU=6", False), ("GPU=4", True), ("", True)])
+def test_non_preemptible_gangs_borrow_only_what_no_queue_is_guaranteed(other_quota, admitted):
+    # Reclaim never stops an inference gang: were it to run on GPUs guaranteed to
+    # team-b, team-b could not have them back. 8 GPUs: quotas 2 + 6 leave nothing beyond
+    # quotas; 2 + 4 leave 2, enough for team-a's 2 GPUs beyond its quota.
+    config = SchedulerConfig(queues=[queue("team-a", quota="GPU=2"),
+                                     queue("team-b", quota=other_quota)])
+    big = gang("infer-4", "4xGPU=1", priority="inference", queue="team-a")
+    plan = schedule(busy(*TWO_NODES), [big], config, 0.0)
+    assert (plan.admitted_ids == ["infer-4"]) is admitted
+    if not admitted:
+        waiting = plan.waiting["infer-4"]
+        assert waiting.code is WaitCode.LIMIT
+        assert waiting.message == (
+            "queue 'team-a' would run 4 GPU in gangs of non-preemptible classes, beyond its "
+            "quota of 2: those run beyond a quota only on capacity no queue is guaranteed, "
+            "and other queues hold 6 of the cluster's 8 GPU (their quotas, or such gangs "
+            "beyond them)")
+    # Within its quota it runs, preempting another queue's batch gangs to do so.
+    full = busy(*TWO_NODES, placed=[
+        running(f"b-{i}", f"w-{1 + i // 2}: 2xGPU=1", priority=10, queue="team-b",
+                since=float(i)) for i in range(4)])
+    small = gang("infer-2", "2xGPU=1", priority="inference", queue="team-a")
+    plan = schedule(full, [small], config, 100.0)
+    assert plan.admitted_ids == ["infer-2"]
+    assert [p.victim for p in plan.preemptions] == ["b-3"]
+    # And beyond it, not even by preempting.
+    plan = schedule(full, [big], config, 100.0)
+    assert (plan.admitted_ids == ["infer-4"]) is admitted
+    assert (len(plan.preemptions) == 2) is admitted
+
+
+def test_gangs_reclaim_cannot_stop_hold_their_queues_quota_first():
+    # a-infer (non-preemptible, though of low priority) can never be reclaimed, so it
+    # counts first toward team-a's quota of 4: with a-t2 that is 4, and a-t1 is beyond.
+    config = SchedulerConfig(queues=[queue("team-a", quota="GPU=4"),
+                                     queue("team-b", quota="GPU=4")])
+    snapshot = busy(*TWO_NODES, placed=[
+        running("a-t1", "w-1: 4xGPU=1", queue="team-a", since=1.0),
+        running("a-infer", "w-2: 2xGPU=1", priority=50, queue="team-a", since=5.0,
+                preemptible=False),
+        running("a-t2", "w-2: 2xGPU=1", queue="team-a", since=2.0),
+    ])
+    pending = [gang("b-1", "4xGPU=1", "STRICT_PACK", priority="training", queue="team-b")]
+    plan = schedule(snapshot, pending, config, 10.0)
+    assert [(p.victim, p.action) for p in plan.preemptions] == [("a-t1", "reclaim")]
+    assert plan.admissions[0].nodes == ("w-1",) * 4
+
+
 def test_equal_inputs_give_equal_plans():
     case = CASES[1]
     assert run(case) == run(case)
