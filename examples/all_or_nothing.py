@@ -9,9 +9,11 @@ waits holding nothing, then runs when the first ends.
 
 from __future__ import annotations
 
+import sys
 import time
 
 import ray
+from ray.util.placement_group import placement_group_table
 
 import raygang
 from local_cluster import connect
@@ -69,15 +71,31 @@ def with_raygang() -> dict:
             break
         time.sleep(0.02)
     waiting = second.status()
+    held = [pg["name"] for pg in placement_group_table().values()
+            if pg["name"] == f"raygang-{second.gang_id}" and pg["state"] != "REMOVED"]
+    free = ray.available_resources().get("GPU", 0)
+    expected_free = ray.cluster_resources().get("GPU", 0) - 3
     print(f"raygang: {first.gang_id} RUNNING with 3 GPUs; {second.gang_id} "
-          f"{waiting.state.value}, holding nothing: {waiting.reason}")
-    print(f"         free GPUs now: {ray.available_resources().get('GPU', 0):g}")
+          f"{waiting.state.value}, holding {held or 'nothing'}: {waiting.reason}")
+    print(f"         free GPUs now: {free:g}")
     spans = {r.gang_id: r.result(timeout=120) for r in (first, second)}
     end_first = max(e for _, e in spans[first.gang_id])
     start_second = min(s for s, _ in spans[second.gang_id])
-    print(f"         {second.gang_id} started {start_second - end_first:.2f}s after "
-          f"{first.gang_id} ended: never both, never half")
-    return {"first": first, "second": second, "waiting": waiting, "spans": spans}
+    seen = {
+        f"{second.gang_id} PENDING while {first.gang_id} ran": waiting.state.value == "PENDING",
+        f"{second.gang_id} held no placement group": not held,
+        f"free GPUs {free:g} == {expected_free:g} (all but the 3 of {first.gang_id})":
+            free == expected_free,
+        f"{second.gang_id} started after {first.gang_id} ended": start_second >= end_first,
+    }
+    ok = all(seen.values())
+    if ok:
+        print(f"         {second.gang_id} started {start_second - end_first:.2f}s after "
+              f"{first.gang_id} ended: never both, never half")
+    else:
+        print("         NOT all-or-nothing: " + "; ".join(
+            f"{what}: {'yes' if true else 'NO'}" for what, true in seen.items()))
+    return {"first": first, "second": second, "waiting": waiting, "spans": spans, "ok": ok}
 
 
 def main() -> dict:
@@ -90,4 +108,4 @@ def main() -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(0 if main()["ok"] else 1)

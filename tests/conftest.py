@@ -3,8 +3,10 @@ by the integration and end-to-end tiers; unit tests never touch it.
 
 Head: 2 CPUs, no GPU (the scheduler actor and drivers live there).
 Two workers: 4 CPUs and 4 virtual GPUs each (8 GPUs in all).
-The scheduler has two team queues next to `default` (GPU quota 4 each) for queue tests;
-with nothing in them they change nothing for the other tests.
+The scheduler has two team queues next to `default` (GPU quota 2 each) for queue tests;
+with nothing in them they change nothing for the other tests (half the GPUs are guaranteed
+to no queue, so inference in `default` may use up to 4: non-preemptible gangs run beyond a
+quota only on capacity no queue is guaranteed).
 Every test that uses `ray_cluster` is wrapped by a leak check: afterwards no `raygang-*`
 placement group or member actor is left and the free CPUs/GPUs are back where they were.
 """
@@ -27,8 +29,8 @@ from tests.api_server import ApiServer, start_api_server
 WORKER_GPUS = 4
 SCHEDULER_CONFIG = raygang.SchedulerConfig(queues=[
     raygang.QueueSpec(name="default"),
-    raygang.QueueSpec(name="team-a", quota={"GPU": 4}),
-    raygang.QueueSpec(name="team-b", quota={"GPU": 4}),
+    raygang.QueueSpec(name="team-a", quota={"GPU": 2}),
+    raygang.QueueSpec(name="team-b", quota={"GPU": 2}),
     # A backlog queue for the API load test: one gang runs, the rest wait for the limit.
     raygang.QueueSpec(name="load", limit={"GPU": 1}),
 ])

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +13,14 @@ from typing import Any
 import click
 
 from raygang.cli import render
-from raygang.cli.http import DEFAULT_ADDRESS, EXIT_USAGE, ApiClient, CliError
+from raygang.cli.http import (
+    DEFAULT_ADDRESS,
+    EXIT_API,
+    EXIT_USAGE,
+    ApiClient,
+    CliError,
+    one_line,
+)
 
 # GangState's values, spelled out: importing raygang.core would load pydantic
 # (tests/e2e/test_cli.py checks that they agree).
@@ -240,8 +248,34 @@ def undeploy(client: ApiClient, name: str) -> None:
     click.echo(f"deployment {name}: {gang['state']}")
 
 
-def main() -> None:
-    cli(prog_name="raygang")
+def main(args: list[str] | None = None) -> None:
+    """The `raygang` program: Click parses and runs the command, and every error, Click's
+    usage errors included, ends as one `error: ...` line on stderr and a non-zero exit
+    (Click's own report is four lines: usage, blank, hint, error)."""
+    try:
+        code = cli.main(args, prog_name="raygang", standalone_mode=False)
+    except click.exceptions.NoArgsIsHelpError as error:  # bare `raygang`
+        click.echo(error.format_message())  # the help, as --help shows it, then the error
+        where = error.ctx.command_path if error.ctx else "raygang"
+        click.echo(f"error: missing command (see {where} --help)", err=True)
+        code = error.exit_code
+    except click.ClickException as error:
+        click.echo(f"error: {error_line(error)}", err=True)
+        code = error.exit_code
+    except click.exceptions.Abort:  # Ctrl-C or EOF at a prompt
+        click.echo("error: aborted", err=True)
+        code = EXIT_API
+    sys.exit(code if isinstance(code, int) else 0)  # --help and --version return 0
+
+
+def error_line(error: click.ClickException) -> str:
+    """`Missing argument 'SPEC.yaml'. (see raygang submit --help)`: Click's message and,
+    for a usage error, where to look, on one line."""
+    text = one_line(error.format_message())
+    ctx = getattr(error, "ctx", None)
+    if isinstance(error, click.UsageError) and ctx is not None and ctx.help_option_names:
+        text += f" (see {ctx.command_path} {ctx.help_option_names[-1]})"
+    return text
 
 
 if __name__ == "__main__":

@@ -74,6 +74,7 @@ SCHEDULER_NAME = "raygang-scheduler"
 CLUSTER_VIEW_MAX_AGE_S = 0.25
 METRICS_REFRESH_S = 1.0
 NODE_WAIT_POLL_S = 0.2
+RELEASE_RECHECK_S = (0.1, 0.3, 1.0)  # wakes after a gang is released (GCS view lag)
 
 
 class Scheduler(DurableBook):
@@ -244,9 +245,13 @@ class Scheduler(DurableBook):
         reason = unschedulable_reason(spec, snapshot, self._config)
         if reason:
             return DryRunResult(outcome="rejected", reason=reason)
-        probe = PendingGang("(dry run)", spec, cls.value, next(self._seq), cls.preemptible)
-        pending = [r.pending_view() for r in self._pending()]
-        plan = schedule(snapshot, [*pending, probe], self._config, self._clock())
+        now = self._clock()
+        pending = [r.pending_view() for r in self._due(now)]
+        # After every gang submitted so far, as a real submission would be; the counter
+        # is not advanced (a what-if uses up nothing).
+        seq = max((r.seq for r in self._gangs.values()), default=-1) + 1
+        probe = PendingGang("(dry run)", spec, cls.value, seq, cls.preemptible)
+        plan = schedule(snapshot, [*pending, probe], self._config, now)
         return dry_run_result(plan, probe, snapshot, self._gangs)
 
     async def status(self, gang_id: str) -> GangStatus:
@@ -468,9 +473,13 @@ class Scheduler(DurableBook):
         self._waiting_seen = frozenset(plan.waiting)
         return bool(plan.admissions or plan.preemptions) or self._waiting_seen != seen
 
+    def _due(self, now: float) -> list[GangRecord]:
+        """Pending gangs a cycle at `now` considers: those not waiting out a restart backoff."""
+        return [r for r in self._pending() if r.not_before is None or r.not_before <= now]
+
     def _cycle(self) -> None:
         now = self._clock()
-        pending = [r for r in self._pending() if r.not_before is None or r.not_before <= now]
+        pending = self._due(now)
         if not pending:
             self._last_plan = Plan()
             return
@@ -672,6 +681,13 @@ class Scheduler(DurableBook):
         record.stopping = None
         self._on_finished(record)
         self._wake.set()
+        # The GCS view of free resources lags the placement group's removal by tens of
+        # milliseconds, and a cycle counts the smaller of that view and its own (observe.py):
+        # the cycle just woken may still see the GPUs taken. Look again shortly, rather
+        # than leave a waiting gang to the resync timer.
+        loop = asyncio.get_running_loop()
+        for delay in RELEASE_RECHECK_S:
+            loop.call_later(delay, self._wake.set)
 
     def _requeue_preempted(self, record: GangRecord) -> None:
         """Back to its queue with the same id and submission order, preemption counted."""

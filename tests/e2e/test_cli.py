@@ -11,9 +11,12 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.api_server import FINISHED, ApiServer, free_port, wait_for_state
+from tests.conftest import SCHEDULER_CONFIG
+
 
 def run_cli(*args: str, api: ApiServer | None = None, token: str | None = "admin",
             address: str | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
@@ -166,7 +169,8 @@ def test_queues_and_cluster_tables(api_server):
                       "RUNNING"]
     rows = {line.split()[0]: line for line in queues.splitlines()[2:] if line.strip()}
     assert {"default", "team-a", "team-b"} <= set(rows)
-    assert "GPU 4" in rows["team-a"]
+    team_a = next(q for q in SCHEDULER_CONFIG.queues if q.name == "team-a")
+    assert f"GPU {team_a.quota['GPU']:g}" in rows["team-a"], rows["team-a"]
     as_json = json.loads(ok(run_cli("queues", "-o", "json", api=api_server)))
     assert {q["name"] for q in as_json} >= {"default", "team-a", "team-b"}
     # a team token sees its own queue only
@@ -232,6 +236,30 @@ def test_deploy_and_undeploy_errors(api_server, tmp_path):
     assert "no-such-gang" in line
 
 
+def test_deploy_and_undeploy_a_serve_application(api_server, ray_cluster, http_port):
+    """The example spec, as the README tells users to run it (Serve on the module's port)."""
+    spec = Path(__file__).parents[2] / "examples" / "specs" / "chat.yaml"
+    out = ok(run_cli("deploy", str(spec), api=api_server)).strip()
+    assert out.startswith("deployment chat: gang chat-"), out
+    gang_id = out.rsplit(" ", 1)[1]
+    try:
+        running = wait_for(api_server, gang_id, {"RUNNING"}, timeout=180)
+        assert running["kind"] == "deployment" and running["world_size"] == 2
+        with api_server.client("admin") as admin:
+            listed = admin.get("/v1/deployments").json()
+        assert [(d["name"], d["gang_id"]) for d in listed] == [("chat", gang_id)]
+        answer = httpx.get(f"http://127.0.0.1:{http_port}/chat", timeout=30)
+        assert answer.status_code == 200 and answer.json()["path"] == "/chat"
+    finally:
+        undeployed = run_cli("undeploy", "chat", api=api_server)
+    assert ok(undeployed) == "deployment chat: CANCELLED\n"
+    with api_server.client("admin") as admin:
+        assert admin.get("/v1/deployments").json() == []
+        assert admin.get(f"/v1/gangs/{gang_id}").json()["reason"] == "undeployed"
+    line = one_error_line(run_cli("undeploy", "chat", api=api_server), 1)
+    assert line == "error: no deployment named 'chat'"
+
+
 # Commands that join a Ray cluster ------------------------------------------------------
 def test_api_help():
     out = ok(run_cli("api", "--help"))
@@ -257,4 +285,16 @@ def test_start_refuses_a_bad_config_file_before_joining_ray(tmp_path):
 
 def test_no_auth_and_tokens_file_exclude_each_other(tmp_path):
     done = run_cli("api", "--no-auth", "--tokens-file", str(tmp_path / "t.yaml"))
-    assert done.returncode == 2 and "exclude each other" in done.stderr
+    line = one_error_line(done, 2)
+    assert line == "error: --no-auth and --tokens-file exclude each other (see raygang api --help)"
+
+
+@pytest.mark.parametrize("args, says", [
+    (["submit"], "error: Missing argument 'SPEC.yaml'."),
+    (["list", "--state", "sleeping"], "error: Invalid value for '--state': 'sleeping'"),
+    (["list", "--limit", "5000"], "error: Invalid value for '--limit': 5000 is not in the range"),
+    (["frobnicate"], "error: No such command 'frobnicate'."),
+])
+def test_usage_errors_are_one_line_and_exit_2(args, says):
+    line = one_error_line(run_cli(*args), 2)
+    assert line.startswith(says) and line.endswith("--help)"), line

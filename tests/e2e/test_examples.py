@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.scripts import ROOT, run_script
@@ -42,3 +44,22 @@ def test_example_runs(name):
     out = run_script(f"examples/{name}", timeout=240)
     for line in EXPECTED[name]:
         assert line in out, f"{name}: {line!r} not in output:\n{out}"
+    if name in CHECKS:
+        CHECKS[name](out)
+
+
+# "  + 3.21s  prefill-0 (rank 1)": a member and when it became ready, in that order.
+READY_LINE = re.compile(r"^\s+\+\s*(\d+\.\d+)s\s+(\w+)-(\d+) \(rank \d+\)$", re.MULTILINE)
+
+
+def router_ready_last(out: str) -> None:
+    ready = [(float(at), role) for at, role, _ in READY_LINE.findall(out)]
+    roles = sorted(role for _, role in ready)
+    assert roles == ["decode", "decode", "prefill", "prefill", "router"], out
+    # Printed in the order they became ready: the router (after=[prefill, decode]) last,
+    # strictly after every worker.
+    assert ready[-1][1] == "router", out
+    assert ready[-1][0] > max(at for at, role in ready[:-1]), out
+
+
+CHECKS = {"disaggregated_serving.py": router_ready_last}

@@ -110,7 +110,7 @@ def test_page_follows_a_gang_from_submission_to_success(ray_cluster, api_server,
         first = wait_for(browser, f"gang {gang_id}'s row", lambda d: snap(d)["state"] and snap(d))
         assert first["queue"] == "team-a"
 
-        # While RUNNING: team-a uses 2 of its 4 quota GPUs, and two GPU slots carry the gang.
+        # While RUNNING: team-a uses 2 of its 2 quota GPUs, and two GPU slots carry the gang.
         def running(d):
             s = snap(d)
             if s["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
@@ -119,8 +119,8 @@ def test_page_follows_a_gang_from_submission_to_success(ray_cluster, api_server,
 
         seen = wait_for(browser, f"gang {gang_id} RUNNING on two GPU slots", running)
         assert seen["error"] is None
-        assert (seen["team_a_gpu_usage"], seen["team_a_gpu_quota"]) == (2, 4), seen
-        assert seen["team_a_quota_fill"] == "50%", seen
+        assert (seen["team_a_gpu_usage"], seen["team_a_gpu_quota"]) == (2, 2), seen
+        assert seen["team_a_quota_fill"] == "100%", seen
         assert sorted(seen["slot_labels"]) == ["page-demo #0", "page-demo #1"], seen
         gang = client.get(f"/v1/gangs/{gang_id}").json()
         assert sorted(seen["slot_nodes"]) == sorted(m["node_id"] for m in gang["members"])

@@ -9,7 +9,15 @@ from ray.util.placement_group import placement_group_table
 
 from raygang.runtime.scheduler import SCHEDULER_NAME
 
-TRACKED = ("CPU", "GPU")
+# Compared: every resource `ray.available_resources()` reports (CPU, GPU, custom ones, and
+# the `*_group_<pg>` keys a placement group adds: one showing up means a group is left),
+# except these, which vary on their own: memory, and per-node markers (`node:<ip>`).
+UNTRACKED = ("memory", "object_store_memory")
+UNTRACKED_PREFIXES = ("node:",)
+
+
+def tracked(name: str) -> bool:
+    return name not in UNTRACKED and not name.startswith(UNTRACKED_PREFIXES)
 
 
 def raygang_placement_groups() -> list[dict]:
@@ -33,23 +41,34 @@ def raygang_member_actors() -> list[str]:
 
 
 def free() -> dict[str, float]:
-    available = ray.available_resources()
-    return {k: available.get(k, 0.0) for k in TRACKED}  # keys vanish at 0
+    return {k: v for k, v in ray.available_resources().items() if tracked(k)}
+
+
+def differences(expected: dict[str, float], now: dict[str, float]) -> dict[str, tuple]:
+    """{resource: (expected, now)} where they differ; a missing key counts as 0 (Ray drops
+    a key when it reaches 0)."""
+    return {
+        k: (expected.get(k, 0.0), now.get(k, 0.0))
+        for k in sorted({*expected, *now})
+        if expected.get(k, 0.0) != now.get(k, 0.0)
+    }
 
 
 def wait_until_idle(cluster_resources: bool = False, timeout: float = 15) -> dict[str, float]:
-    """Wait until no raygang gang holds anything; returns the free resources then."""
+    """Wait until no raygang gang holds anything; returns the free resources then. With
+    `cluster_resources`, also until everything is free (nothing else holds anything)."""
     deadline = time.time() + timeout
-    total = ray.cluster_resources()
+    total = {k: v for k, v in ray.cluster_resources().items() if tracked(k)}
     while time.time() < deadline:
         now = free()
         idle = not raygang_placement_groups() and not raygang_member_actors()
-        if idle and (not cluster_resources or all(now[k] == total.get(k, 0) for k in TRACKED)):
+        if idle and (not cluster_resources or not differences(total, now)):
             return now
         time.sleep(0.1)
     raise AssertionError(
         f"cluster not idle after {timeout}s: pgs={raygang_placement_groups()} "
-        f"actors={raygang_member_actors()} free={free()} total={total}"
+        f"actors={raygang_member_actors()} free vs total (total, free): "
+        f"{differences(total, free())}"
     )
 
 
@@ -57,11 +76,12 @@ def assert_nothing_left(before: dict[str, float], timeout: float = 15) -> None:
     deadline = time.time() + timeout
     while True:
         pgs, actors, now = raygang_placement_groups(), raygang_member_actors(), free()
-        if not pgs and not actors and now == before:
+        changed = differences(before, now)
+        if not pgs and not actors and not changed:
             return
         if time.time() > deadline:
             raise AssertionError(
                 f"leak: placement groups {[p['name'] for p in pgs]}, member actors {actors}, "
-                f"free {now} != {before} before the test"
+                f"free resources changed since before the test (before, now): {changed}"
             )
         time.sleep(0.1)

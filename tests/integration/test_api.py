@@ -3,16 +3,47 @@ every route, status code and auth rule."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 
+import httpx
 import pytest
 
-from tests.api_server import ApiServer, wait_for_state
+from tests.api_server import FINISHED, ApiServer, wait_for_state
+from tests.conftest import SCHEDULER_CONFIG
+
+QUOTAS = {q.name: dict(q.quota.items()) for q in SCHEDULER_CONFIG.queues}
+
 
 def gang_body(name: str, queue: str = "default", seconds: float = 0.5, replicas: int = 2,
               **extra) -> dict:
     role = {"name": "worker", "replicas": replicas, "resources": {"CPU": 1},
             "entrypoint": "raygang.demo:sleep", "args": [seconds]}
     return {"name": name, "queue": queue, "roles": [role], **extra}
+
+
+def gpu_gang(name: str, priority: str, replicas: int, gpus: int, seconds: float = 300,
+             queue: str = "default") -> dict:
+    body = gang_body(name, queue=queue, seconds=seconds, replicas=replicas, priority=priority)
+    body["roles"][0]["resources"] = {"GPU": gpus, "CPU": 1}
+    return body
+
+
+def gang_count(client: httpx.Client) -> int:
+    """Every gang the admin sees (all of them), finished or not."""
+    return client.get("/v1/gangs", params={"limit": 1}).json()["total"]
+
+
+def wait_until(client: httpx.Client, gang_id: str, holds: Callable[[dict], bool],
+               what: str, timeout: float = 60) -> dict:
+    """Poll `GET /v1/gangs/{id}` until `holds(status)`; the status then."""
+    deadline = time.time() + timeout
+    while True:
+        status = client.get(f"/v1/gangs/{gang_id}").json()
+        if holds(status):
+            return status
+        assert time.time() < deadline, f"{gang_id}: no {what} after {timeout}s: {status}"
+        time.sleep(0.2)
 
 
 @pytest.fixture
@@ -178,22 +209,27 @@ def test_cancel_a_running_gang_frees_everything(admin):
     assert again.status_code == 200 and again.json()["state"] == "CANCELLED"
 
 
-def test_dry_run_queues_and_cluster(admin):
+def test_dry_run_queues_and_cluster(admin, as_team):
+    before = gang_count(admin)
     dry = admin.post("/v1/gangs/dry-run", json=gang_body("what-if", queue="team-a"))
     assert dry.status_code == 200 and dry.json()["outcome"] == "admit"
-    assert admin.get("/v1/gangs", params={"limit": 1000}).json()["items"] == [
-        g for g in admin.get("/v1/gangs", params={"limit": 1000}).json()["items"]
-        if g["name"] != "what-if"]  # nothing was submitted
+    assert dry.json()["nodes"] and dry.json()["reason"].startswith("would be admitted now on ")
+    # nothing was submitted: no gang more, and none named so among the newest of its queue
+    assert gang_count(admin) == before
+    newest = admin.get("/v1/gangs", params={"queue": "team-a", "limit": 10, "order": "newest"})
+    assert "what-if" not in {g["name"] for g in newest.json()["items"]}
 
-    gang_id = admin.post("/v1/gangs", json={
-        "name": "holder", "queue": "team-a", "roles": [{
-            "name": "w", "replicas": 2, "resources": {"GPU": 1, "CPU": 1},
-            "entrypoint": "raygang.demo:sleep", "args": [300]}]}).json()["gang_id"]
+    gang_id = admin.post("/v1/gangs", json=gpu_gang("holder", "training", 2, 1,
+                                                    queue="team-a")).json()["gang_id"]
+    theirs = admin.post("/v1/gangs", json=gang_body("theirs", queue="team-b", seconds=300,
+                                                    replicas=1)).json()["gang_id"]
     try:
         wait_for_state(admin, gang_id, {"RUNNING"})
+        wait_for_state(admin, theirs, {"RUNNING"})
         queues = {q["name"]: q for q in admin.get("/v1/queues").json()}
         assert {"default", "team-a", "team-b", "load"} <= set(queues)
-        assert queues["team-a"]["usage"]["GPU"] == 2 and queues["team-a"]["quota"] == {"GPU": 4}
+        assert queues["team-a"]["usage"]["GPU"] == 2
+        assert queues["team-a"]["quota"] == QUOTAS["team-a"]
         assert queues["team-a"]["running"] == 1 and queues["load"]["limit"] == {"GPU": 1}
 
         cluster = admin.get("/v1/cluster").json()
@@ -204,8 +240,70 @@ def test_dry_run_queues_and_cluster(admin):
         for node in cluster["nodes"]:
             assert node["used"].get("GPU", 0) >= sum(
                 b["resources"].get("GPU", 0) for b in node["bundles"])
+
+        # A team token sees where its own gangs sit, not another team's; their resources
+        # still count as used on the nodes.
+        def bundles(view: dict) -> dict[str, str]:
+            return {b["gang_id"]: b["queue"] for n in view["nodes"] for b in n["bundles"]}
+
+        assert bundles(cluster)[theirs] == "team-b" and bundles(cluster)[gang_id] == "team-a"
+        team_a_view = as_team["team-a"].get("/v1/cluster")
+        assert team_a_view.status_code == 200
+        assert bundles(team_a_view.json()) == {gang_id: "team-a"}
+        assert sum(n["used"].get("CPU", 0) for n in team_a_view.json()["nodes"]) >= 3
+        assert bundles(as_team["team-b"].get("/v1/cluster").json()) == {theirs: "team-b"}
     finally:
         admin.delete(f"/v1/gangs/{gang_id}")
+        admin.delete(f"/v1/gangs/{theirs}")
+
+
+def test_dry_runs_that_preempt_or_wait_then_a_real_preemption(admin):
+    """All 8 GPUs held by a batch gang in `default`: a training gang would preempt it, a
+    batch gang would wait first in line; then both are submitted for real."""
+    holder = admin.post("/v1/gangs", json=gpu_gang("low", "batch", 2, 4)).json()["gang_id"]
+    started: list[str] = [holder]
+    try:
+        wait_for_state(admin, holder, {"RUNNING"})
+        before = gang_count(admin)
+
+        preempt = admin.post("/v1/gangs/dry-run", json=gpu_gang("urgent", "training", 1, 1))
+        assert preempt.status_code == 200, preempt.text
+        answer = preempt.json()
+        assert answer["outcome"] == "preempt", answer
+        assert [(v["gang_id"], v["name"], v["action"]) for v in answer["victims"]] == [
+            (holder, "low", "preempt")]
+        assert answer["victims"][0]["reason"] and len(answer["nodes"]) == 1
+        assert "1 gang(s)" in answer["reason"]
+
+        wait = admin.post("/v1/gangs/dry-run", json=gpu_gang("patient", "batch", 1, 1)).json()
+        assert wait["outcome"] == "wait" and wait["victims"] == [], wait
+        assert wait["reason"] and wait["code"] and wait["queue_position"] == 1
+        # neither dry run did anything
+        assert gang_count(admin) == before
+        assert admin.get(f"/v1/gangs/{holder}").json()["state"] == "RUNNING"
+
+        # The waiting gang for real: PENDING, why, first in line.
+        blocked = admin.post("/v1/gangs", json=gpu_gang("patient", "batch", 1, 1, seconds=0.5))
+        started.append(blocked.json()["gang_id"])
+        status = wait_until(admin, started[-1], lambda g: bool(g["reason"]), "pending reason")
+        assert status["state"] == "PENDING" and status["queue_position"] == 1, status
+        assert status["reason"] == wait["reason"]
+
+        # The preemptor for real: the batch gang is preempted once, and says by whom.
+        urgent = admin.post("/v1/gangs", json=gpu_gang("urgent", "training", 1, 1,
+                                                       seconds=0.5)).json()["gang_id"]
+        started.append(urgent)
+        wait_for_state(admin, urgent, {"SUCCEEDED"})
+        low = wait_until(admin, holder, lambda g: g["preemptions"] >= 1, "preemption")
+        assert low["preemptions"] == 1
+        preempted = [e for e in low["events"] if e["to_state"] == "PREEMPTED"]
+        assert len(preempted) == 1 and urgent in preempted[0]["reason"], low["events"]
+        after = [e["to_state"] for e in low["events"]]
+        assert after[after.index("PREEMPTED") + 1] == "PENDING"  # requeued, same id
+    finally:
+        for gang_id in started:
+            if admin.get(f"/v1/gangs/{gang_id}").json()["state"] not in FINISHED:
+                admin.delete(f"/v1/gangs/{gang_id}")
 
 
 def test_auth_rules(api_server, admin, as_team):

@@ -62,7 +62,7 @@ def test_cancel_running_and_pending_gangs(ray_cluster):
     running = Service.remote()
     wait_state(running, GangState.RUNNING)
     assert ray.get(running.handles()["service"][0].ping.remote()) == "pong"
-    # 4 GPUs held; a STRICT_PACK gang of 8 GPUs cannot fit and waits, holding nothing.
+    # 4 GPUs held; a PACK gang of 8 GPUs cannot fit and waits, holding nothing.
     waiting = Service.options(replicas=8, num_gpus=1, strategy="PACK").remote()
     status = wait_state(waiting, GangState.PENDING)
     assert waiting.cancel().state is GangState.CANCELLED

@@ -47,17 +47,28 @@ class Holder:
         return ray.get_runtime_context().get_node_id()
 
 
-def _bundle_nodes(gang_id: str) -> list[str]:
+def _placement_group(gang_id: str) -> dict:
     for pg in placement_group_table().values():
         if pg["name"] == f"raygang-{gang_id}" and pg["state"] == "CREATED":
-            return [pg["bundles_to_node_id"][i] for i in sorted(pg["bundles_to_node_id"])]
+            return pg
     raise AssertionError(f"no ready placement group for {gang_id}")
+
+
+def _bundle_nodes(pg: dict) -> list[str]:
+    return [pg["bundles_to_node_id"][i] for i in sorted(pg["bundles_to_node_id"])]
+
+
+def _no_placement_group(gang_id: str) -> bool:
+    return not [pg for pg in placement_group_table().values()
+                if pg["name"] == f"raygang-{gang_id}" and pg["state"] != "REMOVED"]
 
 
 def test_strict_pack_puts_every_bundle_on_one_node(ray_cluster):
     ref = Holder.options(replicas=3, strategy="STRICT_PACK").remote()
     status = wait_state(ref, GangState.RUNNING)
-    nodes = _bundle_nodes(ref.gang_id)
+    pg = _placement_group(ref.gang_id)
+    assert pg["strategy"] == "STRICT_PACK"  # Ray itself holds the bundles together
+    nodes = _bundle_nodes(pg)
     assert len(nodes) == 3 and len(set(nodes)) == 1
     assert status.nodes() == nodes
     handles = ref.handles()["holder"]
@@ -68,9 +79,57 @@ def test_strict_pack_puts_every_bundle_on_one_node(ray_cluster):
 def test_strict_spread_puts_bundles_on_distinct_nodes(ray_cluster, worker_node_ids):
     ref = Holder.options(replicas=2, strategy="STRICT_SPREAD").remote()
     wait_state(ref, GangState.RUNNING)
-    nodes = _bundle_nodes(ref.gang_id)
-    assert sorted(nodes) == worker_node_ids  # the only two nodes with GPUs
+    pg = _placement_group(ref.gang_id)
+    assert pg["strategy"] == "STRICT_SPREAD"
+    assert sorted(_bundle_nodes(pg)) == worker_node_ids  # the only two nodes with GPUs
     ref.cancel()
+
+
+def _stays_pending(ref, seconds: float = 2.5):
+    """PENDING, holding nothing, for a few scheduling cycles (1 s each by default)."""
+    deadline = time.time() + seconds
+    while True:
+        status = ref.status()
+        assert status.state is GangState.PENDING, status
+        assert _no_placement_group(ref.gang_id), f"{ref.gang_id} holds a placement group"
+        if time.time() > deadline:
+            return status
+        time.sleep(0.2)
+
+
+def test_strict_pack_waits_when_enough_is_free_only_across_nodes(ray_cluster):
+    # 2 GPUs busy on each worker: 4 are free, but no node has 3. PACK would run now.
+    busy = Holder.options(replicas=2, num_gpus=2, strategy="STRICT_SPREAD").remote()
+    refs = [busy]
+    try:
+        wait_state(busy, GangState.RUNNING)
+        refs.append(packed := Holder.options(replicas=3, strategy="STRICT_PACK").remote())
+        status = _stays_pending(packed)
+        assert ray.available_resources().get("GPU", 0) == 4
+        assert "on one node (STRICT_PACK" in status.reason, status.reason
+        assert "largest free GPU on one node is 2" in status.reason, status.reason
+        busy.cancel()  # now a node has room: it runs, every bundle on that node
+        wait_state(packed, GangState.RUNNING)
+        assert len(set(_bundle_nodes(_placement_group(packed.gang_id)))) == 1
+    finally:
+        for ref in refs:
+            ref.cancel()
+
+
+def test_strict_spread_waits_when_only_one_node_has_room(ray_cluster):
+    # One worker's 4 GPUs busy: 4 are free on the other. SPREAD would put both there.
+    busy = Holder.options(replicas=1, num_gpus=4).remote()
+    refs = [busy]
+    try:
+        wait_state(busy, GangState.RUNNING)
+        refs.append(spread := Holder.options(replicas=2, strategy="STRICT_SPREAD").remote())
+        status = _stays_pending(spread)
+        assert ray.available_resources().get("GPU", 0) == 4
+        assert "needs 2 distinct nodes (STRICT_SPREAD" in status.reason, status.reason
+        assert "only 1 node can hold" in status.reason, status.reason
+    finally:
+        for ref in refs:
+            ref.cancel()
 
 
 @raygang.gang_task(replicas=3, num_cpus=1)
@@ -93,11 +152,14 @@ def test_no_member_starts_work_before_every_member_is_ready(ray_cluster):
     assert last_ready - min(r["ready_at"] for r in results) >= 0.3
 
 
+WORKER_LOAD_S = 2.0  # long enough that a router started with the workers would begin first
+
+
 @raygang.gang_task(num_cpus=0.5)
 class Stage:
-    def __init__(self):
+    def __init__(self, load_s=0.0):
         self.began = time.time()
-        time.sleep(0.3)
+        time.sleep(load_s)
         self.ready = time.time()
 
     def run(self):
@@ -110,14 +172,21 @@ def test_role_with_after_starts_only_after_those_roles_are_ready(ray_cluster):
         "ordered",
         roles={
             "router": Stage.options(after=["prefill", "decode"]),
-            "prefill": Stage.options(replicas=2, num_gpus=1, num_cpus=None),
-            "decode": Stage.options(replicas=2, num_gpus=1, num_cpus=None),
+            "prefill": Stage.options(replicas=2, num_gpus=1, num_cpus=None).bind(WORKER_LOAD_S),
+            "decode": Stage.options(replicas=2, num_gpus=1, num_cpus=None).bind(WORKER_LOAD_S),
         },
     )
-    results = service.remote().result(timeout=60)
+    ref = service.remote()
+    results = ref.result(timeout=60)
     assert [r["role"] for r in results] == ["router", "prefill", "prefill", "decode", "decode"]
-    router = results[0]
-    workers = results[1:]
-    assert router["began"] >= max(w["ready"] for w in workers)
-    # prefill and decode do not wait for each other.
-    assert min(w["began"] for w in workers) < max(w["ready"] for w in workers)
+    router, workers = results[0], results[1:]
+    assert all(w["ready"] - w["began"] >= WORKER_LOAD_S for w in workers)
+    # The router's __init__ began only once every worker's __init__ had returned ...
+    assert router["began"] >= max(w["ready"] for w in workers), results
+    # ... and the scheduler saw them ready first (its own record of readiness).
+    ready_at = {(m.role, m.index): m.ready_at for m in ref.status().members}
+    assert ready_at[("router", 0)] > max(t for (role, _), t in ready_at.items() if role != "router")
+    # prefill and decode do not wait for each other: each role began before the other was ready.
+    by_role = {role: [r for r in workers if r["role"] == role] for role in ("prefill", "decode")}
+    for role, other in (("prefill", "decode"), ("decode", "prefill")):
+        assert min(r["began"] for r in by_role[role]) < max(r["ready"] for r in by_role[other])

@@ -35,6 +35,20 @@ class Held:
         return True
 
 
+@raygang.gang_task(replicas=2, num_cpus=1, num_gpus=4, priority="batch",
+                   preemption_grace_s=0)
+class Hog:
+    """Every GPU of both workers, at the lowest priority, until cancelled."""
+
+    def ping(self):
+        return True
+
+
+@raygang.gang_task(replicas=1, num_cpus=1, num_gpus=1, priority="training")
+def urgent():
+    return raygang.get_context().rank
+
+
 def scrape() -> Samples:
     """raygang's samples from the metrics endpoint of every alive node."""
     samples: Samples = []
@@ -124,3 +138,25 @@ def test_scheduler_metrics_are_scraped_from_ray(ray_cluster):
         )
 
     poll(released, "zeroed gauges and finished counts for team-a after cancelling")
+
+
+def test_a_preemption_is_counted_by_reason(ray_cluster):
+    preempted = "ray_raygang_preempted_gangs_total"
+    labels = {"queue": "default", "reason": "preempt", "preemptor_kind": "gang"}
+    before = _series(scrape(), preempted, **labels)
+
+    hog = Hog.remote()
+    try:
+        wait_state(hog, GangState.RUNNING)
+        assert urgent.remote().result(timeout=60) == [0]  # it ran: the hog made room
+        status = hog.status()
+        assert status.preemptions == 1
+        assert GangState.PREEMPTED in [e.to_state for e in status.events]
+
+        def counted(samples: Samples) -> bool:
+            after = _series(samples, preempted, **labels)
+            return any(v >= before.get(k, 0) + 1 for k, v in after.items())
+
+        poll(counted, f"{preempted} for the default queue's preempted gang")
+    finally:
+        hog.cancel()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 
-import ray
 from ray.util.placement_group import placement_group_table
 
 import raygang

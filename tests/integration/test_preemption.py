@@ -9,6 +9,7 @@ import pytest
 
 import raygang
 from raygang import GangState
+from tests.conftest import SCHEDULER_CONFIG, _scheduler_with
 from tests.integration.helpers import wait_state
 
 
@@ -104,7 +105,25 @@ def test_inference_preempts_one_training_gang_which_resumes(gangs, tmp_path):
     assert second.gang_id == status.gang_id  # same gang, same id
 
 
-def test_a_team_below_quota_reclaims_what_another_team_borrowed(gangs, tmp_path):
+TEAMS = raygang.SchedulerConfig(queues=[
+    raygang.QueueSpec(name="team-a", quota={"GPU": 4}),
+    raygang.QueueSpec(name="team-b", quota={"GPU": 4}),
+])
+
+
+@pytest.fixture
+def teams(gangs):
+    """The scheduler with two teams of 4 guaranteed GPUs each (all 8), then as before."""
+    _scheduler_with(TEAMS)
+    yield gangs
+    for ref in gangs:  # before the scheduler goes: its replacement does not know them
+        ref.cancel()
+    gangs.clear()
+    _scheduler_with(SCHEDULER_CONFIG)
+
+
+def test_a_team_below_quota_reclaims_what_another_team_borrowed(teams, tmp_path):
+    gangs = teams
     marks = tmp_path / "checkpoints.txt"
     # team-a: quota 4 GPUs, runs 8 (4 borrowed from team-b's idle quota)
     a_in = Trainer.options(name="a-in", queue="team-a").remote(str(marks))

@@ -28,7 +28,7 @@ def _wait_reason(ref, text: str, timeout: float = 10) -> str:
 
 
 def test_higher_priority_admitted_first_when_capacity_frees(ray_cluster):
-    blocker = Fill.options(priority="inference").remote()  # not preemptible: both must wait
+    blocker = Fill.options(priority=1000).remote()  # above both: neither may preempt it
     wait_state(blocker, GangState.RUNNING)
     low = whole_cluster.options(name="low", priority="batch").remote()
     high = whole_cluster.options(name="high", priority=500).remote()  # submitted later

@@ -1,11 +1,17 @@
-"""Bearer-token auth: loading tokens, who may do what, and that tokens never leak."""
+"""Bearer-token auth: loading tokens, who may do what, that they are compared in constant
+time, and that tokens never leak (reprs, pickles, error messages, logs)."""
 
 from __future__ import annotations
 
+import hmac
+import logging
 import pickle
 
 import pytest
+from fastapi.testclient import TestClient
 
+from raygang.runtime.status import GangStatus
+from raygang.server.app import create_app
 from raygang.server.auth import AuthConfig, AuthConfigError, Principal, digest
 
 SECRET = "a-very-secret-token-42"
@@ -75,3 +81,116 @@ def test_tokens_are_kept_and_shipped_as_digests_only():
     shipped = pickle.dumps(auth)
     assert SECRET.encode() not in shipped
     assert pickle.loads(shipped).authenticate(f"Bearer {SECRET}").name == "ci"
+
+
+# Constant-time comparison --------------------------------------------------------------
+TABLE = {"tokens": [
+    {"name": "first", "token": "first-token-0123456789"},
+    {"name": "second", "token": "second-token-0123456789"},
+    {"name": "third", "sha256": digest("third-token-0123456789")},
+]}
+
+
+@pytest.mark.parametrize("presented, expected", [
+    ("first-token-0123456789", "first"),  # a match on the first entry does not stop the loop
+    ("third-token-0123456789", "third"),
+    ("nobody-token-0123456789", None),
+])
+def test_every_entry_is_compared_with_compare_digest(monkeypatch, presented, expected):
+    auth = AuthConfig.from_document(TABLE, "doc")
+    calls: list[tuple[bytes, bytes]] = []
+    real = hmac.compare_digest
+
+    def counting(a, b):
+        calls.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", counting)
+    who = auth.authenticate(f"Bearer {presented}")
+    assert (who.name if who else None) == expected
+    assert len(calls) == len(TABLE["tokens"])
+    # digests of equal length, never the token itself: the time taken does not depend on
+    # how much of a token matches, nor on which entry (if any) it matches
+    assert {a for a, _ in calls} == {digest(presented).encode()}
+    assert [b for _, b in calls] == [digest(e.get("token") or "").encode() if "token" in e
+                                     else e["sha256"].encode() for e in TABLE["tokens"]]
+
+
+def test_the_comparison_is_not_equality(monkeypatch):
+    """With compare_digest answering "no" to everything, nothing authenticates: no `==`
+    on the side decides it."""
+    auth = AuthConfig.from_document(DOC, "doc")
+    monkeypatch.setattr(hmac, "compare_digest", lambda a, b: False)
+    assert auth.authenticate(f"Bearer {SECRET}") is None
+
+
+# Tokens never logged -------------------------------------------------------------------
+OPS = "ops-token-0123456789"
+
+
+class Scheduler:
+    """Just enough scheduler for submit, list and get (no Ray)."""
+
+    def __init__(self):
+        self.gangs: dict[str, GangStatus] = {}
+
+    async def submit(self, spec, programs, key) -> str:
+        gang_id = f"{spec.name}-{len(self.gangs) + 1}"
+        self.gangs[gang_id] = GangStatus(gang_id=gang_id, name=spec.name, queue=spec.queue,
+                                         priority=100, state="PENDING", world_size=1,
+                                         submitted_at=1.0, queue_position=1)
+        return gang_id
+
+    async def gang_page(self, state, queues, offset, limit, newest):
+        items = [g for g in self.gangs.values() if queues is None or g.queue in queues]
+        return items[offset:offset + limit], len(items)
+
+    async def status(self, gang_id: str) -> GangStatus:
+        return self.gangs[gang_id]
+
+
+@pytest.fixture
+def all_logs(caplog):
+    """caplog at DEBUG on the root and on every logger that exists, and its handler on
+    those that do not pass their records up; all put back afterwards."""
+    caplog.set_level(logging.DEBUG)
+    detached = []
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if isinstance(logger, logging.Logger):
+            caplog.set_level(logging.DEBUG, logger=name)
+            if not logger.propagate:
+                logger.addHandler(caplog.handler)
+                detached.append(logger)
+    yield caplog
+    for logger in detached:
+        logger.removeHandler(caplog.handler)
+
+
+def test_tokens_never_appear_in_logs(all_logs):
+    auth = AuthConfig.from_document(DOC, "doc")
+    client = TestClient(create_app(scheduler=Scheduler(), auth=auth))
+    ci, ops = {"Authorization": f"Bearer {SECRET}"}, {"Authorization": f"Bearer {OPS}"}
+    body = {"name": "job", "queue": "team-a", "priority": "batch",
+            "roles": [{"name": "w", "entrypoint": "raygang.demo:sleep", "args": [1]}]}
+    wrong = f"{SECRET}-but-wrong"
+
+    assert client.get("/v1/gangs", headers={"Authorization": f"Bearer {wrong}"}
+                      ).status_code == 401
+    assert client.get("/v1/gangs").status_code == 401
+    assert client.post("/v1/gangs", json={**body, "queue": "team-b"}, headers=ci
+                       ).status_code == 403
+    assert client.put("/v1/queues/team-a", json={"name": "team-a"}, headers=ci
+                      ).status_code == 403
+    created = client.post("/v1/gangs", json=body, headers={**ci, "Idempotency-Key": "k-1"})
+    assert created.status_code == 201, created.text
+    gang_id = created.json()["gang_id"]
+    assert client.get(f"/v1/gangs/{gang_id}", headers=ci).status_code == 200
+    assert client.get("/v1/gangs", headers=ops).json()["total"] == 1
+    assert client.post("/v1/gangs", json={**body, "roles": []}, headers=ci).status_code == 422
+
+    logged = "\n".join([all_logs.text] + [
+        f"{r.getMessage()} {r.args!r} {r.__dict__!r}" for r in all_logs.records])
+    assert "/v1/gangs" in logged  # the capture works: the client logs every request
+    for secret in (SECRET, OPS, wrong):
+        assert secret not in logged
+        assert digest(secret) not in logged

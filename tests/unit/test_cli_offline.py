@@ -1,6 +1,7 @@
 """The CLI's checks that need no API server: its copy of the gang states, its import
-weight, and its retry of a POST with the same idempotency key (on httpx's mock transport,
-which stands in for a network that refuses connections)."""
+weight, its usage errors (one line on stderr), and its retry of a POST with the same
+idempotency key (on httpx's mock transport, which stands in for a network that refuses
+connections)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import subprocess
 import sys
 
 import httpx
+import pytest
 
 from raygang.core.gang import GangState
 
@@ -65,3 +67,57 @@ def test_cluster_shows_the_node_groups_when_raygang_scales():
     del cluster["scaling"]
     console.print(render.cluster_view(cluster))
     assert "GROUP" not in console.export_text()
+
+
+def run_main(capsys, *args: str) -> tuple[int, str, str]:
+    """`raygang ARGS` in this process: exit code, stdout, stderr."""
+    from raygang.cli.main import main
+
+    with pytest.raises(SystemExit) as ended:
+        main(list(args))
+    out = capsys.readouterr()
+    return ended.value.code, out.out, out.err
+
+
+@pytest.mark.parametrize("args, says", [
+    (["submit"], "error: Missing argument 'SPEC.yaml'. (see raygang submit --help)"),
+    (["status"], "error: Missing argument 'ID'. (see raygang status --help)"),
+    (["list", "--state", "sleeping"], "error: Invalid value for '--state': 'sleeping' is not "
+                                      "one of 'pending', "),
+    (["list", "--limit", "0"], "error: Invalid value for '--limit': 0 is not in the range "
+                               "1<=x<=1000. (see raygang list --help)"),
+    (["list", "--output", "xml"], "error: Invalid value for '-o' / '--output': 'xml' is not "),
+    (["frobnicate"], "error: No such command 'frobnicate'. (see raygang --help)"),
+    (["--frobnicate"], "error: No such option '--frobnicate'. (see raygang --help)"),
+    (["api", "--no-auth", "--tokens-file", "tokens.yaml"],
+     "error: --no-auth and --tokens-file exclude each other (see raygang api --help)"),
+    (["start", "--no-auth", "--tokens-file", "tokens.yaml"],
+     "error: --no-auth and --tokens-file exclude each other (see raygang start --help)"),
+])
+def test_usage_errors_are_one_line_on_stderr_and_exit_2(capsys, args, says):
+    code, out, err = run_main(capsys, *args)
+    assert code == 2
+    assert len(err.splitlines()) == 1 and err.startswith(says), err
+    assert out == ""
+
+
+def test_help_and_version_exit_0():
+    for args in (["--help"], ["-h"], ["list", "--help"], ["submit", "-h"], ["--version"]):
+        done = subprocess.run([sys.executable, "-m", "raygang.cli.main", *args],
+                              capture_output=True, text=True)
+        assert done.returncode == 0 and done.stderr == "", (args, done.stderr)
+        assert done.stdout.startswith(("Usage: raygang", "raygang, version")), done.stdout
+
+
+def test_bare_raygang_shows_the_help_and_fails(capsys):
+    code, out, err = run_main(capsys)
+    assert code == 2 and out.startswith("Usage: raygang [OPTIONS] COMMAND") and "submit" in out
+    assert err == "error: missing command (see raygang --help)\n"
+
+
+def test_the_installed_program_reports_usage_errors_in_one_line():
+    done = subprocess.run([sys.executable, "-m", "raygang.cli.main", "list", "--limit", "x"],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == ("error: Invalid value for '--limit': 'x' is not a valid integer "
+                           "range. (see raygang list --help)\n")

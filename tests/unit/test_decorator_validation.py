@@ -78,8 +78,10 @@ def test_unknown_role_in_after_names_the_role_and_the_field():
 
 def test_cycle_in_after_is_shown():
     a = raygang.gang_task(Worker)
-    with pytest.raises(SpecError, match="startup order has a cycle: a -> b -> a"):
+    with pytest.raises(SpecError) as raised:
         raygang.gang("loop", roles={"a": a.options(after=["b"]), "b": a.options(after=["a"])})
+    assert "roles.after: startup order has a cycle: a -> b -> a" in str(raised.value)
+    assert ("roles.after", "startup order has a cycle: a -> b -> a") in raised.value.problems
 
 
 def test_role_waiting_for_itself():

@@ -7,6 +7,7 @@ from fastapi.testclient import TestClient
 
 from raygang.server.app import create_app
 from raygang.server.auth import AuthConfig
+from raygang.server.backend import SchedulerUnavailable
 
 
 class Answers:
@@ -17,6 +18,18 @@ class Answers:
 
     async def ping(self) -> dict:
         return {"ready": self.ready, "gangs": 3, "cycles": 0, "last_cycle_error": None}
+
+
+class Silent:
+    """A scheduler that does not answer, as `SchedulerClient.ping` reports it (no actor,
+    a dead one, or no answer within its timeout)."""
+
+    def __init__(self):
+        self.pings = 0
+
+    async def ping(self) -> dict:
+        self.pings += 1
+        raise SchedulerUnavailable("the raygang scheduler did not answer ping within 2s")
 
 
 def test_readyz_is_503_while_the_scheduler_recovers():
@@ -31,3 +44,15 @@ def test_readyz_is_503_while_the_scheduler_recovers():
     assert answer.status_code == 200
     assert answer.json()["status"] == "ready"
     assert client.get("/healthz").status_code == 200  # alive all along
+
+
+def test_readyz_is_503_while_the_scheduler_does_not_answer():
+    scheduler = Silent()
+    client = TestClient(create_app(scheduler=scheduler, auth=AuthConfig.disabled()))
+    answer = client.get("/readyz")
+    assert answer.status_code == 503
+    assert answer.json() == {"status": "unavailable", "scheduler": None,
+                             "detail": "the raygang scheduler did not answer ping within 2s"}
+    assert scheduler.pings == 1  # asked, not assumed
+    healthz = client.get("/healthz")
+    assert healthz.status_code == 200 and scheduler.pings == 1  # liveness never asks it
