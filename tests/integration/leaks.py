@@ -7,6 +7,7 @@ import time
 import ray
 from ray.util.placement_group import placement_group_table
 
+import raygang
 from raygang.runtime.scheduler import SCHEDULER_NAME
 
 # Compared: every resource `ray.available_resources()` reports (CPU, GPU, custom ones, and
@@ -72,16 +73,25 @@ def wait_until_idle(cluster_resources: bool = False, timeout: float = 15) -> dic
     )
 
 
+def unfinished_gangs() -> list[str]:
+    """Gangs neither finished nor cancelled: a waiting one holds nothing, but a test that
+    leaves it behind hands it to the next test's cluster."""
+    return [f"{g.gang_id} {state.value}" for state in raygang.GangState
+            if not state.finished for g in raygang.list_gangs(state)]
+
+
 def assert_nothing_left(before: dict[str, float], timeout: float = 15) -> None:
     deadline = time.time() + timeout
     while True:
         pgs, actors, now = raygang_placement_groups(), raygang_member_actors(), free()
         changed = differences(before, now)
-        if not pgs and not actors and not changed:
+        gangs = unfinished_gangs()
+        if not pgs and not actors and not changed and not gangs:
             return
         if time.time() > deadline:
             raise AssertionError(
                 f"leak: placement groups {[p['name'] for p in pgs]}, member actors {actors}, "
-                f"free resources changed since before the test (before, now): {changed}"
+                f"free resources changed since before the test (before, now): {changed}, "
+                f"gangs not finished: {gangs}"
             )
         time.sleep(0.1)
