@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import ray
 from ray.util.placement_group import placement_group_table
 
@@ -97,36 +98,32 @@ def _stays_pending(ref, seconds: float = 2.5):
         time.sleep(0.2)
 
 
-def test_strict_pack_waits_when_enough_is_free_only_across_nodes(ray_cluster):
+STRICT_CASES = {
     # 2 GPUs busy on each worker: 4 are free, but no node has 3. PACK would run now.
-    busy = Holder.options(replicas=2, num_gpus=2, strategy="STRICT_SPREAD").remote()
-    refs = [busy]
-    try:
-        wait_state(busy, GangState.RUNNING)
-        refs.append(packed := Holder.options(replicas=3, strategy="STRICT_PACK").remote())
-        status = _stays_pending(packed)
-        assert ray.available_resources().get("GPU", 0) == 4
-        assert "on one node (STRICT_PACK" in status.reason, status.reason
-        assert "largest free GPU on one node is 2" in status.reason, status.reason
-        busy.cancel()  # now a node has room: it runs, every bundle on that node
-        wait_state(packed, GangState.RUNNING)
-        assert len(set(_bundle_nodes(_placement_group(packed.gang_id)))) == 1
-    finally:
-        for ref in refs:
-            ref.cancel()
-
-
-def test_strict_spread_waits_when_only_one_node_has_room(ray_cluster):
+    "STRICT_PACK": (dict(replicas=2, num_gpus=2, strategy="STRICT_SPREAD"), 3,
+                    ["on one node (STRICT_PACK", "largest free GPU on one node is 2"]),
     # One worker's 4 GPUs busy: 4 are free on the other. SPREAD would put both there.
-    busy = Holder.options(replicas=1, num_gpus=4).remote()
+    "STRICT_SPREAD": (dict(replicas=1, num_gpus=4), 2,
+                      ["needs 2 distinct nodes (STRICT_SPREAD", "only 1 node can hold"]),
+}
+
+
+@pytest.mark.parametrize("strategy", STRICT_CASES)
+def test_a_strict_strategy_waits_where_the_loose_one_would_run(ray_cluster, strategy):
+    busy_options, replicas, reasons = STRICT_CASES[strategy]
+    busy = Holder.options(**busy_options).remote()
     refs = [busy]
     try:
         wait_state(busy, GangState.RUNNING)
-        refs.append(spread := Holder.options(replicas=2, strategy="STRICT_SPREAD").remote())
-        status = _stays_pending(spread)
+        refs.append(strict := Holder.options(replicas=replicas, strategy=strategy).remote())
+        status = _stays_pending(strict)
         assert ray.available_resources().get("GPU", 0) == 4
-        assert "needs 2 distinct nodes (STRICT_SPREAD" in status.reason, status.reason
-        assert "only 1 node can hold" in status.reason, status.reason
+        for reason in reasons:
+            assert reason in status.reason, status.reason
+        if strategy == "STRICT_PACK":
+            busy.cancel()  # now a node has room: it runs, every bundle on that node
+            wait_state(strict, GangState.RUNNING)
+            assert len(set(_bundle_nodes(_placement_group(strict.gang_id)))) == 1
     finally:
         for ref in refs:
             ref.cancel()

@@ -13,6 +13,12 @@ from tests.unit.builders import busy, gang, queue, running
 TWO_NODES = ("w-1: GPU=4 CPU=8", "w-2: GPU=4 CPU=8")
 
 
+def _teams(a_quota: str, b_quota: str) -> SchedulerConfig:
+    """Two team queues with these quotas (next to `default`)."""
+    return SchedulerConfig(queues=[queue("team-a", quota=a_quota),
+                                   queue("team-b", quota=b_quota)])
+
+
 @dataclass
 class Case:
     id: str
@@ -178,26 +184,34 @@ def test_victims_resources_go_to_the_preemptor_and_to_nothing_else():
         ("batch-1", "infer"), ("t2", "infer-2")]
 
 
-def test_reclaim_takes_back_borrowed_capacity_and_never_in_quota_gangs():
+@pytest.mark.parametrize("cpu", ["", ",CPU=1"])
+def test_reclaim_takes_back_borrowed_capacity_and_never_in_quota_gangs(cpu):
     # team-a: quota 4 but runs 8 GPUs (4 borrowed from team-b's idle quota).
     # team-b submits within its quota: team-a's over-quota gang is reclaimed, not its
-    # in-quota one, although both are of the same priority.
-    config = SchedulerConfig(queues=[queue("team-a", quota="GPU=4"),
-                                     queue("team-b", quota="GPU=4")])
+    # in-quota one, although both are of the same priority. Quotas name GPUs only: a CPU
+    # asked alongside each GPU puts neither team "over quota".
+    config = _teams("GPU=4", "GPU=4")
     snapshot = busy(*TWO_NODES, placed=[
-        running("a-in", "w-1: 4xGPU=1", queue="team-a", since=1.0),
-        running("a-over", "w-2: 4xGPU=1", queue="team-a", since=2.0),
+        running("a-in", f"w-1: 4xGPU=1{cpu}", queue="team-a", since=1.0),
+        running("a-over", f"w-2: 4xGPU=1{cpu}", queue="team-a", since=2.0),
     ])
-    pending = [gang("b-1", "4xGPU=1", "STRICT_PACK", priority="training", queue="team-b")]
+    pending = [gang("b-1", f"4xGPU=1{cpu}", "STRICT_PACK", priority="training",
+                    queue="team-b")]
     plan = schedule(snapshot, pending, config, 10.0)
     assert [(p.victim, p.action) for p in plan.preemptions] == [("a-over", "reclaim")]
     assert plan.admissions[0].nodes == ("w-2",) * 4
     assert "queue 'team-b' is below its quota" in plan.preemptions[0].reason
 
 
+def test_a_gang_asking_nothing_its_quota_names_is_guaranteed_nothing():
+    cpu_only = [gang("b-cpu", "CPU=4", priority="training", queue="team-b")]
+    full = busy("w-1: GPU=4 CPU=4", placed=[
+        running("a-cpu", "w-1: CPU=4", queue="team-a", since=1.0)])
+    assert schedule(full, cpu_only, _teams("GPU=4", "GPU=4"), 10.0).preemptions == ()
+
+
 def test_reclaim_needs_the_queue_to_stay_within_its_quota():
-    config = SchedulerConfig(queues=[queue("team-a", quota="GPU=4"),
-                                     queue("team-b", quota="GPU=2")])
+    config = _teams("GPU=4", "GPU=2")
     snapshot = busy(*TWO_NODES, placed=[
         running("a-in", "w-1: 4xGPU=1", queue="team-a"),
         running("a-over", "w-2: 4xGPU=1", queue="team-a"),
@@ -208,32 +222,11 @@ def test_reclaim_needs_the_queue_to_stay_within_its_quota():
     assert plan.waiting["b-1"].code is WaitCode.NO_FIT
 
 
-def test_a_quota_covers_the_resources_it_names_only():
-    # Quotas name GPUs; bundles ask a CPU alongside each GPU. The CPUs do not put team-b
-    # "over quota" (it could never reclaim) nor team-a's first gang beyond its quota.
-    config = SchedulerConfig(queues=[queue("team-a", quota="GPU=4"),
-                                     queue("team-b", quota="GPU=4")])
-    snapshot = busy(*TWO_NODES, placed=[
-        running("a-in", "w-1: 4xGPU=1,CPU=1", queue="team-a", since=1.0),
-        running("a-over", "w-2: 4xGPU=1,CPU=1", queue="team-a", since=2.0),
-    ])
-    pending = [gang("b-1", "4xGPU=1,CPU=1", "STRICT_PACK", priority="training",
-                    queue="team-b")]
-    plan = schedule(snapshot, pending, config, 10.0)
-    assert [(p.victim, p.action) for p in plan.preemptions] == [("a-over", "reclaim")]
-    # A gang asking for nothing its queue's quota names is guaranteed nothing.
-    cpu_only = [gang("b-cpu", "CPU=4", priority="training", queue="team-b")]
-    full = busy("w-1: GPU=4 CPU=4", placed=[
-        running("a-cpu", "w-1: CPU=4", queue="team-a", since=1.0)])
-    assert schedule(full, cpu_only, config, 10.0).preemptions == ()
-
-
 def test_reclaim_never_takes_an_in_quota_gang_even_the_one_in_the_way():
     # b-1 needs all of w-1 (STRICT_PACK 8). team-a's a-old runs there within team-a's
     # quota: reclaiming only a-new would not make room, so nothing is reclaimed (the most
     # recently started go first, so without the protection both would be taken).
-    config = SchedulerConfig(queues=[queue("team-a", quota="GPU=4"),
-                                     queue("team-b", quota="GPU=8")])
+    config = _teams("GPU=4", "GPU=8")
     snapshot = busy("w-1: GPU=8", "w-2: GPU=4", placed=[
         running("a-old", "w-1: 4xGPU=1", queue="team-a", since=1.0),
         running("a-new", "w-1: 2xGPU=1; w-2: 2xGPU=1", queue="team-a", since=2.0),
@@ -269,8 +262,7 @@ def test_non_preemptible_gangs_borrow_only_what_no_queue_is_guaranteed(other_quo
     # Reclaim never stops an inference gang: were it to run on GPUs guaranteed to
     # team-b, team-b could not have them back. 8 GPUs: quotas 2 + 6 leave nothing beyond
     # quotas; 2 + 4 leave 2, enough for team-a's 2 GPUs beyond its quota.
-    config = SchedulerConfig(queues=[queue("team-a", quota="GPU=2"),
-                                     queue("team-b", quota=other_quota)])
+    config = _teams("GPU=2", other_quota)
     big = gang("infer-4", "4xGPU=1", priority="inference", queue="team-a")
     plan = schedule(busy(*TWO_NODES), [big], config, 0.0)
     assert (plan.admitted_ids == ["infer-4"]) is admitted
@@ -299,8 +291,7 @@ def test_non_preemptible_gangs_borrow_only_what_no_queue_is_guaranteed(other_quo
 def test_gangs_reclaim_cannot_stop_hold_their_queues_quota_first():
     # a-infer (non-preemptible, though of low priority) can never be reclaimed, so it
     # counts first toward team-a's quota of 4: with a-t2 that is 4, and a-t1 is beyond.
-    config = SchedulerConfig(queues=[queue("team-a", quota="GPU=4"),
-                                     queue("team-b", quota="GPU=4")])
+    config = _teams("GPU=4", "GPU=4")
     snapshot = busy(*TWO_NODES, placed=[
         running("a-t1", "w-1: 4xGPU=1", queue="team-a", since=1.0),
         running("a-infer", "w-2: 2xGPU=1", priority=50, queue="team-a", since=5.0,
