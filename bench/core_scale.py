@@ -254,9 +254,11 @@ def check(plan: Plan, snapshot: ClusterSnapshot, pending: Sequence[PendingGang],
 # The plain victim search, for reference ------------------------------------------------------
 
 class PlainVictimSearch(VictimSearch):
-    """raygang's first victim search, on the capacity itself: free every candidate to see
-    whether the gang could fit at all, then free them one by one (placing after each)
-    until it fits, then give back, most important first, each victim it fits without.
+    """raygang's first victim search, on the capacity itself: free every candidate that
+    holds some resource the gang asks for, to see whether the gang could fit at all, then
+    free them one by one (placing after each) until it fits, then give back, most
+    important first, each victim it fits without, in rounds until no victim left can be
+    given back (every one kept is needed).
     Frees and checks a fit the way the fast search does (`_free`, `_fits`); only the
     walk differs."""
 
@@ -264,7 +266,8 @@ class PlainVictimSearch(VictimSearch):
         nodes = self._fits()
         if nodes is not None:
             return nodes, []
-        candidates = list(candidates)
+        names = list(self.gang.total)  # a victim holding none of them cannot help
+        candidates = [v for v in candidates if any(v.total.units(n) for n in names)]
         if not candidates:
             return None
         undos = [self._free(v) for v in candidates]
@@ -286,6 +289,20 @@ class PlainVictimSearch(VictimSearch):
                 needed[i] = False
             else:
                 undos[i] = self._free(chosen[i])
+        # Placement is not monotone: a victim needed while others were still freed may
+        # not be once they are given back. Give back, most important first, any kept
+        # victim the gang fits without, until none can go (every one left is needed).
+        changed = True
+        while changed:
+            changed = False
+            for i in range(len(chosen) - 1, -1, -1):
+                if not needed[i] or sum(needed) == 1:
+                    continue
+                undos[i]()
+                if self._fits() is not None:
+                    needed[i], changed = False, True
+                else:
+                    undos[i] = self._free(chosen[i])
         nodes = self._fits()
         assert nodes is not None
         return nodes, [v for v, keep in zip(chosen, needed) if keep]

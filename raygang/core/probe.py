@@ -121,7 +121,9 @@ class Probe:
         and the last verdict. A candidate freeing nothing on a hopeful node, once totals
         and limits hold, changes nothing that counts: it is passed over with a look at
         its nodes, or, if the probe is `quiet` and `relevant` lists the positions of the
-        others, not read at all."""
+        others, not read at all. A candidate holding none of the resources the gang asks
+        for is never taken: stopping it could change where greedy placement puts a bundle
+        (it compares every resource a node has left), never whether there is room."""
         chosen: dict[int, PlacedGang] = {}
         unsure: list[int] = []
         verdict: bool | None = False  # the caller placed the gang for real first
@@ -136,6 +138,8 @@ class Probe:
             if victim.gang_id in taken or victim.queue == other:
                 continue
             entries, total = cache.get(id(victim)) or footprint(victim)
+            if not entries and not self._frees_any(victim):
+                continue  # holds nothing the gang asks for: stopping it cannot help
             chosen[i] = victim
             changed = False
             for node, vec in entries:
@@ -155,6 +159,11 @@ class Probe:
                 if verdict is None:
                     unsure.append(i)
         return chosen, unsure, verdict
+
+    def _frees_any(self, victim: PlacedGang) -> bool:
+        """Whether `victim` holds any resource the gang asks for, on any node (one on a
+        dead node still counts against its queue's limits)."""
+        return any(victim.total.units(n) for n in self.names)
 
     def apply(self, victim: PlacedGang, sign: int, index: int | None = None) -> None:
         """Free `victim` (sign 1; `index`: its position among the candidates) or take it

@@ -6,6 +6,13 @@ fits on real nodes — placement, not just totals — then give back, most impor
 every victim the gang turns out not to need. If the gang would not fit even with every
 candidate gone, nothing is touched.
 
+The victims kept are minimal: releasing all of them but any one does not let the gang
+fit. Greedy placement is not monotone (freeing more can make it fail, as a bundle takes
+a node that a smaller freed set would have left to another), so a victim found needed
+while others were still freed may not be needed once they are given back: for gangs
+whose fit the probe cannot judge exactly, the kept set is checked again, victim by
+victim, until none can go.
+
 The walk runs on a `Probe` (probe.py), not on the capacity: at 20,000 running gangs,
 freeing every candidate for real and placing after each step was what cost seconds.
 """
@@ -139,6 +146,8 @@ class VictimSearch:
             self._sync({})  # as it was
             return None
         needed = self._give_back(probe, chosen)
+        if not probe.exact:  # exact tests are monotone: the give-back was already minimal
+            needed = self._minimal(needed)
         nodes = self._real_fits(needed)
         assert nodes is not None, "the victim search lost a fit it had found"
         return nodes, list(needed.values())
@@ -164,7 +173,8 @@ class VictimSearch:
 
     def _give_back(self, probe: Probe, chosen: dict[int, PlacedGang]) -> dict[int, PlacedGang]:
         """Give back every victim not needed, most important first; returns those kept.
-        The last one taken is needed by construction (the gang did not fit before it).
+        The last one taken is needed by construction (the gang did not fit before it) where
+        the probe's tests are exact, hence monotone; elsewhere `_minimal` looks again.
 
         A victim freeing nothing on a live node (touched, some bundle still fits) changes
         no test: nodes only lose room here, so dead ones stay dead. Whether it is needed
@@ -194,3 +204,17 @@ class VictimSearch:
                 needed[i] = chosen[i]
                 change(chosen[i], 1)
         return dict(sorted(needed.items()))
+
+    def _minimal(self, needed: dict[int, PlacedGang]) -> dict[int, PlacedGang]:
+        """Give back, most important first, every kept victim the gang fits without once
+        the others are as they are now; again until a whole round gives back nothing.
+        Each round only shrinks the set, so it ends, and at its end every victim left is
+        needed. (With one left: the gang did not fit with none freed.)"""
+        changed = True
+        while changed and len(needed) > 1:
+            changed = False
+            for i in sorted(needed, reverse=True):
+                without = {j: v for j, v in needed.items() if j != i}
+                if without and self._real_fits(without) is not None:
+                    needed, changed = without, True
+        return needed
