@@ -30,16 +30,25 @@ from raygang.core.spec import GangSpec, Strategy
 
 # Default price of one node, in CPU-equivalents: a datacenter GPU (or other accelerator /
 # custom resource) costs roughly what 64 vCPUs do, and 4 GiB of memory about one vCPU.
-# Weighting accelerators this heavily means a CPU-only gang never lands on a GPU group
-# while a CPU group can host it.
+# Price alone does not keep CPU work off GPU nodes (a big CPU node can cost more than a
+# small GPU one): `_idle_accelerators` does, before any price is compared.
 _CPU_COST = 1.0
 _GIB_COST = 0.25
 _ACCELERATOR_COST = 64.0
 _FREE = ("object_store_memory",)  # carved out of memory: not paid twice
+_GENERAL = ("CPU", "memory", *_FREE)  # what every node has; the rest are accelerators
 _NO_MAX = 2**31 - 1  # KubeRay's default maxReplicas
 
 __all__ = ["NodeGroup", "ScaleConfig", "ScalePlan", "default_cost", "infeasible_reason",
            "never_hosted", "plan_scale", "scale_candidates"]
+
+
+def _idle_accelerators(gang: PendingGang, shape: Resources) -> bool:
+    """Whether nodes of `shape` have an accelerator (GPU, TPU, any custom resource) the gang
+    does not ask for. Such a group is chosen only when no group without one can host the
+    gang, whatever the prices: those devices would sit idle under CPU work, and Kubernetes
+    clusters keep CPU pods off GPU nodes (taints) for the same reason."""
+    return any(name not in _GENERAL and not gang.total.units(name) for name in shape)
 
 
 def default_cost(shape: Resources) -> float:
@@ -206,7 +215,7 @@ def _scale_up_one(gang: PendingGang, sim: _Scratch, groups: Mapping[str, NodeGro
         if owner is not None:
             plan.waiting_for[gang.gang_id] = (owner, 0)
         return
-    best: tuple[tuple[float, int, str], NodeGroup, int, tuple[str, ...]] | None = None
+    best: tuple[tuple[bool, float, int, str], NodeGroup, int, tuple[str, ...]] | None = None
     at_max: list[str] = []
     for group in groups.values():
         if not _ever_hosts(gang, group):
@@ -216,7 +225,7 @@ def _scale_up_one(gang: PendingGang, sim: _Scratch, groups: Mapping[str, NodeGro
             at_max.append(group.name)
             continue
         k, assignment = found
-        key = (k * group.node_cost, k, group.name)
+        key = (_idle_accelerators(gang, group.shape), k * group.node_cost, k, group.name)
         if best is None or key < best[0]:
             best = (key, group, k, assignment)
     if best is not None:
