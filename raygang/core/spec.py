@@ -102,7 +102,8 @@ class GangSpec(BaseModel):
     max_restarts: int = Field(0, ge=0, description="whole-gang restarts after a failure")
     preemption_grace_s: float = Field(
         30.0, ge=0, description="how long a preempted gang may take to checkpoint before it is "
-        "stopped (like a pod's terminationGracePeriodSeconds)",
+        "stopped (like a pod's terminationGracePeriodSeconds); it ends earlier once every "
+        "member's hooks, or else its run(), have returned",
     )
 
     @model_validator(mode="after")

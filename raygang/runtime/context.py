@@ -25,7 +25,8 @@ class GangContext:
     called after it, not in `__init__` (later roles may not exist yet then).
 
     Preemption: when the scheduler preempts a running gang, each member is signalled and
-    has the gang's grace period to checkpoint before it is killed. Then `preempted` turns
+    has up to the gang's grace period to checkpoint before it is killed (less once every
+    member's hooks, or else its body, have returned). Then `preempted` turns
     True (readable from any thread, e.g. a loop in `run()`), the member class's own
     `on_preempt()` method runs if it has one, and so does every callback registered with
     `on_preempt(callback)` (the way for function gangs).

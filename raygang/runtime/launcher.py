@@ -106,6 +106,7 @@ class GangLaunch:
         # whole reservation timeout (so it is pending for lack of room, not mid-prepare).
         self._at_rest = False
         self.handles: list[Any] = [None] * spec.world_size
+        self._markers: list[Any] = []  # per rank, once released: its run's marker ref
         self._tasks: list[asyncio.Task] = []
         self._role_ranks = _role_ranks(spec)
 
@@ -238,6 +239,7 @@ class GangLaunch:
         ])
 
     async def _outcome(self, pairs: list) -> list[Any]:
+        self._markers = [marker for marker, _ in pairs]
         markers = await self._all_or_first_error(
             [self._await(slot, pairs[slot.rank][0]) for slot in self.spec.slots]
         )
@@ -277,10 +279,12 @@ class GangLaunch:
 
         Calls `__raygang_preempt__` on each member that has a handle and returns, once all
         replied or `grace_s` passed, one entry per signalled member in rank order:
-        `{"member": "<role>-<index>", "hooks": n, "error": None | "<Class>: <message>"}`.
-        No member is silently missing: one that did not answer in time contributes
-        `{"hooks": 0, "error": "GraceTimeout: ..."}` (its hooks may still be running), one
-        that died or failed `{"hooks": 0, "error": "ActorDiedError: ..."}`.
+        `{"member": "<role>-<index>", "rank": r, "hooks": n, "error": None |
+        "<Class>: <message>", "running": bool}` (`running`: its body had not returned when
+        it replied). No member is silently missing: one that did not answer in time
+        contributes `{"hooks": 0, "error": "GraceTimeout: ..."}` (its hooks may still be
+        running), one that died or failed `{"hooks": 0, "error": "ActorDiedError: ..."}`,
+        both with `running` False.
         `grace_s <= 0` sends nothing and returns `[]` (no time to checkpoint: a hook
         started then would be killed mid-write). Kills nothing (`teardown()` does), and
         never raises, except `CancelledError` when the caller itself is cancelled.
@@ -305,9 +309,23 @@ class GangLaunch:
     async def _preempt_one(self, slot: MemberSlot, handle: Any) -> dict:
         try:
             reply = await handle.__raygang_preempt__.remote()
-            return _preempt_entry(slot, hooks=int(reply["hooks"]), error=reply["error"])
+            return _preempt_entry(slot, hooks=int(reply["hooks"]), error=reply["error"],
+                                  running=bool(reply.get("running")))
         except Exception as exc:  # died, or not a member that knows the signal
             return _preempt_entry(slot, error=describe_failure(slot, exc))
+
+    async def wait_bodies(self, ranks: Sequence[int], timeout: float) -> None:
+        """Wait up to `timeout` seconds for the bodies of the members `ranks` to return
+        (or raise, or die). Never raises, except `CancelledError`."""
+        refs = [self._markers[r] for r in ranks if r < len(self._markers)]
+        if not refs or timeout <= 0:
+            return
+        waits = [asyncio.ensure_future(_settled(ref)) for ref in refs]
+        try:
+            await asyncio.wait(waits, timeout=timeout)
+        finally:
+            for wait in waits:
+                wait.cancel()
 
     # 4. Tear down ----------------------------------------------------------------------
     async def close(self) -> None:
@@ -367,10 +385,30 @@ async def _wait_ready(pg: PlacementGroup, timeout: float) -> None:
         ready.cancel()
 
 
-def _preempt_entry(slot: MemberSlot, hooks: int = 0, error: GangError | str | None = None) -> dict:
+async def _settled(ref: Any) -> None:
+    try:
+        await ref
+    except Exception:  # noqa: BLE001 - a body that raised or died has ended too
+        pass
+
+
+def still_finishing(replies: Sequence[dict]) -> list[int]:
+    """Ranks of the members a preempted gang's grace period still waits for: those whose
+    body was running when they replied and that ran no hook (a body watching
+    `get_context().preempted` may checkpoint and return). A member whose hooks returned
+    is done (its hooks are its checkpoint), and so is a member with no body left to run
+    (a service without `on_preempt()`: nothing in it can react), a dead one, and one
+    that did not answer within the grace."""
+    return [r["rank"] for r in replies
+            if r.get("running") and not r.get("hooks") and r.get("error") is None]
+
+
+def _preempt_entry(slot: MemberSlot, hooks: int = 0, error: GangError | str | None = None,
+                   running: bool = False) -> dict:
     if isinstance(error, GangError):
         error = f"{error.error_type}: {error.message}"
-    return {"member": f"{slot.role}-{slot.index}", "hooks": hooks, "error": error}
+    return {"member": f"{slot.role}-{slot.index}", "rank": slot.rank, "hooks": hooks,
+            "error": error, "running": running}
 
 
 def _role_ranks(spec: GangSpec) -> dict[str, range]:

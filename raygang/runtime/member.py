@@ -20,9 +20,12 @@ stay out of the user's namespace:
 - `__raygang_preempt__()`: the graceful preemption signal, in the same control group so
   that it runs while `run()` is busy. Sets the context's `preempted` flag, then runs the
   user class's `on_preempt()` method (if any) and the callbacks registered with
-  `get_context().on_preempt(...)`. Returns `{"hooks": n, "error": None | "Class: message"}`;
-  a hook that raises is reported there, never raised (the member is killed after the
-  grace period anyway). Only the first signal runs hooks; a repeat returns hooks=0.
+  `get_context().on_preempt(...)`. Returns `{"hooks": n, "error": None | "Class: message",
+  "running": bool}`, `running` saying whether the body (run() or the function) is still
+  running once the hooks have returned (False for a service, whose body is no more than
+  its constructor); a hook that raises is reported there, never raised (the member is
+  killed after the grace period anyway). Only the first signal runs hooks; a repeat
+  returns hooks=0.
 
 The control group has 6 slots: `__raygang_watch__` holds one for the member's whole life
 (one more per scheduler restart: the old call stays blocked), `__raygang_outcome__` one
@@ -61,8 +64,9 @@ def _node_id() -> str:
     return ray.get_runtime_context().get_node_id()
 
 
-def _preempt_reply(hooks: int, errors: list[str]) -> dict[str, Any]:
-    return {"hooks": hooks, "error": "; ".join(errors) if errors else None}
+def _preempt_reply(member: _SyncControl, hooks: int, errors: list[str]) -> dict[str, Any]:
+    return {"hooks": hooks, "error": "; ".join(errors) if errors else None,
+            "running": member._raygang_running()}
 
 
 def _hook_error(hook: Callable[[], Any], exc: BaseException) -> str:
@@ -91,6 +95,11 @@ class _SyncControl:
             raise
         self._raygang_keep("value", outcome)
         return outcome
+
+    def _raygang_running(self) -> bool:
+        """Whether the body was released and has not ended (a service's ends at once)."""
+        started = getattr(self, "_raygang_started", False)  # False before `_raygang_enter`
+        return started and not self._raygang_ended.is_set()
 
     def _raygang_keep(self, kind: str, value: Any) -> None:
         self._raygang_outcome = (kind, value)
@@ -147,7 +156,7 @@ class _SyncControl:
         # holds the default group's thread); an `async def` callback gets its own loop.
         hooks = self._raygang_preempt_hooks()
         if hooks is None:
-            return _preempt_reply(0, [])
+            return _preempt_reply(self, 0, [])
         errors = []
         for hook in hooks:
             try:
@@ -156,7 +165,7 @@ class _SyncControl:
                     asyncio.run(_ctx._awaited(result))
             except Exception as exc:
                 errors.append(_hook_error(hook, exc))
-        return _preempt_reply(len(hooks), errors)
+        return _preempt_reply(self, len(hooks), errors)
 
 
 class _AsyncControl(_SyncControl):
@@ -219,7 +228,7 @@ class _AsyncControl(_SyncControl):
         # first, from this thread, is visible to it at once.
         hooks = self._raygang_preempt_hooks()
         if hooks is None:
-            return _preempt_reply(0, [])
+            return _preempt_reply(self, 0, [])
         loop = getattr(self, "_raygang_loop", None)
         errors = []
         for hook in hooks:
@@ -227,7 +236,7 @@ class _AsyncControl(_SyncControl):
                 await _call_on_loop(loop, hook)
             except Exception as exc:
                 errors.append(_hook_error(hook, exc))
-        return _preempt_reply(len(hooks), errors)
+        return _preempt_reply(self, len(hooks), errors)
 
 
 async def _call_on_loop(loop: asyncio.AbstractEventLoop | None, hook: Callable[[], Any]) -> Any:

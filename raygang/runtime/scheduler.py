@@ -51,6 +51,7 @@ from raygang.runtime.launcher import (
     MemberFailure,
     ReservationTimeout,
     run_to_completion,
+    still_finishing,
 )
 from raygang.runtime.observe import observe
 from raygang.runtime.program import RoleProgram
@@ -606,11 +607,10 @@ class Scheduler(DurableBook):
             loop = asyncio.get_running_loop()
             deadline = loop.time() + grace
             replies = await launch.signal_preempt(grace)
-            hooked = len(replies) == record.spec.world_size and all(
-                r.get("hooks") for r in replies
-            )
-            if not hooked:  # a body watching `get_context().preempted` may checkpoint and return
-                await asyncio.wait([task], timeout=max(0.0, deadline - loop.time()))
+            # The grace period ends as soon as no member has anything left to finish.
+            busy = still_finishing(replies)
+            if busy:
+                await launch.wait_bodies(busy, deadline - loop.time())
         await self._halt(record)
 
     async def _halt(self, record: GangRecord) -> None:

@@ -76,10 +76,10 @@ def test_class_member_sees_preempted_and_its_on_preempt_runs(ray_cluster):
     try:
         wait_state(ref, GangState.RUNNING, timeout=TIMEOUT)
         replies, handles = _preempt_all(ref, "checkpointing")
-        assert replies == [{"hooks": 1, "error": None}] * 2
+        assert replies == [{"hooks": 1, "error": None, "running": True}] * 2
         # Only the first signal runs hooks.
         assert ray.get(handles[0].__raygang_preempt__.remote(), timeout=TIMEOUT) == {
-            "hooks": 0, "error": None}
+            "hooks": 0, "error": None, "running": True}
         _finish(handles)
         results = ref.result(timeout=TIMEOUT)  # run() returned: the gang succeeds
         for result in results:
@@ -118,7 +118,7 @@ def test_async_member_hook_runs_on_the_loop_of_run(ray_cluster):
     try:
         wait_state(ref, GangState.RUNNING, timeout=TIMEOUT)
         replies, handles = _preempt_all(ref, "asynccheckpointing")
-        assert replies == [{"hooks": 1, "error": None}]
+        assert replies == [{"hooks": 1, "error": None, "running": True}]
         _finish(handles)
         assert ref.result(timeout=TIMEOUT) == [{"preempted": True, "hook_on_run_loop": True}]
     finally:
@@ -170,7 +170,7 @@ def test_function_gang_callback_runs_and_body_sees_preempted(ray_cluster):
         wait_state(ref, GangState.RUNNING, timeout=TIMEOUT)
         _wait_posts(board, {"registered-0", "registered-1"})  # callbacks are in place
         replies, _ = _preempt_all(ref, "train_steps")
-        assert replies == [{"hooks": 1, "error": None}] * 2
+        assert replies == [{"hooks": 1, "error": None, "running": True}] * 2
         ray.get(board.post.remote("finish"))
         assert ref.result(timeout=TIMEOUT) == [
             {"seen": True, "preempted": True, "callback_ran": True}] * 2
@@ -204,7 +204,7 @@ def test_async_function_gang_async_callback(ray_cluster):
         wait_state(ref, GangState.RUNNING, timeout=TIMEOUT)
         _wait_posts(board, {"registered"})
         replies, _ = _preempt_all(ref, "async_train")
-        assert replies == [{"hooks": 1, "error": None}]
+        assert replies == [{"hooks": 1, "error": None, "running": True}]
         ray.get(board.post.remote("finish"))
         assert ref.result(timeout=TIMEOUT) == [True]
     finally:
@@ -238,7 +238,7 @@ def test_raising_hook_is_reported_not_raised(ray_cluster):
     try:
         wait_state(ref, GangState.RUNNING, timeout=TIMEOUT)
         replies, handles = _preempt_all(ref, "badcheckpoint")
-        assert replies == [{"hooks": 2, "error": "ValueError: disk full"}]
+        assert replies == [{"hooks": 2, "error": "ValueError: disk full", "running": True}]
         _finish(handles)
         assert ref.result(timeout=TIMEOUT) == [True]  # the member lived on; run() returned
         assert ref.status().state is GangState.SUCCEEDED
@@ -265,7 +265,8 @@ def test_service_member_gets_the_signal_while_watched(ray_cluster):
     try:
         ref.ready(timeout=TIMEOUT)
         replies, handles = _preempt_all(ref, "server")
-        assert replies == [{"hooks": 1, "error": None}] * 2
+        # A service's body is its constructor: nothing of it is running any more.
+        assert replies == [{"hooks": 1, "error": None, "running": False}] * 2
         assert ray.get([h.state.remote() for h in handles], timeout=TIMEOUT) == [(True, True)] * 2
         assert ref.status().state is GangState.RUNNING  # the signal stops nothing
     finally:
@@ -307,8 +308,9 @@ def test_launcher_signal_preempt_waits_at_most_the_grace(ray_cluster, worker_nod
         replies = await launch.signal_preempt(3)
         waited = time.monotonic() - started
         assert replies == [
-            {"member": "r-0", "hooks": 1, "error": None},
-            {"member": "r-1", "hooks": 0, "error": "GraceTimeout: no reply within 3s"},
+            {"member": "r-0", "rank": 0, "hooks": 1, "error": None, "running": False},
+            {"member": "r-1", "rank": 1, "hooks": 0, "running": False,
+             "error": "GraceTimeout: no reply within 3s"},
         ]
         assert 3 <= waited < 3 + 10
         assert await slow.preempted.remote() is True  # its hook is still running
@@ -318,7 +320,8 @@ def test_launcher_signal_preempt_waits_at_most_the_grace(ray_cluster, worker_nod
         started = time.monotonic()
         replies = await launch.signal_preempt(60)
         assert time.monotonic() - started < 30
-        assert replies[1] == {"member": "r-1", "hooks": 0, "error": None}
+        assert replies[1] == {"member": "r-1", "rank": 1, "hooks": 0, "error": None,
+                              "running": False}
         assert replies[0]["member"] == "r-0" and replies[0]["hooks"] == 0
         assert replies[0]["error"].startswith("ActorDiedError: ")
 

@@ -105,6 +105,67 @@ def test_inference_preempts_one_training_gang_which_resumes(gangs, tmp_path):
     assert second.gang_id == status.gang_id  # same gang, same id
 
 
+# What ends a victim's grace period early -------------------------------------------------
+@raygang.gang_task(num_gpus=4, priority="training")
+class Filler:
+    """Holds one worker's 4 GPUs, above the victims' priority: never the victim."""
+
+
+@raygang.gang_task(replicas=2, num_gpus=2, strategy="STRICT_PACK", priority="batch",
+                   preemption_grace_s=60)
+class PlainService:
+    """A service with no run() and no on_preempt(): nothing in it can react."""
+
+
+class Router:  # a service role: no run(), no hook
+    pass
+
+
+class Worker:
+    """Sees `preempted` (no hook), then takes 2 s to 'checkpoint' and return."""
+
+    def run(self):
+        ctx = raygang.get_context()
+        ctx.wait_preempted(3600)
+        time.sleep(2)
+        return "checkpointed"
+
+
+def _grace_used(ref) -> float:
+    """Seconds from the preemption signal (the 'grace Ns' event) to PREEMPTED."""
+    events = ref.status().events
+    told = next(e.at for e in events if e.reason.endswith("grace 60s"))
+    stopped = next(e.at for e in events if e.to_state is GangState.PREEMPTED)
+    return stopped - told
+
+
+def _preempt_with_inference(gangs, victim):
+    gangs.append(filler := Filler.remote())
+    gangs.append(victim)
+    wait_state(filler, GangState.RUNNING)
+    wait_state(victim, GangState.RUNNING)
+    gangs.append(infer := Inference.remote())
+    wait_state(infer, GangState.RUNNING, timeout=40)  # far less than the grace of 60 s
+    wait_state(victim, GangState.PENDING, GangState.ADMITTED)
+    return _grace_used(victim)
+
+
+def test_a_preempted_service_without_hooks_is_stopped_at_once(gangs):
+    # Before: it kept its GPUs for the whole grace period (60 s here), though nothing in
+    # it could react.
+    assert _preempt_with_inference(gangs, PlainService.remote()) < 10
+
+
+def test_the_grace_period_waits_for_running_bodies_only(gangs):
+    # A router with nothing to finish and a worker whose run() returns 2 s after seeing
+    # `preempted`: stopped once the worker returned, not at once, not after 60 s.
+    victim = raygang.gang(
+        "mixed", roles={"router": raygang.gang_task(Router).options(num_gpus=2),
+                        "worker": raygang.gang_task(Worker).options(num_gpus=2)},
+        strategy="STRICT_PACK", priority="batch", preemption_grace_s=60).remote()
+    assert 2 <= _preempt_with_inference(gangs, victim) < 20
+
+
 TEAMS = raygang.SchedulerConfig(queues=[
     raygang.QueueSpec(name="team-a", quota={"GPU": 4}),
     raygang.QueueSpec(name="team-b", quota={"GPU": 4}),

@@ -19,6 +19,7 @@ import pytest
 from raygang.runtime import context as ctx_module
 from raygang.runtime import member as member_module
 from raygang.runtime.context import GangContext
+from raygang.runtime.launcher import still_finishing
 from raygang.runtime.member import _AsyncControl, _SyncControl
 
 
@@ -157,16 +158,19 @@ def test_sync_member_runs_its_method_then_callbacks_and_reports_errors(current_c
 
     reply = member.__raygang_preempt__()
 
-    assert reply == {"hooks": 4, "error": "ValueError: disk full; RuntimeError: no space"}
+    assert reply == {"hooks": 4, "error": "ValueError: disk full; RuntimeError: no space",
+                     "running": False}
     assert member.calls == ["method", "callback", "async callback"]  # a failure stops nothing
-    assert member.__raygang_preempt__() == {"hooks": 0, "error": None}  # repeat: nothing
+    assert member.__raygang_preempt__() == {"hooks": 0, "error": None,  # repeat: nothing
+                                            "running": False}
 
 
 def test_function_member_has_only_callbacks(current_context):
     class FunctionLike(_SyncControl):  # no user class, so no on_preempt method
         pass
 
-    assert FunctionLike().__raygang_preempt__() == {"hooks": 0, "error": None}
+    assert FunctionLike().__raygang_preempt__() == {"hooks": 0, "error": None,
+                                                    "running": False}
     assert current_context.preempted
 
 
@@ -198,7 +202,7 @@ def test_async_member_runs_hooks_on_its_main_loop_not_the_control_loop(
 
         reply = asyncio.run(member.__raygang_preempt__())  # another loop, this thread
 
-        assert reply == {"hooks": 2, "error": None}
+        assert reply == {"hooks": 2, "error": None, "running": False}
         assert member.hook_loop is main_loop
         assert member.hook_thread == main_thread.ident
         assert sync_hook_threads == [main_thread.ident]
@@ -206,3 +210,43 @@ def test_async_member_runs_hooks_on_its_main_loop_not_the_control_loop(
         main_loop.call_soon_threadsafe(main_loop.stop)
         main_thread.join(5)
         main_loop.close()
+
+
+def test_the_reply_says_whether_the_body_is_still_running(current_context, monkeypatch):
+    monkeypatch.setattr(member_module, "_node_id", lambda: "n-1")  # no Ray here
+    member = _SyncMember()
+    member._raygang_enter(current_context)
+    assert member._raygang_running() is False  # not released yet
+    release, returned = threading.Event(), threading.Event()
+    member._raygang_body = lambda: lambda: (release.wait(5), returned.set())
+    body = threading.Thread(target=member.__raygang_run__, args=((),))
+    body.start()
+    try:
+        assert member.__raygang_preempt__()["running"] is True
+    finally:
+        release.set()
+        body.join(5)
+    assert returned.is_set() and member.__raygang_preempt__()["running"] is False
+    service = _SyncMember()
+    service._raygang_enter(current_context)
+    service._raygang_body = lambda: None  # no run(): the body was the constructor
+    service.__raygang_run__(())
+    assert service.__raygang_preempt__()["running"] is False
+
+
+@pytest.mark.parametrize("replies, waits_for", [
+    ([], []),  # nothing signalled (a deployment: Serve drains its replicas itself)
+    # A service without hooks: nothing in it can react.
+    ([{"rank": 0, "hooks": 0, "error": None, "running": False}], []),
+    # Hooks returned: that was the checkpoint, whether or not run() goes on.
+    ([{"rank": 0, "hooks": 1, "error": None, "running": True}], []),
+    # A body without hooks may be watching `preempted`: wait for it (rank 1 only).
+    ([{"rank": 0, "hooks": 0, "error": None, "running": False},
+      {"rank": 1, "hooks": 0, "error": None, "running": True}], [1]),
+    # Dead, or out of time already: nothing to wait for.
+    ([{"rank": 0, "hooks": 0, "error": "ActorDiedError: gone", "running": False},
+      {"rank": 1, "hooks": 0, "error": "GraceTimeout: no reply within 3s", "running": False}],
+     []),
+])
+def test_what_the_grace_period_still_waits_for(replies, waits_for):
+    assert still_finishing(replies) == waits_for
