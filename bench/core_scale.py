@@ -15,10 +15,10 @@ every pending gang the cycle decides (admitted, or waiting with its reason: a ga
 a blocked one in its queue is decided without a search); admitted/s only the admissions.
 
 Every plan is checked: no node oversubscribed once admissions are applied and victims
-removed; every victim preemptible, not draining, not protected and, for preempt, of
-strictly lower priority than its preemptor (for reclaim, of another queue, and beyond
-its own queue's quota and fair share); every
-pending gang decided exactly once. Side by side, on a smaller cluster of the same kind,
+removed, and no gang taking what a victim frees without waiting for it; every victim
+preemptible, not draining, not protected and, for preempt, of strictly lower priority
+than its preemptor (for reclaim, of another queue, and beyond its own queue's quota and
+fair share); every pending gang decided exactly once. Side by side, on a smaller cluster of the same kind,
 the plain victim search (free every candidate on the capacity, place after each step,
 as raygang first did it) must reach the very same plan; the ratio is reported.
 """
@@ -239,12 +239,24 @@ def check(plan: Plan, snapshot: ClusterSnapshot, pending: Sequence[PendingGang],
         for node_id, bundle in victim.bundles:
             free[node_id] = free[node_id] + bundle
     preempted = Counter(p.preemptor for p in plan.preemptions)
+    # Capacity still being freed: per node, what admissions that wait for none of the
+    # node's victims take must fit in what was free there before any victim was chosen.
+    stopping: dict[str, set[str]] = {}
+    for p in plan.preemptions:
+        for node_id, _ in running[p.victim].bundles:
+            stopping.setdefault(node_id, set()).add(p.victim)
+    settled = {n.node_id: n.free for n in snapshot.nodes}
     for a in plan.admissions:
         assert len(a.victims) == preempted[a.gang_id], a
+        assert set(a.victims) <= set(a.waits_for), a
         for node_id, bundle in zip(a.nodes, gangs[a.gang_id].bundles, strict=True):
             free[node_id] = free[node_id] - bundle
+            if not stopping.get(node_id, set()) & set(a.waits_for):
+                settled[node_id] = settled[node_id] - bundle
     bad = [n for n, f in free.items() if not f.is_nonnegative()]
     assert not bad, f"oversubscribed nodes: {bad[:5]}"
+    early = [n for n, f in settled.items() if not f.is_nonnegative()]
+    assert not early, f"gangs take capacity still being freed without waiting: {early[:5]}"
     admitted = [a.gang_id for a in plan.admissions]
     assert len(set(admitted)) == len(admitted), "a gang was admitted twice"
     assert not set(admitted) & set(plan.waiting), "a gang both admitted and waiting"
@@ -422,10 +434,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{'met' if rate >= TARGET_DECISIONS_PER_S else 'NOT met'} ({rate:,.0f}); "
         f"for reference: {REFERENCES}"
     )
+    sharing = sum(1 for a in plans[-1].admissions if a.waits_for_others)
     print(
         f"checks: every plan sound (no node oversubscribed; {len(plans[-1].preemptions)} "
         f"victims preemptible, unprotected, of lower priority or another queue; "
-        f"{len(pending)} pending gangs decided once each)"
+        f"{sharing} gangs admitted onto capacity other gangs' victims free, each waiting "
+        f"for them; {len(pending)} pending gangs decided once each)"
     )
     line = reference(args.reference_nodes, args.seed, args.repeats)
     print(line)

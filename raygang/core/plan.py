@@ -10,13 +10,21 @@ from types import MappingProxyType
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """Start this gang with bundle i pinned to `nodes[i]` — once `victims` (if any) are
-    gone: their resources are promised to this gang and to nothing else."""
+    """Start this gang with bundle i pinned to `nodes[i]` — once the gangs `waits_for` are
+    gone: gangs being stopped this cycle whose resources it takes. They are its own
+    `victims` (stopped for it) and, if it takes what other gangs' victims free beyond
+    their preemptors' need, those too (draining.py)."""
 
     gang_id: str
     nodes: tuple[str, ...]
     action: str = "allocate"  # or "reclaim" / "preempt"
     victims: tuple[str, ...] = ()
+    waits_for: tuple[str, ...] = ()
+
+    @property
+    def waits_for_others(self) -> tuple[str, ...]:
+        """The gangs it waits for that were stopped for other gangs."""
+        return tuple(g for g in self.waits_for if g not in self.victims)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from types import MappingProxyType
 
 from raygang.core.capacity import Capacity
 from raygang.core.config import SchedulerConfig
+from raygang.core.draining import Draining
 from raygang.core.explain import why_not
 from raygang.core.fairshare import QueueBook
 from raygang.core.gang import PendingGang
@@ -117,6 +118,7 @@ class _Cycle:
         self.now = now
         self.tree = config.queue_tree
         self.capacity = Capacity(snapshot.alive_nodes)
+        self.draining = Draining(self.capacity)  # what this cycle's victims free
         self.ever = _EverFits(snapshot)
         self.book = QueueBook(self.tree, snapshot.placed)
         self.admissions: list[Admission] = []
@@ -239,6 +241,7 @@ class _Cycle:
             self.tried.setdefault(gang.gang_id, []).append((action, candidates))
             return False
         nodes, victims = found
+        self.draining.add(victims)
         for victim in victims:
             self.taken.add(victim.gang_id)
             for other in self._pools.values():
@@ -253,15 +256,15 @@ class _Cycle:
     def _admit(
         self, gang: PendingGang, nodes: tuple[str, ...], action: str, victims: list[PlacedGang]
     ) -> None:
+        own = tuple(v.gang_id for v in victims)
+        waits = self.draining.take(nodes, gang.bundles, own)
         self.capacity.reserve(zip(nodes, gang.bundles))
         self.book.add(gang.queue, gang.total)
         if not gang.preemptible:
             self.book.add_firm(gang.queue, gang.total)
         self.admitted.add(gang.gang_id)
         self.limited.pop(gang.gang_id, None)
-        self.admissions.append(
-            Admission(gang.gang_id, nodes, action, tuple(v.gang_id for v in victims))
-        )
+        self.admissions.append(Admission(gang.gang_id, nodes, action, own, waits))
 
     # Reasons ------------------------------------------------------------------------------
     def _explain(self) -> None:

@@ -553,7 +553,9 @@ class Scheduler(DurableBook):
         self._metrics.admitted(record, now)
         record.nodes = admission.nodes
         record.members = []
-        victims = [self._gangs[v].task for v in admission.victims if self._gangs[v].task]
+        # Its own victims, and those of other gangs whose freed capacity it takes (the
+        # same cycle's): until they are gone it neither reserves nor starts its timeout.
+        victims = [self._gangs[v].task for v in admission.waits_for if self._gangs[v].task]
         note = f"; waiting for {len(victims)} preempted gang(s) to stop" if victims else ""
         record.move(GangState.ADMITTED, f"placed on {len(set(admission.nodes))} node(s){note}",
                     now)

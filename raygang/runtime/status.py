@@ -85,7 +85,9 @@ class Victim(BaseModel):
 
 class DryRunResult(BaseModel):
     """What submitting a gang now would do: `admit`, `preempt` (these victims), `wait`
-    (with the reason and queue position) or `rejected` (it can never be admitted)."""
+    (with the reason and queue position) or `rejected` (it can never be admitted).
+    `waits_for`: gangs this cycle would stop for other gangs, whose freed capacity it
+    would take: admitted, it would start only once they are gone."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -93,6 +95,7 @@ class DryRunResult(BaseModel):
     reason: str = ""
     nodes: list[str] = []
     victims: list[Victim] = []
+    waits_for: list[Victim] = []
     code: str | None = None
     queue_position: int | None = None
 

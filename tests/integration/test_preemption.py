@@ -166,6 +166,53 @@ def test_the_grace_period_waits_for_running_bodies_only(gangs):
     assert 2 <= _preempt_with_inference(gangs, victim) < 20
 
 
+# Capacity still being freed ---------------------------------------------------------------
+GUARDED = raygang.SchedulerConfig(queues=SCHEDULER_CONFIG.queues, priority_classes=[
+    raygang.PriorityClass(name="guarded", value=5, min_runtime_s=3),
+    raygang.PriorityClass(name="pinned", value=50, min_runtime_s=3600)])
+
+
+@raygang.gang_task(num_gpus=4, priority="guarded", preemption_grace_s=6)
+class Stubborn:
+    """Ignores `preempted` and has no hook: it keeps its GPUs for the whole grace."""
+
+    def run(self):
+        time.sleep(3600)
+
+
+@pytest.fixture
+def guarded(gangs):
+    _scheduler_with(GUARDED)
+    yield gangs
+    for ref in gangs:
+        ref.cancel()
+    gangs.clear()
+    _scheduler_with(SCHEDULER_CONFIG)
+
+
+def test_a_gang_on_capacity_still_being_freed_waits_and_its_timeout_does_not_run(guarded):
+    gangs = guarded
+    gangs.append(filler := Filler.options(priority="pinned").remote())
+    wait_state(filler, GangState.RUNNING)
+    gangs.append(victim := Stubborn.remote())
+    wait_state(victim, GangState.RUNNING)
+    # Both wait while the victim is younger than its class's min_runtime_s (3 s); then one
+    # cycle admits both: the first preempts it, the second takes the 2 GPUs it frees
+    # beyond the first's need. The victim holds them for its whole grace (6 s), 3 times
+    # the second's reservation timeout.
+    gangs.append(first := Inference.options(name="first").remote())
+    gangs.append(second := Inference.options(name="second", reservation_timeout_s=2).remote())
+    for ref in (first, second):
+        wait_state(ref, GangState.RUNNING, timeout=60)
+    assert victim.status().preemptions == 1 and filler.status().state is GangState.RUNNING
+    events = second.status().events
+    admitted = next(e for e in events if e.to_state is GangState.ADMITTED)
+    assert admitted.reason.endswith("waiting for 1 preempted gang(s) to stop")
+    assert not [e.reason for e in events if "requeued" in e.reason]  # no timeout ran out
+    reserved = next(e for e in events if e.to_state is GangState.RESERVED)
+    assert reserved.at - admitted.at >= 5  # it waited out the victim's grace first
+
+
 TEAMS = raygang.SchedulerConfig(queues=[
     raygang.QueueSpec(name="team-a", quota={"GPU": 4}),
     raygang.QueueSpec(name="team-b", quota={"GPU": 4}),
