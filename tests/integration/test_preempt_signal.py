@@ -287,6 +287,17 @@ class SlowHook:
         return raygang.get_context().preempted
 
 
+async def _dead(handle) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            await handle.preempted.remote()
+        except ray.exceptions.RayActorError:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the killed member still answers")
+
+
 def test_launcher_signal_preempt_waits_at_most_the_grace(ray_cluster, worker_node_ids):
     spec = gang_spec("test", name="preempt-launch",
                      roles=[{"name": "r", "replicas": 2, "resources": {"CPU": 1}}])
@@ -316,7 +327,8 @@ def test_launcher_signal_preempt_waits_at_most_the_grace(ray_cluster, worker_nod
         assert await slow.preempted.remote() is True  # its hook is still running
 
         # A dead member is reported; a repeat answers at once with no hooks: no waiting.
-        ray.kill(fast, no_restart=True)
+        ray.kill(fast, no_restart=True)  # asynchronous: a call may still beat it
+        await _dead(fast)
         started = time.monotonic()
         replies = await launch.signal_preempt(60)
         assert time.monotonic() - started < 30
