@@ -38,11 +38,11 @@ from raygang.core import (  # noqa: E402
     NodeState,
     PendingGang,
     Resources,
-    SchedulerConfig,
+    PolicyConfig,
     gang_spec,
     schedule,
 )
-from raygang.core.scale import NodeGroup, ScaleConfig, plan_scale, scale_candidates  # noqa: E402
+from raygang.core.scale import NodeGroup, ScalePolicy, plan_scale, scale_candidates  # noqa: E402
 
 TARGET_REQUEST_S = 1.0
 AUTOSCALER_LOOP_S = 5.0
@@ -108,10 +108,10 @@ def median_time(fn, runs: int) -> tuple[float, object]:
 def core(quick: bool) -> None:
     nodes, pending, runs = (50, 200, 3) if quick else (200, 1000, 5)
     snapshot, gangs, groups, node_groups = workload(nodes, pending)
-    config = SchedulerConfig()
+    config = PolicyConfig()
     t_schedule, plan = median_time(lambda: schedule(snapshot, gangs, config, 0.0), runs)
     waiting = scale_candidates(gangs, plan, config)
-    scale_config = ScaleConfig(idle_timeout_s=300)
+    scale_config = ScalePolicy(idle_timeout_s=300)
     t_scale, scale = median_time(
         lambda: plan_scale(snapshot, waiting, groups, node_groups, {}, (), scale_config, 0.0),
         runs)

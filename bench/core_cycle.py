@@ -31,7 +31,7 @@ from raygang.core import (  # noqa: E402
     NodeState,
     PendingGang,
     Resources,
-    SchedulerConfig,
+    PolicyConfig,
     Strategy,
     gang_spec,
     place,
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
 
     slowest = float("inf")
     for backfill in (False, True):
-        config = SchedulerConfig(backfill=backfill)
+        config = PolicyConfig(backfill=backfill)
         seconds, plan = best_of(args.repeats, lambda: schedule(snapshot, pending, config, 0.0))
         rate = len(pending) / seconds
         slowest = min(slowest, rate)
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     # Naive reference on a bounded subset: the earliest gangs in the queue, backfill on
     # (every gang is searched, the expensive case).
     subset = pending[: args.naive_gangs]
-    config = SchedulerConfig(backfill=True)
+    config = PolicyConfig(backfill=True)
     fast_s, fast_plan = best_of(args.repeats, lambda: schedule(snapshot, subset, config, 0.0))
     naive_s, (naive_admissions, _) = best_of(1, lambda: naive_schedule(snapshot, subset, True))
     same = naive_admissions == fast_plan.admissions

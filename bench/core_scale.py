@@ -48,7 +48,7 @@ from raygang.core import (  # noqa: E402
     PriorityClass,
     QueueSpec,
     Resources,
-    SchedulerConfig,
+    PolicyConfig,
     Strategy,
     gang_spec,
     schedule,
@@ -191,7 +191,7 @@ def _place_randomly(
 
 
 def synthetic_pending(n_gangs: int, teams: Sequence[str], rng: random.Random,
-                      config: SchedulerConfig) -> list[PendingGang]:
+                      config: PolicyConfig) -> list[PendingGang]:
     out = []
     for i in range(n_gangs):
         strategy = _pick(STRATEGIES, rng)
@@ -208,7 +208,7 @@ def workload(nodes: int, running: int, pending: int, seed: int
              ) -> tuple[list[QueueSpec], dict[str, float], ClusterSnapshot, list[PendingGang]]:
     rng = random.Random(seed)
     queues, load = queue_tree(nodes)
-    config = SchedulerConfig(queues=tuple(queues), priority_classes=CLASSES)
+    config = PolicyConfig(queues=tuple(queues), priority_classes=CLASSES)
     snapshot = synthetic_cluster(nodes, running, load, rng)
     return queues, load, snapshot, synthetic_pending(pending, sorted(load), rng, config)
 
@@ -216,7 +216,7 @@ def workload(nodes: int, running: int, pending: int, seed: int
 # Checks -----------------------------------------------------------------------------------
 
 def check(plan: Plan, snapshot: ClusterSnapshot, pending: Sequence[PendingGang],
-          config: SchedulerConfig) -> None:
+          config: PolicyConfig) -> None:
     """Assert that the plan is sound on this snapshot."""
     free = {n.node_id: n.free for n in snapshot.nodes}
     running = {g.gang_id: g for g in snapshot.placed}
@@ -323,7 +323,7 @@ class PlainVictimSearch(VictimSearch):
 @contextlib.contextmanager
 def plain_victim_search() -> Iterator[None]:
     """Make `schedule()` search for victims the plain way, in this process, for a while."""
-    module = importlib.import_module("raygang.core.schedule")
+    module = importlib.import_module("raygang.core.cycle")
     fast = module.VictimSearch
     module.VictimSearch = PlainVictimSearch
     try:
@@ -371,7 +371,7 @@ def reference(nodes: int, seed: int, repeats: int) -> str:
     """The full cycle with the plain victim search and with raygang's, on a smaller
     cluster of the same kind (4 running and 2 pending gangs per node)."""
     queues, _, snapshot, pending = workload(nodes, 4 * nodes, 2 * nodes, seed)
-    config = SchedulerConfig(queues=tuple(queues), priority_classes=CLASSES)
+    config = PolicyConfig(queues=tuple(queues), priority_classes=CLASSES)
     fast_s, fast = median_of(repeats, lambda: schedule(snapshot, pending, config, NOW))
     with plain_victim_search():
         plain_s, plain = median_of(1, lambda: schedule(snapshot, pending, config, NOW))
@@ -414,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'actions':<25} {'cycle':>12} {'decisions':>12}")
     times, plans = [], []
     for actions in ACTION_ROWS:
-        config = SchedulerConfig(queues=tuple(queues), priority_classes=CLASSES, actions=actions)
+        config = PolicyConfig(queues=tuple(queues), priority_classes=CLASSES, actions=actions)
         seconds, plan = median_of(args.repeats, lambda: schedule(snapshot, pending, config, NOW))
         check(plan, snapshot, pending, config)
         times.append(seconds)

@@ -32,8 +32,8 @@ import ray  # noqa: E402
 import raygang  # noqa: E402
 from raygang.core.spec import gang_spec  # noqa: E402
 from raygang.runtime.launcher import NAMESPACE  # noqa: E402
-from raygang.runtime.program import RoleProgram  # noqa: E402
-from raygang.runtime.scheduler import SCHEDULER_NAME  # noqa: E402
+from raygang.control.program import RoleProgram  # noqa: E402
+from raygang.runtime.launcher import SCHEDULER_NAME  # noqa: E402
 
 IN_FLIGHT = 50
 

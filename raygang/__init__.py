@@ -26,30 +26,32 @@ _PUBLIC = {
     "list_deployments": "raygang.api",
     "queues": "raygang.api",
     "cluster": "raygang.api",
-    "QueueStatus": "raygang.runtime.status",
-    "ClusterStatus": "raygang.runtime.status",
-    "ScaleConfig": "raygang.core.config",
+    "QueueStatus": "raygang.control.status",
+    "ClusterStatus": "raygang.control.status",
+    "ScaleConfig": "raygang.control.config",
+    "StateConfig": "raygang.control.config",
+    "PolicyConfig": "raygang.core.config",
     "NodeType": "raygang.core.config",
     "DeploymentRef": "raygang.api",
-    "DryRunResult": "raygang.runtime.status",
-    "DeploymentExistsError": "raygang.runtime.errors",
+    "DryRunResult": "raygang.control.status",
+    "DeploymentExistsError": "raygang.control.errors",
     "DeploymentSpec": "raygang.core.spec",
     "QueueSpec": "raygang.core.queues",
     "get_context": "raygang.runtime.context",
     "GangContext": "raygang.runtime.context",
-    "GangStatus": "raygang.runtime.status",
-    "MemberStatus": "raygang.runtime.status",
-    "GangError": "raygang.runtime.status",
-    "GangFailedError": "raygang.runtime.errors",
-    "GangCancelledError": "raygang.runtime.errors",
-    "UnschedulableError": "raygang.runtime.errors",
-    "SchedulerNotRunningError": "raygang.runtime.errors",
+    "GangStatus": "raygang.control.status",
+    "MemberStatus": "raygang.control.status",
+    "GangError": "raygang.control.status",
+    "GangFailedError": "raygang.control.errors",
+    "GangCancelledError": "raygang.control.errors",
+    "UnschedulableError": "raygang.control.errors",
+    "SchedulerNotRunningError": "raygang.control.errors",
     "GangSpec": "raygang.core.spec",
     "RoleSpec": "raygang.core.spec",
     "SpecError": "raygang.core.spec",
     "Strategy": "raygang.core.spec",
     "GangState": "raygang.core.gang",
-    "SchedulerConfig": "raygang.core.config",
+    "SchedulerConfig": "raygang.control.config",
     "PriorityClass": "raygang.core.config",
     "Resources": "raygang.core.resources",
 }
@@ -75,16 +77,17 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         DeploymentRef, Gang, GangRef, GangTask, deploy, dry_run, gang, gang_task,
         cluster, list_deployments, list_gangs, queues, shutdown, start, undeploy,
     )
-    from raygang.core.config import NodeType, PriorityClass, ScaleConfig, SchedulerConfig
+    from raygang.control.config import ScaleConfig, SchedulerConfig, StateConfig
+    from raygang.core.config import NodeType, PolicyConfig, PriorityClass
     from raygang.core.gang import GangState
     from raygang.core.queues import QueueSpec
     from raygang.core.resources import Resources
     from raygang.core.spec import DeploymentSpec, GangSpec, RoleSpec, SpecError, Strategy
     from raygang.runtime.context import GangContext, get_context
-    from raygang.runtime.errors import (
+    from raygang.control.errors import (
         DeploymentExistsError, GangCancelledError, GangFailedError, SchedulerNotRunningError,
         UnschedulableError,
     )
-    from raygang.runtime.status import (
+    from raygang.control.status import (
         ClusterStatus, DryRunResult, GangError, GangStatus, MemberStatus, QueueStatus,
     )

@@ -15,13 +15,11 @@ return copies, and nothing touches the cluster until `.remote()`.
 from __future__ import annotations
 
 import re
-import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
 
 import ray
-from ray.exceptions import RayTaskError
 
 from raygang.core.gang import GangState
 from raygang.core.spec import (
@@ -34,10 +32,10 @@ from raygang.core.spec import (
     role_spec,
 )
 from raygang.runtime import client
-from raygang.runtime.errors import GangCancelledError, GangFailedError
+from raygang.control.errors import GangCancelledError, GangFailedError
 from raygang.runtime.launcher import NAMESPACE
-from raygang.runtime.program import RoleProgram
-from raygang.runtime.status import ClusterStatus, DryRunResult, GangStatus, QueueStatus
+from raygang.control.program import RoleProgram
+from raygang.control.status import ClusterStatus, DryRunResult, GangStatus, QueueStatus
 
 # Options of a whole gang, and options of one role (the rest of the decorator's keywords).
 _GANG_OPTIONS = {
@@ -54,7 +52,7 @@ start = client.start
 
 def shutdown() -> None:
     """Cancel every unfinished gang and stop the scheduler actor."""
-    _cached.clear()
+    _client.forget()
     client.shutdown()
 
 
@@ -320,42 +318,15 @@ def _raise_if_ended_badly(status: GangStatus) -> None:
         raise GangCancelledError(status)
 
 
-_cached: dict[str, Any] = {}
 RESTART_WAIT_S = 60.0  # how long a call waits for a restarting scheduler actor
+# Started on first use; a call made while the actor restarts is made again on the
+# restarted one (which first recovers its state: see control/recovery.py).
+_client = client.SchedulerClient(start_if_missing=True, restart_wait_s=RESTART_WAIT_S)
 
 
 def _call(method: str, *args: Any) -> Any:
-    """Call the scheduler (starting it if needed); re-raise its errors as themselves.
-
-    If the scheduler actor dies or restarts during the call, the call is made again on the
-    restarted actor (which first recovers its state: see runtime/recovery.py) for up to
-    RESTART_WAIT_S; every scheduler method is safe to repeat (submissions carry a key)."""
-    deadline = time.monotonic() + RESTART_WAIT_S
-    delay = 0.1
-    while True:
-        job = _job_id()
-        try:
-            handle = _cached.get(job)
-            if handle is None:  # first call of this driver (or after a shutdown / restart)
-                _cached.clear()
-                handle = _cached[job] = client.start()
-            return ray.get(getattr(handle, method).remote(*args))
-        except RayTaskError as error:
-            if error.cause is not None:
-                raise error.cause from None
-            raise
-        except ray.exceptions.RayActorError:
-            _cached.clear()  # restarting, or replaced: the next try finds the current one
-            if time.monotonic() + delay > deadline:
-                raise
-            time.sleep(delay)
-            delay = min(2 * delay, 2.0)
-
-
-def _job_id() -> str:
-    if not ray.is_initialized():
-        ray.init()
-    return ray.get_runtime_context().get_job_id()
+    """Call the scheduler (starting it if needed); its errors come out as themselves."""
+    return _client.call(method, *args)
 
 
 def _driver_runtime_env() -> dict[str, Any] | None:

@@ -26,7 +26,7 @@ def resolve_ray_address(address: str) -> str:
     """
     if address.startswith("ray://"):
         return address  # Ray Client: ray.init reports its own errors quickly
-    from ray._private.services import canonicalize_bootstrap_address  # no public equivalent
+    from raygang.runtime.ray_private import canonicalize_bootstrap_address
 
     try:
         resolved = canonicalize_bootstrap_address(address)
@@ -84,7 +84,7 @@ def load_config(paths: Sequence[Path]) -> Any:
     import yaml
     from pydantic import ValidationError
 
-    from raygang.core.config import SchedulerConfig
+    from raygang.control.config import SchedulerConfig
     from raygang.core.spec import describe_errors
 
     where = ", ".join(str(p) for p in paths)
@@ -110,7 +110,7 @@ def start(ray_address: str, config_paths: Sequence[Path], api: bool, host: str, 
     import ray
 
     import raygang
-    from raygang.runtime.scheduler import SCHEDULER_NAME
+    from raygang.runtime.launcher import SCHEDULER_NAME
 
     # It warns of another config in a log line; we say so in ours (only if one was asked).
     logging.getLogger("raygang.runtime.client").setLevel(logging.ERROR)

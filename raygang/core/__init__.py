@@ -7,7 +7,7 @@ from raygang.core.capacity import Capacity
 from raygang.core.config import (
     DEFAULT_PRIORITY_CLASSES,
     PriorityClass,
-    SchedulerConfig,
+    PolicyConfig,
     UnknownPriorityClass,
 )
 from raygang.core.explain import describe_bundles, why_not
@@ -25,7 +25,7 @@ __all__ = [
     "Admission", "Capacity", "DEFAULT_QUEUE", "Preemption", "QueueBook", "QueueSpec",
     "QueueTree", "water_fill", "ClusterSnapshot", "DEFAULT_PRIORITY_CLASSES", "GangSpec",
     "GangState", "MemberSlot", "NodeState", "PendingGang", "PlacedGang", "Plan",
-    "PriorityClass", "Resources", "RoleSpec", "SchedulerConfig", "SpecError", "Strategy",
+    "PriorityClass", "Resources", "RoleSpec", "PolicyConfig", "SpecError", "Strategy",
     "UnknownPriorityClass", "WaitCode", "Waiting", "describe_bundles", "gang_spec", "place",
     "role_spec", "schedule", "unschedulable_reason", "why_not",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from raygang.core.config import SchedulerConfig
+from raygang.core.config import PolicyConfig
 from raygang.core.fairshare import QueueBook
 from raygang.core.gang import PendingGang
 from raygang.core.resources import Resources
@@ -28,7 +28,7 @@ class QueueReport:
 
 
 def queue_report(
-    snapshot: ClusterSnapshot, pending: Sequence[PendingGang], config: SchedulerConfig
+    snapshot: ClusterSnapshot, pending: Sequence[PendingGang], config: PolicyConfig
 ) -> list[QueueReport]:
     """One row per queue, parents before their children."""
     tree = config.queue_tree

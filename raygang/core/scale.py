@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from raygang.core.capacity import Capacity
-from raygang.core.config import NodeType, ScaleConfig, SchedulerConfig
+from raygang.core.config import NodeType, PolicyConfig, ScalePolicy
 from raygang.core.explain import describe_bundles
 from raygang.core.gang import PendingGang
 from raygang.core.placement import place
@@ -39,7 +39,7 @@ _FREE = ("object_store_memory",)  # carved out of memory: not paid twice
 _GENERAL = ("CPU", "memory", *_FREE)  # what every node has; the rest are accelerators
 _NO_MAX = 2**31 - 1  # KubeRay's default maxReplicas
 
-__all__ = ["NodeGroup", "ScaleConfig", "ScalePlan", "default_cost", "infeasible_reason",
+__all__ = ["NodeGroup", "ScalePolicy", "ScalePlan", "default_cost", "infeasible_reason",
            "never_hosted", "plan_scale", "scale_candidates"]
 
 
@@ -96,7 +96,7 @@ class ScalePlan:
 
 
 def scale_candidates(
-    pending: Iterable[PendingGang], plan: Plan, config: SchedulerConfig
+    pending: Iterable[PendingGang], plan: Plan, config: PolicyConfig
 ) -> list[PendingGang]:
     """The gangs more nodes could help, in admission order: not admitted, not held by a
     quota or limit, and not rejected for a queue problem no node can fix."""
@@ -118,7 +118,7 @@ def plan_scale(
     node_groups: Mapping[str, str],
     idle_since: Mapping[str, float],
     busy_nodes: Iterable[str],
-    config: ScaleConfig,
+    config: ScalePolicy,
     now: float,
     last_scale_up: Mapping[str, float] | None = None,
 ) -> ScalePlan:
@@ -314,7 +314,7 @@ def _closest(need: Resources, groups: Sequence[NodeGroup]) -> NodeGroup:
 def _idle_nodes(snapshot: ClusterSnapshot, groups: Mapping[str, NodeGroup],
                 node_groups: Mapping[str, str], idle_since: Mapping[str, float],
                 busy: set[str], cooling: set[str], desired: Mapping[str, int],
-                config: ScaleConfig, now: float) -> tuple[str, ...]:
+                config: ScalePolicy, now: float) -> tuple[str, ...]:
     """Idle nodes to release: oldest idle first, then node id; never the head (absent from
     `node_groups`), never a node holding a bundle, never below a group's min_nodes."""
     holding = {node_id for g in snapshot.placed for node_id, _ in g.bundles}

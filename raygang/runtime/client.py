@@ -1,19 +1,34 @@
-"""Finding (or starting) the scheduler actor from a driver."""
+"""The one way to reach the scheduler actor: starting it, calling it, stopping it.
+
+`SchedulerClient` is used by the Python API (blocking calls; the scheduler is started if
+none runs; a call made while the actor restarts is made again on the restarted one, for
+up to `restart_wait_s`) and by the REST API (`.aio`: coroutines that fail fast with
+`SchedulerUnavailable`, which the API answers with a 503). Either way the scheduler's own
+errors come out as themselves, not wrapped in Ray's `RayTaskError`.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from typing import Any
 
 import ray
+from ray.exceptions import RayActorError, RayTaskError
 
-from raygang.core.config import SchedulerConfig
-from raygang.runtime.errors import SchedulerNotRunningError
-from raygang.runtime.launcher import NAMESPACE
-from raygang.runtime.scheduler import SCHEDULER_NAME, SchedulerActor
+from raygang.control.config import SchedulerConfig
+from raygang.control.errors import SchedulerNotRunningError
+from raygang.runtime.launcher import NAMESPACE, SCHEDULER_NAME
+from raygang.runtime.scheduler import SchedulerActor
 
 log = logging.getLogger(__name__)
 SHUTDOWN_WAIT_S = 60.0  # how long shutdown() waits for a restarting scheduler to answer
+PING_TIMEOUT_S = 2.0  # the REST API's readiness probe
+
+
+class SchedulerUnavailable(RuntimeError):
+    """The scheduler actor does not answer (not started, restarting, or gone)."""
 
 
 def _ensure_ray() -> None:
@@ -73,8 +88,118 @@ def shutdown() -> None:
         try:
             ray.get(handle.shutdown.remote())
             break
-        except ray.exceptions.RayActorError:  # it is restarting: ask the restarted one
+        except RayActorError:  # it is restarting: ask the restarted one
             if time.monotonic() > deadline:
                 break  # kill it anyway
             time.sleep(0.2)
     ray.kill(handle, no_restart=True)
+
+
+class SchedulerClient:
+    def __init__(self, handle: Any = None, *, start_if_missing: bool = False,
+                 restart_wait_s: float = 0.0):
+        self._handle = handle
+        self._job: str | None = None  # handles belong to one driver session (job)
+        self._start_if_missing = start_if_missing
+        self._restart_wait_s = restart_wait_s
+
+    def forget(self) -> None:
+        """Look the actor up again on the next call (it was replaced, or shut down)."""
+        self._handle = None
+
+    def _actor(self) -> Any:
+        if self._start_if_missing:
+            _ensure_ray()
+        job = ray.get_runtime_context().get_job_id() if ray.is_initialized() else None
+        if self._handle is None or (self._job is not None and job != self._job):
+            if self._start_if_missing:
+                self._handle = start()
+            else:
+                try:
+                    self._handle = ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE)
+                except ValueError:
+                    raise SchedulerUnavailable(
+                        "no raygang scheduler in this Ray cluster; run `raygang start`"
+                    ) from None
+            self._job = job
+        return self._handle
+
+    def call(self, method: str, *args: Any) -> Any:
+        """Call `method` and wait for its answer. If the actor dies or restarts meanwhile,
+        the call is made again on the restarted actor (which first recovers its state)
+        for up to `restart_wait_s`: every scheduler method is safe to repeat (submissions
+        carry an idempotency key)."""
+        retry = _Retry(self, self._restart_wait_s)
+        while True:
+            try:
+                return ray.get(getattr(self._actor(), method).remote(*args))
+            except RayTaskError as error:
+                raise _cause(error) from None
+            except RayActorError as error:
+                time.sleep(retry.after(error))
+
+    async def acall(self, method: str, *args: Any, timeout: float | None = None) -> Any:
+        """`call` as a coroutine; a call not answered within `timeout` is unavailable."""
+        retry = _Retry(self, self._restart_wait_s)
+        while True:
+            try:
+                ref = getattr(self._actor(), method).remote(*args)
+                return await asyncio.wait_for(ref, timeout) if timeout else await ref
+            except RayTaskError as error:
+                raise _cause(error) from None
+            except asyncio.TimeoutError:
+                raise SchedulerUnavailable(
+                    f"the raygang scheduler did not answer {method} within {timeout:g}s"
+                ) from None
+            except RayActorError as error:
+                await asyncio.sleep(retry.after(error))
+
+    @property
+    def aio(self) -> AsyncScheduler:
+        return AsyncScheduler(self)
+
+
+class _Retry:
+    """How a call goes on after the actor did not answer: once more at once if the handle
+    was an old one (the actor may have been replaced), then, while `wait_s` lasts, after a
+    growing pause; then SchedulerUnavailable."""
+
+    def __init__(self, client: SchedulerClient, wait_s: float):
+        self._client = client
+        self._stale = client._handle is not None
+        self._deadline = time.monotonic() + wait_s
+        self._delay = 0.1
+
+    def after(self, error: Exception) -> float:
+        self._client.forget()
+        if self._stale:
+            self._stale = False
+            return 0.0
+        if time.monotonic() + self._delay > self._deadline:
+            raise SchedulerUnavailable(
+                f"the raygang scheduler does not answer: {error}") from None
+        delay, self._delay = self._delay, min(2 * self._delay, 2.0)
+        return delay
+
+
+def _cause(error: RayTaskError) -> BaseException:
+    return error.cause if error.cause is not None else error
+
+
+class AsyncScheduler:
+    """The scheduler's methods as coroutines, for the REST API (`create_app`)."""
+
+    def __init__(self, client: SchedulerClient):
+        self._client = client
+
+    def __getattr__(self, method: str):
+        if method.startswith("_"):
+            raise AttributeError(method)
+
+        async def bound(*args: Any) -> Any:
+            return await self._client.acall(method, *args)
+
+        return bound
+
+    async def ping(self) -> dict:
+        return await self._client.acall("ping", timeout=PING_TIMEOUT_S)

@@ -16,15 +16,18 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from raygang.control.ports import MemberFailure
+from raygang.control.status import GangError
+from raygang.control.tasks import run_to_completion
 from raygang.core.spec import DeploymentSpec, GangSpec
-from raygang.runtime.launcher import GangLaunch, MemberFailure, run_to_completion
-from raygang.runtime.status import GangError
+from raygang.runtime.launcher import GangLaunch
 
 WATCH_INTERVAL_S = 2.0
 
 
 class ServeLaunch:
-    """The launcher of a deployment gang; same steps as `GangLaunch`, Serve underneath."""
+    """The run of a deployment gang (the `GangRun` port): the steps of `GangLaunch`, Serve
+    underneath."""
 
     def __init__(
         self,
@@ -96,6 +99,9 @@ class ServeLaunch:
 
     async def signal_preempt(self, grace_s: float) -> list[dict]:
         return []  # Serve drains its replicas itself (graceful_shutdown_timeout_s)
+
+    async def wait_bodies(self, ranks: Sequence[int], timeout: float) -> None:
+        return None  # no member bodies: replicas are Serve's, and Serve drains them
 
     async def close(self) -> None:
         """Delete the application (if it was deployed) and the reservation. Never raises."""

@@ -1,8 +1,9 @@
 """Everything Ray does for one admitted gang: reserve, start, barrier, run, tear down.
 
-The launcher only acts and reports: it raises `ReservationTimeout` or `MemberFailure`,
-and the scheduler decides what that means for the gang (requeue, restart, fail).
-`teardown()` is idempotent and safe at any point, including after a cancellation.
+`GangLaunch` is the Ray implementation of the control plane's `GangRun` port: it only
+acts and reports (it raises `ReservationTimeout` or `MemberFailure`), and the gang's
+driver decides what that means (requeue, restart, fail). `teardown()` is idempotent and
+safe at any point, including after a cancellation.
 """
 
 from __future__ import annotations
@@ -10,28 +11,31 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
-from ray._raylet import PlacementGroupID
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from raygang.control.ports import MemberFailure, ReservationTimeout
+from raygang.control.program import RoleProgram
+from raygang.control.status import GangError, MemberStatus
+from raygang.control.tasks import run_to_completion
 from raygang.core.resources import Resources
 from raygang.core.spec import GangSpec, MemberSlot
 from raygang.runtime.context import GangContext
 from raygang.runtime.member import DONE, constructor_args, member_actor_class
-from raygang.runtime.program import RoleProgram
-from raygang.runtime.status import GangError, MemberStatus
+from raygang.runtime.ray_private import placement_group as ray_placement_group
 
 log = logging.getLogger(__name__)
 # How long a placement group still being created may take to be ready before it is
 # removed anyway (see GangLaunch.close).
 SETTLE_S = 10.0
 
-NAMESPACE = "raygang"
+NAMESPACE = "raygang"  # of the scheduler actor and every member actor
+SCHEDULER_NAME = "raygang-scheduler"
 NODE_ID_LABEL = "ray.io/node-id"
 
 
@@ -41,16 +45,6 @@ def pg_name(gang_id: str) -> str:
 
 def member_name(gang_id: str, slot: MemberSlot) -> str:
     return f"raygang-{gang_id}-{slot.role}-{slot.index}"
-
-
-class ReservationTimeout(Exception):
-    pass
-
-
-class MemberFailure(Exception):
-    def __init__(self, error: GangError):
-        super().__init__(error.summary)
-        self.error = error
 
 
 def describe_failure(slot: MemberSlot | None, exc: BaseException) -> GangError:
@@ -121,7 +115,7 @@ class GangLaunch:
                               for slot in spec.slots]
         except ValueError:
             return None
-        launch.pg = PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id)))
+        launch.pg = ray_placement_group(pg_id)
         launch._at_rest = True
         return launch
 
@@ -361,21 +355,6 @@ class GangLaunch:
             self.pg = None
 
 
-async def run_to_completion(work: Awaitable[Any]) -> None:
-    """Await `work` to its end even if the caller is cancelled meanwhile (teardown that
-    must not be cut short: `_cancel` in the scheduler re-cancels a gang's task until it
-    ends). Errors are logged, never raised."""
-    future = asyncio.ensure_future(work)
-    while not future.done():
-        try:
-            await asyncio.shield(future)
-        except asyncio.CancelledError:
-            continue
-        except Exception:  # noqa: BLE001 - cleanup: the gang ends regardless
-            log.warning("cleanup step failed", exc_info=True)
-            return
-
-
 async def _wait_ready(pg: PlacementGroup, timeout: float) -> None:
     ready = asyncio.ensure_future(pg.ready())
     done, _ = await asyncio.wait([ready], timeout=timeout)
@@ -390,17 +369,6 @@ async def _settled(ref: Any) -> None:
         await ref
     except Exception:  # noqa: BLE001 - a body that raised or died has ended too
         pass
-
-
-def still_finishing(replies: Sequence[dict]) -> list[int]:
-    """Ranks of the members a preempted gang's grace period still waits for: those whose
-    body was running when they replied and that ran no hook (a body watching
-    `get_context().preempted` may checkpoint and return). A member whose hooks returned
-    is done (its hooks are its checkpoint), and so is a member with no body left to run
-    (a service without `on_preempt()`: nothing in it can react), a dead one, and one
-    that did not answer within the grace."""
-    return [r["rank"] for r in replies
-            if r.get("running") and not r.get("hooks") and r.get("error") is None]
 
 
 def _preempt_entry(slot: MemberSlot, hooks: int = 0, error: GangError | str | None = None,

@@ -46,10 +46,10 @@ from collections.abc import Callable
 from typing import Any
 
 import ray
-from ray._common.utils import import_attr  # what Ray Serve uses for `import_path`
 
 from raygang.runtime import context as _ctx
-from raygang.runtime.program import RoleProgram
+from raygang.runtime.ray_private import import_attr  # as Ray Serve resolves `import_path`
+from raygang.control.program import RoleProgram
 
 CONTROL_GROUP = "raygang"
 CONTROL_SLOTS = 6  # watch and outcome (each once per scheduler life) + preempt + spare

@@ -47,7 +47,7 @@ from typing import Any
 from raygang.core.gang import GangState
 from raygang.core.plan import Plan, Preemption
 from raygang.core.queues import QueueSpec
-from raygang.runtime.records import GangRecord
+from raygang.control.records import GangRecord
 
 log = logging.getLogger(__name__)
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 
 import ray
-from ray._private import state as ray_state
 
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, NodeState, PlacedGang
+from raygang.runtime.ray_private import available_resources_per_node
 
 
 def schedulable(resources: Mapping[str, float]) -> Resources:
@@ -36,7 +36,7 @@ def observe(held: Iterable[PlacedGang], draining: Collection[str] = ()) -> Clust
     for gang in held:
         for node_id, bundle in gang.bundles:
             ours[node_id] = ours.get(node_id, Resources()) + bundle
-    available = ray_state.available_resources_per_node()
+    available = available_resources_per_node()
     nodes = []
     for info in ray.nodes():
         node_id = info["NodeID"]

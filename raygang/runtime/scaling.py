@@ -32,14 +32,14 @@ from typing import Protocol
 
 import ray
 
-from raygang.core.config import ScaleConfig
+from raygang.control.config import ScaleConfig
 from raygang.core.gang import PendingGang
 from raygang.core.resources import Resources
 from raygang.core.scale import NodeGroup, ScalePlan, plan_scale
 from raygang.core.snapshot import ClusterSnapshot, NodeState
 from raygang.kuberay.client import RayClusterClient
 from raygang.kuberay.groups import WorkerGroup
-from raygang.runtime.status import GroupStatus, ScalingStatus
+from raygang.control.status import GroupStatus, ScalingStatus
 
 log = logging.getLogger(__name__)
 

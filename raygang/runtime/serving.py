@@ -19,13 +19,17 @@ from typing import Any
 
 from ray import serve
 from ray.exceptions import RayActorError
-from ray.serve import context as serve_context  # the cached controller handle
-from ray._common.utils import import_attr  # what Serve itself uses for `import_path`
 from ray.serve import Application
 from ray.serve.exceptions import RayServeException
 
 from raygang.core.resources import Resources
 from raygang.runtime.launcher import NODE_ID_LABEL, actor_resource_options
+from raygang.runtime.ray_private import (
+    import_attr,  # as Serve resolves `import_path`
+    serve_forget_controller,
+    serve_ingress_deployment,
+    serve_run_without_waiting,
+)
 
 DEFAULT_HTTP_PORT = 8000
 POLL_S = 0.25
@@ -108,13 +112,11 @@ def deployment_options(
 def with_options(app: Application, options: Mapping[str, Any]) -> Application:
     """A copy of `app` whose ingress deployment has `options`; bind args are kept.
 
-    `Application` exposes no public accessor for its deployment, so this reads
-    `_bound_deployment` (the attribute Serve's own `build_app` reads; there since 2.7).
     `Deployment.options()` keeps the bound init args and returns a new deployment, so
     `app` itself is left unchanged. Non-resource `ray_actor_options` (runtime_env, ...) of
     the user's deployment are kept.
     """
-    deployment = resolve_app(app)._bound_deployment
+    deployment = serve_ingress_deployment(resolve_app(app))
     options = dict(options)
     if "ray_actor_options" in options:
         kept = {k: v for k, v in (deployment.ray_actor_options or {}).items()
@@ -152,7 +154,7 @@ def _serve_status():
     try:
         return serve.status()
     except RayActorError:
-        serve_context._disconnect()
+        serve_forget_controller()
         return serve.status()
 
 
@@ -194,10 +196,7 @@ def _explain(status) -> str:
 
 def _deploy(name: str, app: Application, route_prefix: str) -> None:
     ensure_serve_started()
-    # `serve.run(blocking=False)` still waits until the app is RUNNING (its `blocking` only
-    # means "then wait for Ctrl-C"); `_run(_blocking=False)` (underscored but marked
-    # PublicAPI) returns once the ingress deployment is registered with the controller.
-    serve._run(app, _blocking=False, name=name, route_prefix=route_prefix)
+    serve_run_without_waiting(app, name, route_prefix)
 
 
 async def start_app(name: str, app: Any, route_prefix: str, timeout_s: float) -> None:

@@ -28,7 +28,7 @@ from raygang.core.config import UnknownPriorityClass
 from raygang.core.gang import GangState
 from raygang.core.queues import QueueSpec
 from raygang.core.spec import NAME_PATTERN, DeploymentSpec, SpecError, describe_errors
-from raygang.runtime.errors import (
+from raygang.control.errors import (
     DeploymentExistsError,
     GangNotFoundError,
     IdempotencyConflictError,
@@ -36,9 +36,9 @@ from raygang.runtime.errors import (
     StoreError,
     UnschedulableError,
 )
-from raygang.runtime.status import ClusterStatus, DryRunResult, GangStatus, QueueStatus
+from raygang.control.status import ClusterStatus, DryRunResult, GangStatus, QueueStatus
 from raygang.server.auth import AuthConfig, Principal
-from raygang.server.backend import SchedulerClient, SchedulerUnavailable
+from raygang.runtime.client import SchedulerClient, SchedulerUnavailable
 from raygang.server.limits import BodyLimit
 from raygang.server.models import GangCreated, GangPage, GangSubmission, Health, Problem
 
@@ -74,11 +74,11 @@ def create_app(
     max_body_bytes: int = MAX_BODY_BYTES,
 ) -> FastAPI:
     """The API app. `scheduler`: an object with the scheduler actor's methods as
-    coroutines (default: `SchedulerClient()`, the detached actor). `auth`: required;
+    coroutines (default: `SchedulerClient().aio`, the detached actor). `auth`: required;
     `AuthConfig.disabled()` only for local use."""
     if auth is None:
         raise ValueError("create_app needs an AuthConfig (AuthConfig.disabled() for local use)")
-    scheduler = scheduler if scheduler is not None else SchedulerClient()
+    scheduler = scheduler if scheduler is not None else SchedulerClient().aio
     app = FastAPI(
         title="raygang",
         version="1",

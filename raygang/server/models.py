@@ -13,8 +13,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from raygang.core.spec import GangSpec, RoleSpec
-from raygang.runtime.program import RoleProgram
-from raygang.runtime.status import GangStatus
+from raygang.control.program import RoleProgram
+from raygang.control.status import GangStatus
 
 IMPORT_PATH = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"
 

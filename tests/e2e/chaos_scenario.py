@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     import raygang
     from raygang import demo
     from raygang.runtime.launcher import NAMESPACE
-    from raygang.runtime.scheduler import SCHEDULER_NAME
+    from raygang.runtime.launcher import SCHEDULER_NAME
     from tests.integration import leaks
 
     rng = random.Random(args.seed)

@@ -1,7 +1,7 @@
 """A gang cancelled in the instant after its admission (its task created, not yet run) is
 torn down like any other: CANCELLED, its launch forgotten, nothing held. Found by the API
-load test; reproduced here deterministically by driving a `Scheduler` by hand in the
-test's own event loop, on the real cluster."""
+load test; reproduced here deterministically by driving the scheduler's control plane by
+hand in the test's own event loop, on the real cluster."""
 
 from __future__ import annotations
 
@@ -19,17 +19,17 @@ def test_cancel_right_after_admission(ray_cluster):
         "entrypoint": "raygang.demo:sleep", "args": [60]}]})
 
     async def scenario():
-        scheduler = Scheduler(SCHEDULER_CONFIG)
-        gang_id = await scheduler.submit(submission.gang_spec(), submission.programs())
-        scheduler._cycle()  # admits it: its task exists but has not run a step
-        record = scheduler._gangs[gang_id]
-        assert record.state is GangState.ADMITTED and not record.task.done()
-        status = await scheduler.cancel(gang_id, "cancelled at once")
-        return scheduler, status
+        plane = Scheduler(SCHEDULER_CONFIG).plane
+        gang_id = await plane.submit(submission.gang_spec(), submission.programs())
+        plane.loop.cycle()  # admits it: its task exists but has not run a step
+        record = plane.registry.get(gang_id)
+        assert record.state is GangState.ADMITTED and not plane.fleet.driver(gang_id).task.done()
+        status = await plane.cancel(gang_id, "cancelled at once")
+        return plane, status
 
-    scheduler, status = asyncio.run(scenario())
+    plane, status = asyncio.run(scenario())
     assert status.state is GangState.CANCELLED and status.reason == "cancelled at once"
-    assert not scheduler._launches
+    assert not list(plane.fleet)  # no gang holds anything
 
 
 def test_cancel_while_the_placement_group_is_being_created_leaks_nothing(ray_cluster):
@@ -42,14 +42,14 @@ def test_cancel_while_the_placement_group_is_being_created_leaks_nothing(ray_clu
         "entrypoint": "raygang.demo:sleep", "args": [60]}]})
 
     async def scenario():
-        scheduler = Scheduler(SCHEDULER_CONFIG)
+        plane = Scheduler(SCHEDULER_CONFIG).plane
         states = []
         for attempt in range(30):
-            gang_id = await scheduler.submit(submission.gang_spec(), submission.programs())
-            scheduler._cycle()
+            gang_id = await plane.submit(submission.gang_spec(), submission.programs())
+            plane.loop.cycle()
             await asyncio.sleep((0, 0, 0.001, 0.002, 0.005)[attempt % 5])
-            states.append((await scheduler.cancel(gang_id)).state)
-        return scheduler, states
+            states.append((await plane.cancel(gang_id)).state)
+        return plane, states
 
-    scheduler, states = asyncio.run(scenario())
-    assert set(states) == {GangState.CANCELLED} and not scheduler._launches
+    plane, states = asyncio.run(scenario())
+    assert set(states) == {GangState.CANCELLED} and not list(plane.fleet)

@@ -23,7 +23,7 @@ import raygang
 from raygang import GangState
 from raygang.core.spec import gang_spec
 from raygang.runtime.launcher import GangLaunch
-from raygang.runtime.program import RoleProgram
+from raygang.control.program import RoleProgram
 from tests.integration.helpers import wait_state
 
 LIMIT_S = 120  # a member never outlives a broken test for long

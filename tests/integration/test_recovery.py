@@ -12,7 +12,7 @@ from ray.util.placement_group import placement_group_table
 import raygang
 from raygang import demo
 from raygang.runtime.launcher import NAMESPACE
-from raygang.runtime.scheduler import SCHEDULER_NAME
+from raygang.runtime.launcher import SCHEDULER_NAME
 
 
 def scheduler():
@@ -101,7 +101,7 @@ def test_a_submission_is_stored_before_it_is_acknowledged(ray_cluster):
 
 
 def test_the_gcs_store_keeps_the_contract(ray_cluster):
-    from raygang.runtime.store import GcsStore
+    from raygang.runtime.gcs_store import GcsStore
     from tests.unit.test_store import contract
 
     contract(GcsStore(namespace=f"raygang-test-{time.time_ns()}"))
@@ -115,7 +115,7 @@ def big_result() -> bytes:
 def test_small_results_are_kept_across_a_restart(ray_cluster):
     import pytest
 
-    from raygang.runtime.errors import ResultsLostError
+    from raygang.control.errors import ResultsLostError
 
     small = raygang.gang_task(demo.sleep, name="done-before", replicas=2, num_cpus=1)
     kept = small.remote(seconds=0.1)

@@ -13,7 +13,7 @@ import ray
 import raygang
 from raygang import GangCancelledError, GangFailedError, GangState
 from raygang.runtime.launcher import NAMESPACE
-from raygang.runtime.scheduler import SCHEDULER_NAME
+from raygang.runtime.launcher import SCHEDULER_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = (

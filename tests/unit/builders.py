@@ -24,7 +24,7 @@ from raygang.core import (
     PlacedGang,
     QueueSpec,
     Resources,
-    SchedulerConfig,
+    PolicyConfig,
     Strategy,
     gang_spec,
 )
@@ -115,12 +115,12 @@ def gang(
     strategy: str | Strategy = "PACK",
     priority: int | str = 0,
     seq: int | None = None,
-    config: SchedulerConfig | None = None,
+    config: PolicyConfig | None = None,
     queue: str = "default",
 ) -> PendingGang:
     """A pending gang; `seq` defaults to creation order (submission order)."""
     s = spec(gang_id, shape, strategy, priority=priority, queue=queue)
-    cls = (config or SchedulerConfig()).priority_class(s)
+    cls = (config or PolicyConfig()).priority_class(s)
     return PendingGang(gang_id, s, cls.value, next(_seq) if seq is None else seq,
                        preemptible=cls.preemptible)
 

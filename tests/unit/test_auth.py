@@ -10,7 +10,7 @@ import pickle
 import pytest
 from fastapi.testclient import TestClient
 
-from raygang.runtime.status import GangStatus
+from raygang.control.status import GangStatus
 from raygang.server.app import create_app
 from raygang.server.auth import AuthConfig, AuthConfigError, Principal, digest
 

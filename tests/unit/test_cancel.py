@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from raygang.runtime.scheduler import _cancel
+from raygang.control.tasks import cancel_and_wait as _cancel
 
 
 def test_cancel_survives_a_swallowed_cancellation():

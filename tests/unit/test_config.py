@@ -5,12 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from raygang.core import (
-    DEFAULT_PRIORITY_CLASSES,
-    PriorityClass,
-    SchedulerConfig,
-    UnknownPriorityClass,
-)
+from raygang.control.config import SchedulerConfig
+from raygang.core import DEFAULT_PRIORITY_CLASSES, PriorityClass, UnknownPriorityClass
 
 from tests.unit.builders import spec
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from raygang.core import SchedulerConfig
+from raygang.control.config import SchedulerConfig
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -19,7 +19,7 @@ import pytest
 from raygang.runtime import context as ctx_module
 from raygang.runtime import member as member_module
 from raygang.runtime.context import GangContext
-from raygang.runtime.launcher import still_finishing
+from raygang.control.driver import still_finishing
 from raygang.runtime.member import _AsyncControl, _SyncControl
 
 

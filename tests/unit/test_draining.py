@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import pytest
 
-from raygang.core import Resources, SchedulerConfig, schedule
+from raygang.core import Resources, PolicyConfig, schedule
 from raygang.core.plan import Admission
-from raygang.runtime.dry_run import dry_run_result
-from raygang.runtime.records import GangRecord
+from raygang.control.dry_run import dry_run_result
+from raygang.control.records import GangRecord
 
 from tests.unit import test_victim_search_equivalence as equivalence
 from tests.unit import test_victims_minimal as minimal
 from tests.unit.builders import busy, gang, running
 
-CONFIG = SchedulerConfig()
+CONFIG = PolicyConfig()
 
 
 def _by_id(plan) -> dict[str, Admission]:

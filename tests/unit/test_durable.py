@@ -7,11 +7,11 @@ import pytest
 
 from raygang.core.gang import GangState
 from raygang.core.queues import QueueSpec
-from raygang.runtime.durable import dump_gang, dump_queue, load_gang, load_queue
-from raygang.runtime.program import RoleProgram
-from raygang.runtime.records import GangRecord
-from raygang.runtime.recovery import _gang_of
-from raygang.runtime.status import GangError
+from raygang.control.durable import dump_gang, dump_queue, load_gang, load_queue
+from raygang.control.program import RoleProgram
+from raygang.control.records import GangRecord
+from raygang.runtime.cluster import gang_of as _gang_of
+from raygang.control.status import GangError
 from tests.unit.builders import spec
 
 
@@ -36,7 +36,7 @@ def test_a_gang_record_round_trips_with_its_program_and_history():
     assert [e.to_state for e in back.events] == [GangState.ADMITTED]
     program = back.programs["r0"]
     assert program.target(*program.args, **program.kwargs) == 15  # the code itself came back
-    assert not back.finished.is_set() and back.task is None
+    assert not back.finished.is_set() and back.result_refs is None  # process-only: not kept
 
 
 def test_a_finished_record_comes_back_finished():

@@ -24,7 +24,7 @@ import kubernetes.client
 import pytest
 import yaml
 
-from raygang.core.config import SchedulerConfig
+from raygang.control.config import SchedulerConfig
 from tests.kube_standin import merge_patch
 
 ROOT = Path(__file__).resolve().parents[2]

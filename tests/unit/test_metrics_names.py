@@ -9,8 +9,8 @@ from raygang.core import QueueSpec
 from raygang.core.gang import GangState
 from raygang.core.plan import Admission, Plan, Preemption
 from raygang.runtime.metrics import NAMES, SchedulerMetrics
-from raygang.runtime.records import GangRecord
-from raygang.runtime.status import GangEvent
+from raygang.control.records import GangRecord
+from raygang.control.status import GangEvent
 from tests.unit.builders import spec
 
 PROMETHEUS_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")

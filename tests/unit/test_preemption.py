@@ -6,16 +6,16 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from raygang.core import PriorityClass, SchedulerConfig, WaitCode, schedule
+from raygang.core import PriorityClass, PolicyConfig, WaitCode, schedule
 
 from tests.unit.builders import busy, gang, queue, running
 
 TWO_NODES = ("w-1: GPU=4 CPU=8", "w-2: GPU=4 CPU=8")
 
 
-def _teams(a_quota: str, b_quota: str) -> SchedulerConfig:
+def _teams(a_quota: str, b_quota: str) -> PolicyConfig:
     """Two team queues with these quotas (next to `default`)."""
-    return SchedulerConfig(queues=[queue("team-a", quota=a_quota),
+    return PolicyConfig(queues=[queue("team-a", quota=a_quota),
                                    queue("team-b", quota=b_quota)])
 
 
@@ -143,7 +143,7 @@ CASES = [
 
 
 def run(case: Case):
-    config = SchedulerConfig(queues=case.queues or [queue("default")], **case.config)
+    config = PolicyConfig(queues=case.queues or [queue("default")], **case.config)
     snapshot = busy(*case.nodes, placed=case.running)
     return schedule(snapshot, case.pending, config, case.now)
 
@@ -178,7 +178,7 @@ def test_victims_resources_go_to_the_preemptor_and_to_nothing_else():
                                  running("t2", "w-2: 4xGPU=1", priority=100)]),
         [gang("infer", "2xGPU=1", priority=1000, seq=0),
          gang("infer-2", "4xGPU=1", priority=1000, seq=1)],
-        SchedulerConfig(), 0.0,
+        PolicyConfig(), 0.0,
     )
     assert [(p.victim, p.preemptor) for p in plan.preemptions] == [
         ("batch-1", "infer"), ("t2", "infer-2")]
@@ -242,7 +242,7 @@ def test_reclaim_takes_from_the_queue_over_its_fair_share():
     # 16 GPUs. Fair shares with b's demand: a 4 (quota 2 + weight 3 of the surplus),
     # b 2, c 10. a runs exactly its fair share; c runs 12: c gives back, not a, although
     # a2 is the most recently started gang beyond a quota.
-    config = SchedulerConfig(queues=[queue("a", quota="GPU=2", weight=3),
+    config = PolicyConfig(queues=[queue("a", quota="GPU=2", weight=3),
                                      queue("b", quota="GPU=6"), queue("c", quota="GPU=4")])
     snapshot = busy("w-1: GPU=4", "w-2: GPU=4", "w-3: GPU=4", "w-4: GPU=4", placed=[
         running("a1", "w-1: 2xGPU=1", queue="a", since=1.0),
@@ -310,7 +310,7 @@ def test_equal_inputs_give_equal_plans():
 
 
 def test_min_runtime_comes_from_the_priority_class():
-    config = SchedulerConfig(priority_classes=(
+    config = PolicyConfig(priority_classes=(
         PriorityClass(name="inference", value=1000, preemptible=False),
         PriorityClass(name="training", value=100, min_runtime_s=600),
     ))

@@ -7,7 +7,7 @@ from pydantic import ValidationError
 
 from raygang.core import (
     QueueTree,
-    SchedulerConfig,
+    PolicyConfig,
     WaitCode,
     schedule,
     unschedulable_reason,
@@ -28,7 +28,7 @@ def test_bad_trees_are_refused_with_the_queue_at_fault(queues, message):
     with pytest.raises(ValueError, match=message):
         QueueTree(queues)
     with pytest.raises(ValidationError, match=message):
-        SchedulerConfig(queues=queues)
+        PolicyConfig(queues=queues)
 
 
 def test_quota_above_limit_is_refused():
@@ -51,7 +51,7 @@ def test_default_queue_always_exists():
     ],
 )
 def test_gangs_that_their_queue_can_never_admit_are_refused(gang_queue, shape, message):
-    config = SchedulerConfig(queues=[
+    config = PolicyConfig(queues=[
         queue("org", limit="GPU=8"), queue("a", "org"), queue("b", "org", limit="GPU=2"),
     ])
     reason = unschedulable_reason(spec("g", shape, queue=gang_queue), cluster("w-1: GPU=16"),
@@ -60,7 +60,7 @@ def test_gangs_that_their_queue_can_never_admit_are_refused(gang_queue, shape, m
 
 
 def test_limits_hold_at_every_level():
-    config = SchedulerConfig(queues=[
+    config = PolicyConfig(queues=[
         queue("org", limit="GPU=6"), queue("a", "org", limit="GPU=4"), queue("b", "org"),
     ])
     snapshot = busy("w-1: GPU=8", "w-2: GPU=8",
@@ -81,7 +81,7 @@ def test_limits_hold_at_every_level():
 
 
 def test_a_queue_borrows_idle_capacity_beyond_its_quota_up_to_its_limit():
-    config = SchedulerConfig(queues=[queue("a", quota="GPU=2", limit="GPU=6"),
+    config = PolicyConfig(queues=[queue("a", quota="GPU=2", limit="GPU=6"),
                                      queue("b", quota="GPU=6")])
     pending = [gang(f"a-{i}", "2xGPU=1", queue="a", seq=i) for i in range(4)]
     plan = schedule(busy("w-1: GPU=8"), pending, config, 0.0)
@@ -92,7 +92,7 @@ def test_a_queue_borrows_idle_capacity_beyond_its_quota_up_to_its_limit():
 def test_queues_are_served_in_order_of_their_share():
     # a already runs 4 GPUs; b runs nothing. Equal weights: b is furthest below its share
     # and goes first although a's gangs were submitted earlier and have higher priority.
-    config = SchedulerConfig(queues=[queue("a"), queue("b")])
+    config = PolicyConfig(queues=[queue("a"), queue("b")])
     snapshot = busy("w-1: GPU=8", placed=[running("t1", "w-1: 4xGPU=1", queue="a")])
     pending = [
         gang("a-1", "2xGPU=1", queue="a", priority=100, seq=0),
@@ -106,7 +106,7 @@ def test_queues_are_served_in_order_of_their_share():
 
 def test_weights_divide_the_surplus():
     # 12 GPUs, nothing running, both queues want everything; weight 2:1 -> 8 and 4.
-    config = SchedulerConfig(queues=[queue("a", weight=2), queue("b")],
+    config = PolicyConfig(queues=[queue("a", weight=2), queue("b")],
                              actions=("allocate",))
     pending = [gang(f"{q}-{i}", "GPU=1", queue=q, seq=i) for q in "ab" for i in range(12)]
     plan = schedule(busy("w-1: GPU=12"), pending, config, 0.0)
@@ -116,7 +116,7 @@ def test_weights_divide_the_surplus():
 
 
 def test_a_blocked_queue_does_not_block_other_queues():
-    config = SchedulerConfig(queues=[queue("a"), queue("b")])
+    config = PolicyConfig(queues=[queue("a"), queue("b")])
     pending = [
         gang("a-big", "4xGPU=1", "STRICT_PACK", queue="a", priority=100, seq=0),
         gang("a-small", "GPU=1", queue="a", seq=1),
@@ -129,7 +129,7 @@ def test_a_blocked_queue_does_not_block_other_queues():
 
 
 def test_queue_positions():
-    config = SchedulerConfig(queues=[queue("a"), queue("b")])
+    config = PolicyConfig(queues=[queue("a"), queue("b")])
     pending = [
         gang("a-1", "8xGPU=1", queue="a", priority=10, seq=0),
         gang("a-2", "8xGPU=1", queue="a", priority=100, seq=1),
@@ -140,7 +140,7 @@ def test_queue_positions():
 
 
 def test_gangs_of_a_queue_removed_from_the_config_wait_with_the_reason():
-    config = SchedulerConfig(queues=[queue("a")])
+    config = PolicyConfig(queues=[queue("a")])
     plan = schedule(busy("w-1: GPU=8"), [gang("g", "GPU=1", queue="gone")], config, 0.0)
     assert plan.waiting["g"].code is WaitCode.UNSCHEDULABLE
     assert plan.waiting["g"].message.startswith("queue: unknown queue 'gone'")
@@ -148,7 +148,7 @@ def test_gangs_of_a_queue_removed_from_the_config_wait_with_the_reason():
 
 def test_a_queue_over_a_lowered_limit_in_one_resource_still_admits_gangs_not_using_it():
     # CPU limit lowered below what runs already; a GPU-only gang adds no CPU
-    config = SchedulerConfig(queues=[queue("a", limit="CPU=2 GPU=8")])
+    config = PolicyConfig(queues=[queue("a", limit="CPU=2 GPU=8")])
     snapshot = busy("w-1: GPU=8 CPU=16", placed=[running("t1", "w-1: 4xCPU=1", queue="a")])
     plan = schedule(snapshot, [gang("g", "2xGPU=1", queue="a"),
                                gang("h", "CPU=1", queue="a")], config, 0.0)

@@ -7,7 +7,7 @@ from fastapi.testclient import TestClient
 
 from raygang.server.app import create_app
 from raygang.server.auth import AuthConfig
-from raygang.server.backend import SchedulerUnavailable
+from raygang.runtime.client import SchedulerUnavailable
 
 
 class Answers:

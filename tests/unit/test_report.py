@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from raygang.core import SchedulerConfig
+from raygang.core import PolicyConfig
 from raygang.core.report import queue_report
 
 from tests.unit.builders import busy, gang, queue, res, running
 
 
 def test_queue_report_counts_usage_pending_and_fair_share_up_the_tree():
-    config = SchedulerConfig(queues=[
+    config = PolicyConfig(queues=[
         queue("org", quota="GPU=8"), queue("a", "org", quota="GPU=4", limit="GPU=6"),
         queue("b", "org"),
     ])

@@ -9,8 +9,8 @@ import pytest
 from raygang.core.capacity import Capacity
 from raygang.core.placement import place
 from raygang.core.plan import Plan, WaitCode, Waiting
-from raygang.core.config import SchedulerConfig
-from raygang.core.scale import NodeGroup, ScaleConfig, default_cost, plan_scale, scale_candidates
+from raygang.core.config import PolicyConfig
+from raygang.core.scale import NodeGroup, ScalePolicy, default_cost, plan_scale, scale_candidates
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, NodeState
 from tests.unit.builders import cluster, gang, gangs, res, running, busy
@@ -22,7 +22,7 @@ HEAD = "head: CPU=0"
 
 
 def scale(waiting, groups, snapshot=None, node_groups=None, idle_since=None, busy_nodes=(),
-          now=1000.0, config=ScaleConfig(), last_scale_up=None):
+          now=1000.0, config=ScalePolicy(), last_scale_up=None):
     return plan_scale(snapshot or cluster(HEAD), waiting, groups, node_groups or {},
                       idle_since or {}, set(busy_nodes), config, now, last_scale_up)
 
@@ -141,7 +141,7 @@ def test_hysteresis_departure_does_not_lower_desired():
     assert gone.desired == {"cpu": 1}
     # Up and idle past the timeout, but the group scaled up too recently.
     snap = cluster(HEAD, "w-1: CPU=16")
-    config = ScaleConfig(idle_timeout_s=5, scale_down_delay_s=60)
+    config = ScalePolicy(idle_timeout_s=5, scale_down_delay_s=60)
     early = scale([], [NodeGroup("cpu", res("CPU=16"), nodes=1)], snap, {"w-1": "cpu"},
                   {"w-1": 20.0}, now=50.0, config=config, last_scale_up={"cpu": 0.0})
     assert early.release == () and early.desired == {"cpu": 1}
@@ -195,7 +195,7 @@ def test_scale_candidates_skip_limit_and_queue_problems():
         "b": Waiting("b", WaitCode.LIMIT, ""),
         "c": Waiting("c", WaitCode.UNSCHEDULABLE, ""),
     }
-    out = scale_candidates(reversed(pending), Plan(waiting=waiting), SchedulerConfig())
+    out = scale_candidates(reversed(pending), Plan(waiting=waiting), PolicyConfig())
     assert [g.gang_id for g in out] == ["a", "c"]
 
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 import pytest
 
 from raygang.core import Resources
-from raygang.core.config import NodeType, ScaleConfig, SchedulerConfig
+from raygang.control.config import ScaleConfig, SchedulerConfig
+from raygang.core.config import NodeType
 from raygang.core.scale import NodeGroup, ScalePlan
-from raygang.runtime.records import GangRecord
+from raygang.control.records import GangRecord
 from raygang.runtime.scaling import AutoscalerScaler, KubeRayScaler, Request, ScaleDriver
 from tests.kube_standin import KubeStandIn
 from tests.unit.builders import spec

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from raygang.core import Admission, PlacedGang, Plan, SchedulerConfig, WaitCode, schedule
+from raygang.core import Admission, PlacedGang, Plan, PolicyConfig, WaitCode, schedule
 
 from tests.unit.builders import assignment, cluster, gang, gangs, res
 
@@ -200,7 +200,7 @@ def _run(case: Case, order: list[int] | None = None) -> Plan:
     pending = gangs(*case.gangs)
     if order is not None:
         pending = [pending[i] for i in order]
-    return schedule(cluster(*case.nodes), pending, SchedulerConfig(backfill=case.backfill), 7.5)
+    return schedule(cluster(*case.nodes), pending, PolicyConfig(backfill=case.backfill), 7.5)
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.name) for c in CASES])
@@ -240,7 +240,7 @@ def test_total_order_priority_then_seq_then_id():
         gang("a", "GPU=1", priority=0, seq=2),
         gang("f", "GPU=1", priority=-1, seq=0),
     ]
-    plan = schedule(cluster("w-1: GPU=8"), pending, SchedulerConfig(), 0.0)
+    plan = schedule(cluster("w-1: GPU=8"), pending, PolicyConfig(), 0.0)
     assert plan.admitted_ids == ["b", "d", "e", "a", "c", "f"]
     assert [g.gang_id for g in sorted(pending, key=lambda g: g.order_key())] == plan.admitted_ids
 
@@ -252,21 +252,21 @@ def test_scarce_capacity_goes_by_the_total_order():
         gang("c", "2xGPU=1", priority=1, seq=4),
         gang("d", "2xGPU=1", priority=1, seq=4),
     ]
-    plan = schedule(cluster("w-1: GPU=4"), pending, SchedulerConfig(backfill=True), 0.0)
+    plan = schedule(cluster("w-1: GPU=4"), pending, PolicyConfig(backfill=True), 0.0)
     assert plan.admitted_ids == ["c", "d"]
     assert {g: w.code for g, w in plan.waiting.items()} == {"b": NO_FIT, "a": NO_FIT}
 
 
 def test_empty_inputs():
-    assert schedule(cluster("w-1: GPU=1"), [], SchedulerConfig(), 1.0) == Plan(at=1.0)
-    plan = schedule(cluster(), [gang("g", "GPU=1")], SchedulerConfig(), 0.0)
+    assert schedule(cluster("w-1: GPU=1"), [], PolicyConfig(), 1.0) == Plan(at=1.0)
+    plan = schedule(cluster(), [gang("g", "GPU=1")], PolicyConfig(), 0.0)
     assert plan.admissions == ()
     assert plan.waiting["g"].code is UNSCHEDULABLE
     assert "no alive node" in plan.waiting["g"].message
 
 
 def test_all_nodes_dead():
-    plan = schedule(cluster("w-1: GPU=8 dead"), [gang("g", "GPU=1")], SchedulerConfig(), 0.0)
+    plan = schedule(cluster("w-1: GPU=8 dead"), [gang("g", "GPU=1")], PolicyConfig(), 0.0)
     assert plan.waiting["g"].code is UNSCHEDULABLE
 
 
@@ -274,9 +274,9 @@ def test_placed_gangs_in_the_snapshot_are_not_scheduled_again():
     # `free` already excludes what running gangs hold; `placed` is information only.
     running = PlacedGang("run", 100, (("w-1", res("GPU=4")),))
     snapshot = cluster("w-1: GPU=8 free GPU=4", placed=[running])
-    plan = schedule(snapshot, [gang("g", "8xGPU=1")], SchedulerConfig(), 0.0)
+    plan = schedule(snapshot, [gang("g", "8xGPU=1")], PolicyConfig(), 0.0)
     assert plan.waiting["g"].code is NO_FIT
-    plan = schedule(snapshot, [gang("g", "4xGPU=1")], SchedulerConfig(), 0.0)
+    plan = schedule(snapshot, [gang("g", "4xGPU=1")], PolicyConfig(), 0.0)
     assert plan.admitted_ids == ["g"]
 
 
@@ -284,14 +284,14 @@ def test_schedule_does_not_change_its_inputs():
     snapshot = cluster("w-1: GPU=4", "w-2: GPU=4 free GPU=1")
     pending = [gang("a", "4xGPU=1"), gang("b", "GPU=1")]
     before = (snapshot, list(pending))
-    first = schedule(snapshot, pending, SchedulerConfig(), 0.0)
+    first = schedule(snapshot, pending, PolicyConfig(), 0.0)
     assert (snapshot, pending) == before
     assert snapshot.node("w-1").free == snapshot.node("w-1").total
-    assert schedule(snapshot, pending, SchedulerConfig(), 0.0) == first
+    assert schedule(snapshot, pending, PolicyConfig(), 0.0) == first
 
 
 def test_plan_is_read_only():
-    plan = schedule(cluster("w-1: GPU=1"), [gang("a", "2xGPU=1")], SchedulerConfig(), 0.0)
+    plan = schedule(cluster("w-1: GPU=1"), [gang("a", "2xGPU=1")], PolicyConfig(), 0.0)
     with pytest.raises(TypeError):
         plan.waiting["x"] = None  # type: ignore[index]
 
@@ -299,7 +299,7 @@ def test_plan_is_read_only():
 def test_a_gang_that_can_never_fit_says_so_even_behind_a_blocker():
     snapshot = cluster("w-1: GPU=4 free GPU=1", "w-2: GPU=4 free GPU=1")
     pending = gangs(("blocked", "4xGPU=1", "STRICT_PACK"), ("never", "5xGPU=1", "STRICT_PACK"))
-    plan = schedule(snapshot, pending, SchedulerConfig(), 0.0)
+    plan = schedule(snapshot, pending, PolicyConfig(), 0.0)
     assert plan.waiting["blocked"].code is WaitCode.NO_FIT
     assert plan.waiting["never"].code is WaitCode.UNSCHEDULABLE
     assert "even empty" in plan.waiting["never"].message

@@ -18,7 +18,7 @@ from raygang.core import (
     PendingGang,
     Plan,
     Resources,
-    SchedulerConfig,
+    PolicyConfig,
     Strategy,
     WaitCode,
     place,
@@ -84,7 +84,7 @@ def random_gangs(rng: random.Random) -> list[PendingGang]:
 def _case(seed: int, backfill: bool):
     rng = random.Random(seed)
     snapshot, pending = random_cluster(rng), random_gangs(rng)
-    plan = schedule(snapshot, pending, SchedulerConfig(backfill=backfill), float(seed))
+    plan = schedule(snapshot, pending, PolicyConfig(backfill=backfill), float(seed))
     return snapshot, pending, plan
 
 
@@ -185,7 +185,7 @@ def test_deterministic_whatever_the_input_order(backfill):
         rng.shuffle(nodes)
         rng.shuffle(queue)
         again = schedule(
-            ClusterSnapshot(tuple(nodes)), queue, SchedulerConfig(backfill=backfill), float(seed)
+            ClusterSnapshot(tuple(nodes)), queue, PolicyConfig(backfill=backfill), float(seed)
         )
         assert again == plan, seed
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from raygang.runtime.store import MemoryStore, SqliteStore, Store
+from raygang.control.store import MemoryStore, SqliteStore, Store
 
 
 def contract(store: Store) -> None:
@@ -56,7 +56,7 @@ def test_sqlite_writes_from_many_tasks_at_once(tmp_path):
 
 @pytest.mark.parametrize("table", ["a/b"])
 def test_gcs_table_names_cannot_hold_a_slash(table):
-    from raygang.runtime.store import GcsStore
+    from raygang.runtime.gcs_store import GcsStore
 
     with pytest.raises(ValueError, match="contains '/'"):
         GcsStore._key(table, "k")

@@ -17,7 +17,7 @@ from raygang.core import (
     PendingGang,
     PlacedGang,
     Resources,
-    SchedulerConfig,
+    PolicyConfig,
     Strategy,
     schedule,
 )
@@ -64,7 +64,7 @@ def scenario(seed: int):
                  queue=rng.choice(QUEUES))
         pc = CONFIG_CLASSES[cls]
         pending.append(PendingGang(f"p-{g}", s, pc.value, seq=g, preemptible=pc.preemptible))
-    config = SchedulerConfig(
+    config = PolicyConfig(
         queues=[queue(q, quota=f"GPU={rng.choice([0, 2, 4])}",
                       limit=rng.choice([None, None, "GPU=6"])) for q in QUEUES],
         backfill=rng.random() < 0.5,
@@ -73,7 +73,7 @@ def scenario(seed: int):
     return busy(*nodes, placed=running), pending, config
 
 
-CONFIG_CLASSES = {c.name: c for c in SchedulerConfig().priority_classes}
+CONFIG_CLASSES = {c.name: c for c in PolicyConfig().priority_classes}
 
 
 @pytest.mark.parametrize("chunk", range(3))

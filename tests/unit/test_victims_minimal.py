@@ -24,7 +24,7 @@ from raygang.core import (
     Plan,
     Resources,
     RoleSpec,
-    SchedulerConfig,
+    PolicyConfig,
     Strategy,
     place,
     schedule,
@@ -44,7 +44,7 @@ GANG_BUNDLES = [R(CPU=1, GPU=1), R(CPU=2), R(CPU=1), R(GPU=1), R(CPU=3)]
 QUEUES = ("a", "b")
 
 
-def scenario(seed: int) -> tuple[ClusterSnapshot, list[PendingGang], SchedulerConfig]:
+def scenario(seed: int) -> tuple[ClusterSnapshot, list[PendingGang], PolicyConfig]:
     rng = random.Random(seed)
     totals = {f"n{i}": R(CPU=rng.choice([1, 2, 3, 4]), GPU=rng.choice([1, 2, 2, 3]))
               for i in range(rng.randint(2, 3))}
@@ -69,12 +69,12 @@ def scenario(seed: int) -> tuple[ClusterSnapshot, list[PendingGang], SchedulerCo
                         queue=rng.choice(QUEUES))
         pending.append(PendingGang(f"p{p}", spec, 1000, seq=p, preemptible=False))
     limit = rng.choice([None, None, None, "GPU=5", "CPU=5"])
-    config = SchedulerConfig(queues=[queue("a", limit=limit), queue("b")])
+    config = PolicyConfig(queues=[queue("a", limit=limit), queue("b")])
     return ClusterSnapshot(nodes, tuple(placed)), pending, config
 
 
 def unneeded_victims(plan: Plan, snapshot: ClusterSnapshot, pending: list[PendingGang],
-                     config: SchedulerConfig) -> list[tuple[str, str]]:
+                     config: PolicyConfig) -> list[tuple[str, str]]:
     """(preemptor, victim) for every kept victim the preemptor would fit without, replaying
     the cycle's admissions in order on the snapshot (earlier ones reserved, their victims
     freed): a fit is room for `place` and no limit broken."""
@@ -117,7 +117,7 @@ def test_the_reported_case_keeps_only_the_victim_it_needs():
                     roles=(RoleSpec(name="r0", replicas=2, resources=R(CPU=2)),
                            RoleSpec(name="r1", resources=R(CPU=1, GPU=1))))
     plan = schedule(ClusterSnapshot(nodes, placed), [PendingGang("g", spec, 1000, 0)],
-                    SchedulerConfig(), NOW)
+                    PolicyConfig(), NOW)
     assert [(a.nodes, a.victims) for a in plan.admissions] == [(("n1", "n1", "n0"), ("v0",))]
 
 

@@ -3,10 +3,9 @@
 A write returns once the record is durable in the store, so the scheduler acknowledges a
 submission, cancellation or queue change only after it is written. Two stores:
 
-- `GcsStore` (default): Ray's GCS key-value store, in a namespace of its own. It survives
-  restarts of the scheduler actor; with GCS fault tolerance (KubeRay's external Redis) it
-  survives a restart of the head too. Calls are the GCS client's async ones, so the
-  scheduler's event loop is never blocked on them.
+- `GcsStore` (default, `runtime/gcs_store.py`: it needs Ray): Ray's GCS key-value store,
+  in a namespace of its own. It survives restarts of the scheduler actor; with GCS fault
+  tolerance (KubeRay's external Redis) it survives a restart of the head too.
 - `SqliteStore`: a SQLite file, for a plain local setup where the head may restart without
   GCS fault tolerance. Writes are committed (`synchronous=FULL`, write-ahead log) before
   they return; they run in a thread.
@@ -23,8 +22,6 @@ import threading
 from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-
-GCS_NAMESPACE = "raygang-state"
 
 
 class Store(ABC):
@@ -73,52 +70,6 @@ class MemoryStore(Store):
 
     async def keys(self, table: str) -> list[str]:
         return list(self._tables.get(table, {}))
-
-
-class GcsStore(Store):
-    """Ray's GCS key-value store; keys are `<table>/<key>` in namespace `namespace`."""
-
-    def __init__(self, namespace: str = GCS_NAMESPACE, timeout_s: float = 30.0):
-        from ray.experimental.internal_kv import internal_kv_get_gcs_client
-
-        self._client = internal_kv_get_gcs_client()
-        self._namespace = namespace.encode()
-        self._timeout = timeout_s
-
-    @staticmethod
-    def _key(table: str, key: str) -> bytes:
-        if "/" in table:
-            raise ValueError(f"table name {table!r} contains '/'")
-        return f"{table}/{key}".encode()
-
-    async def put(self, table: str, key: str, value: bytes) -> None:
-        await self._client.async_internal_kv_put(
-            self._key(table, key), value, True, namespace=self._namespace,
-            timeout=self._timeout)
-
-    async def delete(self, table: str, key: str) -> None:
-        await self._client.async_internal_kv_del(
-            self._key(table, key), False, namespace=self._namespace, timeout=self._timeout)
-
-    async def get(self, table: str, key: str) -> bytes | None:
-        return await self._client.async_internal_kv_get(
-            self._key(table, key), namespace=self._namespace, timeout=self._timeout)
-
-    async def keys(self, table: str) -> list[str]:
-        prefix = self._key(table, "")
-        keys = await self._client.async_internal_kv_keys(
-            prefix, namespace=self._namespace, timeout=self._timeout)
-        return [k[len(prefix):].decode() for k in keys]
-
-    async def load(self, table: str) -> dict[str, bytes]:
-        prefix = self._key(table, "")
-        keys = await self._client.async_internal_kv_keys(
-            prefix, namespace=self._namespace, timeout=self._timeout)
-        if not keys:
-            return {}
-        values = await self._client.async_internal_kv_multi_get(
-            keys, namespace=self._namespace, timeout=self._timeout)
-        return {k[len(prefix):].decode(): v for k, v in values.items() if v is not None}
 
 
 class SqliteStore(Store):

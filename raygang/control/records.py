@@ -8,29 +8,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raygang.core.gang import GangState, PendingGang
+from raygang.core.lifecycle import Life, Outcome, check_move
 from raygang.core.plan import WaitCode
 from raygang.core.snapshot import PlacedGang
 from raygang.core.spec import GangSpec
-from raygang.runtime.program import RoleProgram
-from raygang.runtime.status import GangError, GangEvent, GangStatus, MemberStatus
+from raygang.control.program import RoleProgram
+from raygang.control.status import GangError, GangEvent, GangStatus, MemberStatus
 
 MAX_EVENTS = 500
-
-# Which moves a gang may make. Anything else is a bug in the scheduler, caught loudly.
-_ALLOWED: dict[GangState, set[GangState]] = {
-    GangState.PENDING: {GangState.ADMITTED, GangState.CANCELLED},
-    GangState.ADMITTED: {GangState.RESERVED, GangState.PENDING, GangState.RESTARTING,
-                         GangState.FAILED, GangState.CANCELLED, GangState.PREEMPTED},
-    GangState.RESERVED: {GangState.STARTING, GangState.RESTARTING, GangState.FAILED,
-                         GangState.CANCELLED, GangState.PREEMPTED},
-    GangState.STARTING: {GangState.RUNNING, GangState.RESTARTING, GangState.FAILED,
-                         GangState.CANCELLED, GangState.PREEMPTED},
-    GangState.RUNNING: {GangState.SUCCEEDED, GangState.RESTARTING, GangState.FAILED,
-                        GangState.CANCELLED, GangState.PREEMPTED},
-    GangState.RESTARTING: {GangState.PENDING, GangState.CANCELLED},
-    GangState.PREEMPTED: {GangState.PENDING, GangState.CANCELLED},
-}
-
 
 @dataclass
 class GangRecord:
@@ -70,16 +55,46 @@ class GangRecord:
     results_kept: bool = False  # its results are in the store (see StateConfig)
     saving: Any = field(default=None, repr=False)  # the future of that first write
     on_change: Callable[[GangRecord], None] | None = field(default=None, repr=False)
-    task: asyncio.Task | None = None
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     released: asyncio.Event = field(default_factory=asyncio.Event)  # RUNNING or finished
 
+    def life(self) -> Life:
+        """What the lifecycle's decisions read of this gang."""
+        return Life(self.state, self.restarts, self.spec.max_restarts, self.stopping,
+                    self.cancel_reason)
+
+    def apply(self, outcome: Outcome, now: float) -> None:
+        """Carry out a lifecycle decision: its moves in order (one to the state the gang is
+        in is an event of its history only), and what it says about restarts and time."""
+        if outcome.requeued_after_restart:
+            first, *rest = outcome.moves
+            self.requeue_after_restart(first.reason, now)
+        else:
+            rest = list(outcome.moves)
+        if outcome.restarts is not None:
+            self.restarts = outcome.restarts
+        if outcome.not_before is not None:
+            self.not_before = outcome.not_before
+        if outcome.stopping is not None:
+            self.stopping = outcome.stopping
+        if outcome.preempted_by is not None:
+            self.preempted_by = outcome.preempted_by
+        for move in rest:
+            if move.to is self.state:
+                self.note(move.reason, now)
+            else:
+                self.move(move.to, move.reason, now)
+
+    def note(self, reason: str, now: float) -> None:
+        """An event in the gang's history that changes nothing else."""
+        self.events.append(GangEvent(at=now, from_state=self.state, to_state=self.state,
+                                     reason=reason))
+        self._trim_events()
+
     def move(self, to: GangState, reason: str, now: float) -> None:
-        if to not in _ALLOWED.get(self.state, set()):
-            raise RuntimeError(f"gang {self.gang_id}: illegal move {self.state.value} -> {to.value}")
+        check_move(self.gang_id, self.state, to)
         self.events.append(GangEvent(at=now, from_state=self.state, to_state=to, reason=reason))
-        if len(self.events) > MAX_EVENTS:  # e.g. requeued every reservation timeout for days
-            del self.events[1 : len(self.events) - MAX_EVENTS + 1]  # keep "submitted"
+        self._trim_events()
         self.state = to
         self.reason = reason or None
         if to is not GangState.PENDING:
@@ -99,6 +114,10 @@ class GangRecord:
             self.released.set()
         if self.on_change is not None:
             self.on_change(self)
+
+    def _trim_events(self) -> None:
+        if len(self.events) > MAX_EVENTS:  # e.g. requeued every reservation timeout for days
+            del self.events[1 : len(self.events) - MAX_EVENTS + 1]  # keep "submitted"
 
     def requeue_after_restart(self, reason: str, now: float) -> None:
         """Back to PENDING from wherever a restarted scheduler found it (a move no running

@@ -6,20 +6,21 @@ line (priority, sequence, submission time), its idempotency key, and where it st
 (state, reason, restarts, preemptions, error, cancellation, history). Member handles, the
 asyncio task and result refs live only in the scheduler process. Queue changes made at run
 time are records of table `queues`.
+
+Records are pickled with the `pickler` given (a module with `dumps` and `loads`): the Ray
+runtime gives Ray's cloudpickle, which ships user code defined in a driver script by value;
+the default, the standard `pickle`, suits code that can be imported by name.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import pickle
+from typing import Any, Protocol
 
-from ray import cloudpickle
-
-from raygang.core.config import StateConfig
 from raygang.core.gang import GangState
 from raygang.core.queues import QueueSpec
 from raygang.core.spec import DeploymentSpec, GangSpec
-from raygang.runtime.records import GangRecord
-from raygang.runtime.store import GcsStore, MemoryStore, SqliteStore, Store
+from raygang.control.records import GangRecord
 
 GANGS = "gangs"
 QUEUES = "queues"
@@ -32,16 +33,12 @@ _KEPT = ("gang_id", "kind", "priority", "seq", "submitted_at", "preemptible",
          "idempotency_key", "fingerprint", "not_before", "results_kept")
 
 
-def open_store(config: StateConfig) -> Store:
-    if config.store == "memory":
-        return MemoryStore()
-    if config.store == "sqlite":
-        assert config.path is not None
-        return SqliteStore(config.path)
-    return GcsStore()
+class Pickler(Protocol):
+    def dumps(self, obj: Any) -> bytes: ...
+    def loads(self, data: bytes) -> Any: ...
 
 
-def dump_gang(record: GangRecord) -> bytes:
+def dump_gang(record: GangRecord, pickler: Pickler = pickle) -> bytes:
     data: dict[str, Any] = {name: getattr(record, name) for name in _KEPT}
     data.update(
         format=FORMAT,
@@ -52,11 +49,11 @@ def dump_gang(record: GangRecord) -> bytes:
             mode="json"),
         app=record.app,
     )
-    return cloudpickle.dumps(data)
+    return pickler.dumps(data)
 
 
-def load_gang(raw: bytes) -> GangRecord:
-    data = cloudpickle.loads(raw)
+def load_gang(raw: bytes, pickler: Pickler = pickle) -> GangRecord:
+    data = pickler.loads(raw)
     if data.get("format") != FORMAT:
         raise ValueError(f"gang record format {data.get('format')!r}, expected {FORMAT}")
     record = GangRecord(

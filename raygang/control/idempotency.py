@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable
 
-from raygang.runtime.errors import IdempotencyConflictError
+from raygang.control.errors import IdempotencyConflictError
 
 TTL_S = 24 * 3600.0
 MAX_KEYS = 100_000

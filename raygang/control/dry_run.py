@@ -5,8 +5,8 @@ from __future__ import annotations
 from raygang.core.gang import PendingGang
 from raygang.core.plan import Plan
 from raygang.core.snapshot import ClusterSnapshot
-from raygang.runtime.records import GangRecord
-from raygang.runtime.status import DryRunResult, Victim
+from raygang.control.records import GangRecord
+from raygang.control.status import DryRunResult, Victim
 
 
 def dry_run_result(plan: Plan, probe: PendingGang, snapshot: ClusterSnapshot,

@@ -1,0 +1,162 @@
+"""A gang driver: one admitted gang's life on the cluster, as an asyncio task.
+
+It waits for the gangs whose capacity it takes to be gone, reserves, starts the members,
+releases them past the launch barrier and waits for the end; told to stop (preemption),
+it signals the members and gives them their grace period. Whatever happens is reported to
+the lifecycle (`core.lifecycle.decide`) as an event, and the decision is applied to the
+gang's record; every path ends in `_release`, which frees what the gang holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+
+from raygang.control.journal import Journal
+from raygang.control.ports import Cluster, GangRun, MemberFailure, ReservationTimeout
+from raygang.control.records import GangRecord
+from raygang.control.status import GangError
+from raygang.control.tasks import cancel_and_wait, run_to_completion
+from raygang.core.gang import GangState
+from raygang.core.lifecycle import (
+    Event,
+    Finished,
+    Interrupted,
+    MemberFailed,
+    PreemptionSignalled,
+    Released,
+    Reserved,
+    ReservationTimedOut,
+    RestartPolicy,
+    decide,
+)
+
+log = logging.getLogger(__name__)
+
+
+def still_finishing(replies: Sequence[dict]) -> list[int]:
+    """Ranks of the members a preempted gang's grace period still waits for: those whose
+    body was running when they replied and that ran no hook (a body watching
+    `get_context().preempted` may checkpoint and return). A member whose hooks returned
+    is done (its hooks are its checkpoint), and so is a member with no body left to run
+    (a service without `on_preempt()`: nothing in it can react), a dead one, and one
+    that did not answer within the grace."""
+    return [r["rank"] for r in replies
+            if r.get("running") and not r.get("hooks") and r.get("error") is None]
+
+
+class GangDriver:
+    def __init__(self, record: GangRecord, run: GangRun, *, cluster: Cluster, journal: Journal,
+                 policy: Callable[[], RestartPolicy], clock: Callable[[], float],
+                 wake_after: Callable[[float], None],
+                 released: Callable[[GangDriver], None]):
+        self.record = record
+        self.run = run
+        self._cluster = cluster
+        self._journal = journal
+        self._policy = policy
+        self._clock = clock
+        self._wake_after = wake_after
+        self._released = released
+        self.task: asyncio.Task | None = None
+        self.done = False  # released: it holds nothing any more
+        self._releasing = False
+        self._released_event = asyncio.Event()
+
+    def start(self, waits_for: Sequence[asyncio.Task] = (), adopted: bool = False) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._drive(list(waits_for),
+                                                                       adopted))
+
+    def decide(self, event: Event) -> None:
+        """Apply the lifecycle's decision on `event` to the gang."""
+        now = self._clock()
+        outcome = decide(self.record.life(), event, self._policy(), now)
+        self.record.apply(outcome, now)
+        if outcome.not_before is not None:  # a restart waits: look again when it may run
+            self._wake_after(max(0.0, outcome.not_before - now))
+
+    # The drive ------------------------------------------------------------------------
+    async def _drive(self, waits_for: list[asyncio.Task], adopted: bool) -> None:
+        record, run = self.record, self.run
+        try:
+            if adopted:  # started by the previous scheduler process: pick up its run
+                results = await run.resume()
+            else:
+                if waits_for:  # their resources are promised to this gang: wait until freed
+                    await asyncio.wait(waits_for)
+                await run.reserve()
+                self.decide(Reserved())
+                await run.start_members()
+                self.decide(Released())
+                # Stored before the release: a restarted scheduler then adopts the gang.
+                await run_to_completion(self._journal.write(record))
+                results = await run.run()
+            if not record.stopping:
+                record.result_refs = results
+            self.decide(Finished())
+        except ReservationTimeout as timeout:
+            self.decide(ReservationTimedOut(str(timeout)))
+        except MemberFailure as failure:
+            self._failed(failure.error)
+        except asyncio.CancelledError:
+            self.decide(Interrupted())
+        except Exception as error:  # an error of the cluster while applying: this gang only
+            log.exception("launch of %s failed", record.gang_id)
+            self._failed(GangError(error_type=type(error).__name__, message=str(error)))
+        finally:
+            await self._release()
+
+    def _failed(self, error: GangError) -> None:
+        self.record.error = error
+        self.decide(MemberFailed(error.summary))
+
+    async def _release(self) -> None:
+        """Free everything the gang's run holds. How the gang ended is written first: a
+        scheduler restarting in between must not run it again."""
+        if self._releasing:  # under way (a cancellation and a preemption at once)
+            await self._released_event.wait()
+            return
+        self._releasing = True
+        record = self.record
+        if record.state is GangState.SUCCEEDED and record.result_refs:
+            await run_to_completion(self._journal.keep_results(record, self._cluster.fetch))
+        if record.state.finished:
+            await run_to_completion(self._journal.write(record))
+        await self.run.close()
+        record.nodes = ()
+        record.stopping = None
+        self.done = True
+        self._released_event.set()
+        self._released(self)
+
+    # Stopping -------------------------------------------------------------------------
+    def preempt(self, stopping: str, why: str) -> None:
+        """Tell the gang it is being preempted (`stopping`: by whom), give it its grace
+        period, then stop it; it goes back to its queue."""
+        self.decide(PreemptionSignalled(stopping, why, self.record.spec.preemption_grace_s))
+        asyncio.get_running_loop().create_task(self._stop())
+
+    async def _stop(self) -> None:
+        grace = self.record.spec.preemption_grace_s
+        if self.record.state is GangState.RUNNING and grace > 0:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + grace
+            replies = await self.run.signal_preempt(grace)
+            # The grace period ends as soon as no member has anything left to finish.
+            busy = still_finishing(replies)
+            if busy:
+                await self.run.wait_bodies(busy, deadline - loop.time())
+        await self.halt()
+
+    async def halt(self) -> None:
+        """Cancel the drive and wait until the gang is torn down. A drive cancelled before
+        its first step never runs at all, not even its `finally` (a gang cancelled in the
+        instant after admission): then do here what the drive would have."""
+        task = self.task
+        if task is None:
+            return
+        await cancel_and_wait(task)
+        if not self._releasing:
+            self.decide(Interrupted())
+        await self._release()

@@ -1,0 +1,96 @@
+"""The fleet: one driver per gang the cluster holds something for; it carries out a
+plan's admissions and preemptions, and hands back what a gang held once it is released."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from raygang.control.driver import GangDriver
+from raygang.control.journal import Journal
+from raygang.control.ports import Cluster, GangRun, Metrics
+from raygang.control.records import GangRecord
+from raygang.control.registry import Registry
+from raygang.core.lifecycle import Admitted, Adopted, RestartPolicy
+from raygang.core.plan import Admission, Preemption
+from raygang.core.snapshot import PlacedGang
+
+
+class Fleet:
+    def __init__(self, registry: Registry, cluster: Cluster, journal: Journal,
+                 metrics: Metrics, policy: Callable[[], RestartPolicy],
+                 clock: Callable[[], float], wake_after: Callable[[float], None],
+                 released: Callable[[GangRecord], None]):
+        self._registry = registry
+        self._cluster = cluster
+        self._journal = journal
+        self._metrics = metrics
+        self._policy = policy
+        self._clock = clock
+        self._wake_after = wake_after
+        self._on_released = released
+        self._drivers: dict[str, GangDriver] = {}
+
+    def __contains__(self, gang_id: object) -> bool:
+        return gang_id in self._drivers
+
+    def __iter__(self) -> Iterator[GangRecord]:
+        """The gangs that hold (or are about to hold) capacity."""
+        return (d.record for d in self._drivers.values())
+
+    def driver(self, gang_id: str) -> GangDriver | None:
+        return self._drivers.get(gang_id)
+
+    def held(self) -> list[PlacedGang]:
+        return [d.record.placed_view() for d in self._drivers.values()]
+
+    def admit(self, record: GangRecord, admission: Admission, now: float) -> None:
+        """Start driving a gang the plan admitted, once the gangs whose capacity it takes
+        (`admission.waits_for`) are gone."""
+        self._metrics.admitted(record, now)
+        record.nodes = admission.nodes
+        record.members = []
+        # Its own victims, and those of other gangs whose freed capacity it takes (the
+        # same cycle's): until they are gone it neither reserves nor starts its timeout.
+        waits = [d.task for g in admission.waits_for
+                 if (d := self._drivers.get(g)) is not None and d.task is not None]
+        run = self._cluster.new_run(record, admission.nodes,
+                                    record.restarts + record.preemptions,
+                                    record.members.append)
+        driver = self._driver(record, run)
+        driver.decide(Admitted(len(set(admission.nodes)), len(waits)))
+        driver.start(waits)
+
+    def adopt(self, record: GangRecord, run: GangRun) -> None:
+        """Take over a running gang a previous scheduler process started (recovery)."""
+        driver = self._driver(record, run)
+        driver.decide(Adopted())
+        driver.start(adopted=True)
+
+    def preempt(self, preemption: Preemption) -> None:
+        """Tell the victim, give it its grace period, then stop it (it requeues)."""
+        victim = self._registry.get(preemption.victim)
+        preemptor = self._registry.get(preemption.preemptor)
+        driver = self._drivers.get(victim.gang_id)
+        if driver is None or victim.stopping is not None:
+            return  # it ended on its own meanwhile
+        self._metrics.preempted(victim, preemptor, preemption)
+        verb = "reclaimed" if preemption.action == "reclaim" else "preempted"
+        driver.preempt(f"{verb} by {preemptor.display}", preemption.reason)
+
+    async def halt(self, gang_id: str) -> None:
+        """Stop a gang's drive and wait until it holds nothing (cancellation)."""
+        driver = self._drivers.get(gang_id)
+        if driver is not None:
+            await driver.halt()
+
+    def _driver(self, record: GangRecord, run: GangRun) -> GangDriver:
+        driver = GangDriver(record, run, cluster=self._cluster, journal=self._journal,
+                            policy=self._policy, clock=self._clock,
+                            wake_after=self._wake_after, released=self._released)
+        self._drivers[record.gang_id] = driver
+        return driver
+
+    def _released(self, driver: GangDriver) -> None:
+        if self._drivers.get(driver.record.gang_id) is driver:
+            del self._drivers[driver.record.gang_id]
+        self._on_released(driver.record)

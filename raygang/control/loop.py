@@ -1,0 +1,176 @@
+"""The scheduling loop: observe the cluster -> `core.schedule` -> apply the plan.
+
+It wakes on every submission, cancellation and gang completion, and at least every
+`resync_interval_s` to notice changes it did not cause (nodes joining, other work
+ending). A cycle that fails is logged and kept as `last_error`; the loop goes on. With
+scaling on, a second loop sizes the cluster to what waits after every cycle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Callable
+
+from raygang.control.config import SchedulerConfig
+from raygang.control.fleet import Fleet
+from raygang.control.ports import Cluster, Metrics, Scaling
+from raygang.control.registry import Registry
+from raygang.core.gang import GangState
+from raygang.core.plan import Plan
+from raygang.core.scale import scale_candidates
+from raygang.core.schedule import schedule
+from raygang.core.snapshot import ClusterSnapshot
+
+log = logging.getLogger(__name__)
+
+METRICS_REFRESH_S = 1.0
+NODE_WAIT_POLL_S = 0.2
+RELEASE_RECHECK_S = (0.1, 0.3, 1.0)  # wakes after a gang is released (GCS view lag)
+
+
+class SchedulingLoop:
+    def __init__(self, registry: Registry, fleet: Fleet, cluster: Cluster, metrics: Metrics,
+                 scaling: Scaling | None, config: Callable[[], SchedulerConfig],
+                 clock: Callable[[], float]):
+        self._registry = registry
+        self._fleet = fleet
+        self._cluster = cluster
+        self._metrics = metrics
+        self.scaling = scaling
+        self._config = config
+        self._clock = clock
+        self._wake = asyncio.Event()
+        self._scale_wake = asyncio.Event()
+        self.cycles = 0
+        self.last_error: str | None = None
+        self.last_plan = Plan()
+        self._waiting_seen: frozenset[str] = frozenset()
+        self._metrics_at = float("-inf")  # when the gauges were last refreshed
+        self.observed: tuple[float, ClusterSnapshot] | None = None
+
+    # Waking ---------------------------------------------------------------------------
+    def wake(self) -> None:
+        self._wake.set()
+
+    def wake_after(self, delay: float) -> None:
+        asyncio.get_running_loop().call_later(delay, self._wake.set)
+
+    def released(self) -> None:
+        """A gang let go of what it held: look at once, and again shortly. The GCS view of
+        free resources lags a placement group's removal by tens of milliseconds, and a
+        cycle counts the smaller of that view and its own (runtime/observe.py): the cycle
+        just woken may still see the GPUs taken; do not leave a waiting gang to the resync
+        timer."""
+        self._wake.set()
+        for delay in RELEASE_RECHECK_S:
+            self.wake_after(delay)
+
+    async def _woken(self, event: asyncio.Event, timeout: float | None = None) -> None:
+        """Until `event` is set or `timeout` (default: a resync interval) has passed; then
+        clear it."""
+        try:
+            await asyncio.wait_for(event.wait(), timeout or self._config().resync_interval_s)
+        except asyncio.TimeoutError:
+            pass
+        event.clear()
+
+    def _cycle_timeout(self) -> float:
+        """A gang waiting for nodes that were asked for starts as soon as they are up: a
+        cycle then observes the nodes every NODE_WAIT_POLL_S (a few ms of cluster reads)."""
+        resync = self._config().resync_interval_s
+        if self.scaling is not None and self.scaling.requested:
+            return min(NODE_WAIT_POLL_S, resync)
+        return resync
+
+    # Cycles ---------------------------------------------------------------------------
+    async def run(self) -> None:
+        while True:
+            await self._woken(self._wake, self._cycle_timeout())
+            try:
+                self.cycle()
+            except Exception as error:  # never let one bad cycle stop scheduling
+                log.exception("scheduling cycle failed")
+                self.last_error = f"{type(error).__name__}: {error}"
+            if self.scaling is not None and self._last_plan_changed():
+                self._scale_wake.set()  # else the scale loop's own interval is soon enough
+            # Ray drops a gauge not set within two report intervals (10 s each); once a
+            # second is plenty, and keeps a scan of every remembered gang off the path of
+            # a burst of submissions (each wakes the loop).
+            now = self._clock()
+            if now - self._metrics_at >= METRICS_REFRESH_S:
+                self._metrics_at = now
+                self._metrics.refresh(self._registry, self._config().queues)
+
+    def _last_plan_changed(self) -> bool:
+        """Whether the last cycle changed what waits (or admitted or preempted anything)."""
+        plan, seen = self.last_plan, self._waiting_seen
+        self._waiting_seen = frozenset(plan.waiting)
+        return bool(plan.admissions or plan.preemptions) or self._waiting_seen != seen
+
+    def cycle(self) -> None:
+        now = self._clock()
+        pending = self._registry.due(now)
+        if not pending:
+            self.last_plan = Plan()
+            return
+        started = self._metrics.cycle_started()
+        snapshot = self.observe()
+        self.observed = (now, snapshot)
+        plan = schedule(snapshot, [r.pending_view() for r in pending], self._config().policy,
+                        now)
+        self.last_plan = plan
+        self.cycles += 1
+        # Victims first: an admission that needs them waits for them to be gone.
+        for preemption in plan.preemptions:
+            self._fleet.preempt(preemption)
+        for admission in plan.admissions:
+            self._fleet.admit(self._registry.get(admission.gang_id), admission, now)
+        for waiting in plan.waiting.values():
+            self._registry.get(waiting.gang_id).set_waiting(
+                waiting.code, waiting.message, plan.positions.get(waiting.gang_id))
+        self._metrics.cycle_done(started, plan)
+
+    # What the cluster looks like ------------------------------------------------------
+    def observe(self) -> ClusterSnapshot:
+        draining = self.scaling.draining if self.scaling is not None else ()
+        return self._cluster.observe(self._fleet.held(), draining)
+
+    def recent_snapshot(self, max_age: float | None = None) -> ClusterSnapshot:
+        """The last cycle's view if younger than `max_age` (default: one resync interval).
+        Whether a gang could *ever* fit depends only on the nodes' totals, which change
+        slowly; a burst of submissions then costs no cluster reads each."""
+        max_age = self._config().resync_interval_s if max_age is None else max_age
+        if self.observed and self._clock() - self.observed[0] < max_age:
+            return self.observed[1]
+        self.observed = (self._clock(), self.observe())
+        return self.observed[1]
+
+    def held_snapshot(self) -> ClusterSnapshot:
+        """A recent view of the nodes with what raygang holds now (usage must be current)."""
+        return dataclasses.replace(self.recent_snapshot(), placed=tuple(self._fleet.held()))
+
+    # Scaling the cluster --------------------------------------------------------------
+    async def run_scaling(self) -> None:
+        """After every cycle (and every resync interval), size the cluster to what waits;
+        one step at a time, while cycles go on (its requests run in a thread)."""
+        scaling = self.scaling
+        assert scaling is not None
+        while True:
+            await self._woken(self._scale_wake)
+            plan = self.last_plan
+            pending = [r.pending_view() for r in self._registry.pending()]
+            waiting = scale_candidates(pending, plan, self._config().policy)
+            busy = {node for a in plan.admissions for node in a.nodes}
+            if await scaling.step(self.observe, waiting, busy) is None:
+                continue
+            now = self._clock()
+            for gang_id, request in scaling.fresh.items():
+                record = self._registry.find(gang_id)
+                if record is not None and record.state is GangState.PENDING:
+                    plural = "node" if request.nodes == 1 else "nodes"
+                    record.note(f"requested {request.nodes} {plural} of group {request.group}",
+                                now)
+            for record in self._registry.pending():
+                record.set_scale_note(scaling.note(record.gang_id))

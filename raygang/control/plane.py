@@ -1,0 +1,416 @@
+"""The control plane: what a scheduler does, whatever runs it.
+
+`ControlPlane` is the whole public surface (submit, cancel, wait, status, queues, dry run,
+deployments...) as coroutines, built from the registry (the book of gangs), the journal
+(what survives a restart), the fleet (one driver per gang holding capacity) and the
+scheduling loop, over the cluster's ports. The Ray actor (`runtime/scheduler.py`) is a
+thin RPC facade over one; tests and the trace simulator use one directly, on an
+in-memory cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import uuid
+from collections.abc import Callable, Collection
+from typing import Any
+
+from raygang.control import recovery
+from raygang.control.config import SchedulerConfig
+from raygang.control.dry_run import dry_run_result
+from raygang.control.errors import (
+    DeploymentExistsError,
+    GangNotFoundError,
+    ResultsLostError,
+    SchedulerRecoveringError,
+    UnschedulableError,
+)
+from raygang.control.fleet import Fleet
+from raygang.control.journal import STORE_RETRY_S, Journal
+from raygang.control.loop import SchedulingLoop
+from raygang.control.ports import Cluster, Metrics, NoMetrics, Scaling
+from raygang.control.program import RoleProgram
+from raygang.control.records import GangRecord
+from raygang.control.registry import Registry
+from raygang.control.status import (
+    ClusterStatus,
+    DryRunResult,
+    GangEvent,
+    GangStatus,
+    QueueStatus,
+)
+from raygang.control.views import cluster_status, queue_statuses
+from raygang.core.gang import GangState, PendingGang
+from raygang.core.lifecycle import CancelledWhilePending, decide
+from raygang.core.queues import QueueSpec
+from raygang.core.scale import never_hosted
+from raygang.core.schedule import schedule, unschedulable_reason
+from raygang.core.spec import DeploymentSpec, GangSpec
+
+log = logging.getLogger(__name__)
+CLUSTER_VIEW_MAX_AGE_S = 0.25  # `cluster()` observes afresh at most this often
+
+
+class ControlPlane:
+    def __init__(self, config: SchedulerConfig, cluster: Cluster, journal: Journal,
+                 clock: Callable[[], float], metrics: Metrics | None = None,
+                 scaling: Scaling | None = None):
+        self.config = config
+        self._cluster = cluster
+        self.journal = journal
+        self._clock = clock
+        self._metrics = metrics or NoMetrics()
+        self.registry = Registry(config.finished_gangs_kept)
+        self.fleet = Fleet(self.registry, cluster, journal, self._metrics,
+                           lambda: self.config.restart_policy, clock,
+                           wake_after=lambda delay: self.loop.wake_after(delay),
+                           released=self._released)
+        self.loop = SchedulingLoop(self.registry, self.fleet, cluster, self._metrics, scaling,
+                                   lambda: self.config, clock)
+        self.instance = uuid.uuid4().hex  # a new one after every restart of the process
+        self.recovery: dict[str, Any] = {}  # what the last rebuild found
+        self._recovered = asyncio.Event()
+        self._tasks: dict[str, asyncio.Task] = {}
+
+    # Starting -------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the tasks (idempotent); after a (re)start, first read the state back."""
+        if "recover" not in self._tasks:
+            self._spawn("recover", self._recover)
+        if not self._recovered.is_set():
+            return
+        self._spawn("loop", self.loop.run)
+        self._spawn("writer", self.journal.writer)
+        if self.loop.scaling is not None:
+            self._spawn("scaling", self.loop.run_scaling)
+
+    def _spawn(self, name: str, work: Callable) -> None:
+        task = self._tasks.get(name)
+        if task is None or (task.done() and name != "recover"):
+            self._tasks[name] = asyncio.get_running_loop().create_task(work())
+
+    async def ready(self) -> None:
+        """Wait (up to `state.recovery_wait_s`) until the state is read back."""
+        self.start()
+        if self._recovered.is_set():
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(self._recovered.wait()),
+                                   self.config.state.recovery_wait_s)
+        except asyncio.TimeoutError:
+            raise SchedulerRecoveringError(
+                "the raygang scheduler restarted and is still recovering its state "
+                f"({self.loop.last_error or 'reading the store'}); try again shortly"
+            ) from None
+
+    async def _recover(self) -> None:
+        """Read the state back (after a restart, or a first start: then the store is
+        empty), until that works; then start the loops."""
+        while True:
+            try:
+                self.recovery = await recovery.rebuild(
+                    self.journal, self.registry, self.fleet, self._cluster,
+                    self.config.restart_policy, self._clock, self._apply_queues)
+                break
+            except Exception as error:
+                log.exception("recovering the scheduler's state failed; retrying")
+                self.loop.last_error = f"recovery: {type(error).__name__}: {error}"
+                await asyncio.sleep(STORE_RETRY_S)
+        self._recovered.set()
+        self.start()
+        self.loop.wake()
+
+    # Submitting -----------------------------------------------------------------------
+    async def ping(self) -> dict:
+        self.start()
+        return {
+            "config": self.config.model_dump(mode="json"),
+            "ready": self._recovered.is_set(),
+            "instance": self.instance,
+            "recovery": dict(self.recovery),
+            "gangs": len(self.registry),
+            "cycles": self.loop.cycles,
+            "last_cycle_error": self.loop.last_error,
+        }
+
+    async def submit(self, spec: GangSpec, programs: dict[str, RoleProgram],
+                     idempotency_key: str | None = None) -> str:
+        """Validate, check the gang could ever be admitted, and queue it. Returns its id.
+
+        With an `idempotency_key`, a retry of the same submission returns the first one's
+        id instead of queueing a second gang; the same key with a different submission is
+        an IdempotencyConflictError. Safe under concurrent retries: nothing awaits between
+        the look-up and the enqueue, so the event loop runs them as one step.
+        """
+        await self.ready()
+        if not isinstance(spec, GangSpec):
+            raise TypeError(f"submit() takes a GangSpec, got {type(spec).__name__}")
+        if not isinstance(programs, dict) or not all(
+            isinstance(p, RoleProgram) for p in programs.values()
+        ):
+            raise TypeError("submit() takes programs as a dict of role name -> RoleProgram")
+        spec = GangSpec.model_validate(spec.model_dump())  # never trust a pickled model
+        missing = sorted({r.name for r in spec.roles} - set(programs))
+        if missing:
+            raise ValueError(f"roles without a program to run: {', '.join(missing)}")
+        if idempotency_key is None:
+            return await self._saved(self._enqueue(spec, dict(programs), "gang"))
+        fingerprint = _fingerprint(spec, programs)
+        gang_id = self.registry.keys.submit(
+            idempotency_key, fingerprint, self._clock(),
+            lambda: self._enqueue(spec, dict(programs), "gang", idempotency_key,
+                                  fingerprint).gang_id,
+        )
+        record = self.registry.find(gang_id)
+        return gang_id if record is None else await self._saved(record)
+
+    async def deploy(self, deployment: DeploymentSpec, app: Any = None) -> str:
+        """Queue a Serve application as a gang (see `runtime.deployment`). Returns its id."""
+        await self.ready()
+        if not isinstance(deployment, DeploymentSpec):
+            raise TypeError(f"deploy() takes a DeploymentSpec, got {type(deployment).__name__}")
+        deployment = DeploymentSpec.model_validate(deployment.model_dump())
+        app = app if app is not None else deployment.import_path
+        if app is None:
+            raise ValueError("deployment needs an application: a bound Serve app or import_path")
+        current = self.registry.deployment(deployment.name)
+        if current is not None and not current.state.finished:
+            raise DeploymentExistsError(
+                f"deployment {deployment.name!r} exists ({current.state.value}); "
+                "undeploy it first"
+            )
+        record = self._enqueue(deployment.gang_spec(), {}, "deployment",
+                               deployment=deployment, app=app)
+        return await self._saved(record)
+
+    def _enqueue(self, spec: GangSpec, programs: dict[str, RoleProgram], kind: str,
+                 idempotency_key: str | None = None, fingerprint: str | None = None,
+                 deployment: DeploymentSpec | None = None, app: Any = None) -> GangRecord:
+        """Add the gang to the book (in this step, with no await: see `submit`); it is
+        admitted only once `_saved` has written it to the store."""
+        policy = self.config.policy
+        cls = policy.priority_class(spec)
+        # A recent view may accept; only a fresh one may refuse (a node may just have joined).
+        reason = unschedulable_reason(spec, self.loop.recent_snapshot(), policy) and (
+            unschedulable_reason(spec, self.loop.recent_snapshot(max_age=0), policy)
+        )
+        scaling = self.loop.scaling
+        if reason and scaling is not None and not policy.queue_tree.problem(spec):
+            # Nodes the cluster can add count too; until their groups are read, accept
+            # (the gang's status then says if no group can ever host it).
+            never = never_hosted(spec, scaling.groups) if scaling.groups else None
+            reason = never and f"{reason}; and no worker group can ever host it: {never}"
+        if reason:
+            raise UnschedulableError(f"{kind} {spec.name!r} can never be admitted: {reason}")
+        now = self._clock()
+        record = GangRecord(
+            gang_id=f"{spec.name}-{uuid.uuid4().hex[:8]}", spec=spec, programs=programs,
+            priority=cls.value, seq=self.registry.next_seq(), submitted_at=now,
+            preemptible=cls.preemptible, min_runtime_s=cls.min_runtime_s, kind=kind,
+            deployment=deployment, app=app, idempotency_key=idempotency_key,
+            fingerprint=fingerprint, on_change=self.journal.changed,
+        )
+        record.events.append(
+            GangEvent(at=now, from_state=None, to_state=GangState.PENDING, reason="submitted")
+        )
+        self.registry.add(record)
+        self.loop.wake()
+        return record
+
+    async def _saved(self, record: GangRecord) -> str:
+        gang_id = await self.journal.saved(record, self.registry.forget_unsaved)
+        self.loop.wake()
+        return gang_id
+
+    # Reading --------------------------------------------------------------------------
+    async def status(self, gang_id: str) -> GangStatus:
+        await self.ready()
+        return self.registry.get(gang_id).status()
+
+    async def list_gangs(self, state: GangState | None = None,
+                         queues: Collection[str] | None = None) -> list[GangStatus]:
+        """Gangs in submission order, optionally only in `state` and in `queues`."""
+        await self.ready()
+        return [r.status() for r in self.registry.matching(state, queues)]
+
+    async def gang_page(self, state: GangState | None, queues: Collection[str] | None,
+                        offset: int, limit: int, newest_first: bool = False,
+                        ) -> tuple[list[GangStatus], int]:
+        """One page of `list_gangs` and how many match in all: only the page's statuses
+        are built and sent (a status page polls this with thousands of gangs kept)."""
+        await self.ready()
+        matching = self.registry.matching(state, queues)
+        if newest_first:
+            matching.reverse()
+        return [r.status() for r in matching[offset: offset + limit]], len(matching)
+
+    async def list_deployments(self) -> list[GangStatus]:
+        """Deployments queued, running, or failed (until redeployed); undeployed ones are
+        history (their gangs stay in `list_gangs`)."""
+        await self.ready()
+        return [r.status() for r in self.registry.deployments()
+                if r.state is not GangState.CANCELLED]
+
+    async def queues(self) -> list[QueueStatus]:
+        """The queue tree with usage and fair shares as of now."""
+        await self.ready()
+        pending = [r.pending_view() for r in self.registry.pending()]
+        # Usage is what raygang holds now; only the nodes (for fair shares) may be cached.
+        return queue_statuses(self.loop.held_snapshot(), pending, self.config.policy)
+
+    async def cluster(self) -> ClusterStatus:
+        """Nodes with their total, free and used resources, and which gang holds what."""
+        await self.ready()
+        snapshot = self.loop.recent_snapshot(max_age=CLUSTER_VIEW_MAX_AGE_S)
+        observed = self.loop.observed[0] if self.loop.observed else self._clock()
+        scaling = self.loop.scaling
+        return cluster_status(snapshot, list(self.fleet), observed,
+                              scaling.status() if scaling is not None else None)
+
+    async def dry_run(self, spec: GangSpec) -> DryRunResult:
+        """What a cycle would do with `spec` submitted now, without doing any of it."""
+        await self.ready()
+        if not isinstance(spec, GangSpec):
+            raise TypeError(f"dry_run() takes a GangSpec, got {type(spec).__name__}")
+        spec = GangSpec.model_validate(spec.model_dump())
+        policy = self.config.policy
+        cls = policy.priority_class(spec)
+        snapshot = self.loop.recent_snapshot(max_age=0)
+        reason = unschedulable_reason(spec, snapshot, policy)
+        if reason:
+            return DryRunResult(outcome="rejected", reason=reason)
+        now = self._clock()
+        pending = [r.pending_view() for r in self.registry.due(now)]
+        # After every gang submitted so far, as a real submission would be; the counter
+        # is not advanced (a what-if uses up nothing).
+        seq = max((r.seq for r in self.registry), default=-1) + 1
+        probe = PendingGang("(dry run)", spec, cls.value, seq, cls.preemptible)
+        plan = schedule(snapshot, [*pending, probe], policy, now)
+        return dry_run_result(plan, probe, snapshot, self.registry)
+
+    async def wait(self, gang_id: str, timeout: float | None = None,
+                   until_running: bool = False) -> GangStatus:
+        """The gang's status once it has finished (or, with `until_running`, once it is
+        past the launch barrier), or as it is after `timeout` seconds."""
+        await self.ready()
+        record = self.registry.get(gang_id)
+        event = record.released if until_running else record.finished
+        try:
+            await asyncio.wait_for(event.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
+        return record.status()
+
+    async def results(self, gang_id: str) -> list:
+        """The members' results in rank order (for a SUCCEEDED gang), as its run returned
+        them. After a restart of the scheduler they come from the store, if kept there."""
+        await self.ready()
+        record = self.registry.get(gang_id)
+        if record.state is GangState.SUCCEEDED and record.result_refs is None:
+            values = await self.journal.results(record)
+            if values is None:
+                state = self.config.state
+                raise ResultsLostError(
+                    f"gang {gang_id} succeeded, but its results were lost when the scheduler "
+                    f"restarted (kept only up to {state.results_max_bytes} bytes, for "
+                    f"{state.results_retention_s:g}s)")
+            record.result_refs = self._cluster.restore_results(values)
+        return list(record.result_refs or [])
+
+    # Changing -------------------------------------------------------------------------
+    async def cancel(self, gang_id: str, reason: str = "cancelled by user") -> GangStatus:
+        """Cancel a gang; returns once its members are gone and its resources released."""
+        await self.ready()
+        record = self.registry.get(gang_id)
+        if record.state.finished:
+            return record.status()
+        await self._saved(record)
+        if record.cancel_reason is None:
+            record.cancel_reason = reason
+            await self.journal.write(record)  # the intent is durable before anything is done
+        if record.state is GangState.PENDING:
+            now = self._clock()
+            record.apply(decide(record.life(), CancelledWhilePending(record.cancel_reason),
+                                self.config.restart_policy, now), now)
+            self._finished(record)
+        else:
+            await self.fleet.halt(gang_id)
+        return record.status()
+
+    async def undeploy(self, name: str) -> GangStatus:
+        """Stop a deployment and free its capacity; returns once its app is deleted."""
+        await self.ready()
+        record = self.registry.deployment(name)
+        if record is None:
+            raise GangNotFoundError(f"no deployment named {name!r}")
+        return await self.cancel(record.gang_id, "undeployed")
+
+    async def set_queue(self, queue: QueueSpec) -> list[QueueStatus]:
+        """Add a queue or replace one's quota, limit, weight or parent (admin only over
+        REST). The new tree is validated whole; a queue holding gangs stays a leaf."""
+        await self.ready()
+        queue = QueueSpec.model_validate(queue.model_dump())
+        holding = {r.spec.queue for r in self.registry.unfinished()}
+        if queue.parent in holding:
+            raise ValueError(
+                f"parent: queue {queue.parent!r} holds gangs, so it cannot become a parent "
+                "(only leaf queues hold gangs)"
+            )
+        config = self._with_queues([queue])
+        await self.journal.put_queue(queue)  # durable, then applied
+        self.config = config
+        self.loop.wake()  # a larger quota or limit may admit waiting gangs
+        return await self.queues()
+
+    async def shutdown(self) -> int:
+        """Cancel every unfinished gang (tearing down running ones). Returns how many."""
+        await self.ready()
+        unfinished = self.registry.unfinished()
+        # All at once: a thousand gangs torn down one after another take minutes.
+        await asyncio.gather(*(self.cancel(r.gang_id, "scheduler shut down") for r in unfinished))
+        for name in ("loop", "scaling", "writer"):
+            task = self._tasks.get(name)
+            if task is not None:
+                task.cancel()
+        # A shutdown ends this scheduler's history (a crash keeps it): the next start is clean.
+        await self.journal.clear()
+        return len(unfinished)
+
+    # Bookkeeping ----------------------------------------------------------------------
+    def _apply_queues(self, queues: list[QueueSpec]) -> None:
+        self.config = self._with_queues(queues)
+
+    def _with_queues(self, changed: Collection[QueueSpec]) -> SchedulerConfig:
+        """The config with these queues added or replaced (the tree validated whole)."""
+        names = {q.name for q in changed}
+        queues = [q for q in self.config.queues if q.name not in names] + list(changed)
+        return type(self.config).model_validate(
+            {**self.config.model_dump(), "queues": [q.model_dump() for q in queues]}
+        )
+
+    def _released(self, record: GangRecord) -> None:
+        """A gang's driver let go of everything it held."""
+        self._finished(record)
+        self.loop.released()
+
+    def _finished(self, record: GangRecord) -> None:
+        """Once a gang has reached its final state: count it, and keep only the last
+        `finished_gangs_kept` finished gangs (and their results)."""
+        if not record.state.finished:
+            return
+        self._metrics.finished(record)
+        for dropped in self.registry.finished(record):
+            self.journal.forget(dropped)
+
+
+def _fingerprint(spec: GangSpec, programs: dict[str, RoleProgram]) -> str:
+    """What makes two submissions the same one (for idempotency keys)."""
+    described = {
+        name: [p.display, repr(p.args), repr(sorted(p.kwargs.items())), repr(p.runtime_env)]
+        for name, p in sorted(programs.items())
+    }
+    text = json.dumps([spec.model_dump(mode="json"), described], sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()

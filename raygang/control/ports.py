@@ -1,0 +1,153 @@
+"""The control plane's ports: what it needs of the cluster, and nothing more.
+
+Ray implements them in production (`raygang.runtime.cluster`: placement groups, member
+actors, Serve); `control.memory.MemoryCluster` implements them in one process without
+Ray, for the fast test tier and for replaying traces. Time comes in as a clock (wall
+seconds, for timestamps and backoffs); waiting is asyncio's, so an event loop with
+virtual time simulates it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Any, Protocol
+
+from raygang.control.records import GangRecord
+from raygang.control.status import GangError, MemberStatus, ScalingStatus
+from raygang.core.gang import PendingGang
+from raygang.core.plan import Plan, Preemption
+from raygang.core.queues import QueueSpec
+from raygang.core.scale import ScalePlan
+from raygang.core.snapshot import ClusterSnapshot, PlacedGang
+
+Clock = Callable[[], float]
+
+
+class ReservationTimeout(Exception):
+    """The gang's capacity could not be reserved within its `reservation_timeout_s`."""
+
+
+class MemberFailure(Exception):
+    """A member failed (raised, died, its node was lost, or did not start in time)."""
+
+    def __init__(self, error: GangError):
+        super().__init__(error.summary)
+        self.error = error
+
+
+class GangRun(Protocol):
+    """Everything the cluster does for one admitted gang: reserve its capacity on the
+    nodes the plan chose, start its members in role order, release them past the launch
+    barrier and watch them, tell them of a preemption, tear everything down. It only acts
+    and reports (`ReservationTimeout`, `MemberFailure`); the lifecycle decides."""
+
+    async def reserve(self) -> None:
+        """Reserve the gang's bundles on its nodes (raises ReservationTimeout)."""
+
+    async def start_members(self) -> None:
+        """Start every member, role after role; return once all are ready."""
+
+    async def run(self) -> list[Any]:
+        """Release every member at once; the result of each, in rank order, once all have
+        finished (a service gang: never returns; a member failing raises MemberFailure)."""
+
+    async def resume(self) -> list[Any]:
+        """`run()` for a gang a previous scheduler process released (adopted)."""
+
+    async def signal_preempt(self, grace_s: float) -> list[dict]:
+        """Tell the members; one reply per member once its hooks returned or the grace
+        ran out: {"member", "rank", "hooks", "error", "running"} (launcher.py)."""
+
+    async def wait_bodies(self, ranks: Sequence[int], timeout: float) -> None:
+        """Wait up to `timeout` for these members' bodies to return."""
+
+    async def close(self) -> None:
+        """Tear everything down (idempotent, never raises; finishes even if cancelled)."""
+
+
+class Leftovers(Protocol):
+    """What a previous scheduler process left in the cluster, read once, by gang id."""
+
+    def take(self, gang_id: str) -> None:
+        """Its parts belong to an adopted gang now: not leftovers any more."""
+
+    def clear(self, gang_id: str | None) -> int:
+        """Remove the gang's parts; how many there were."""
+
+    def orphans(self, unfinished: set[str]) -> int:
+        """Remove everything of no unfinished gang; how many parts."""
+
+
+class Cluster(Protocol):
+    """The cluster as the control plane sees it and acts on it."""
+
+    def observe(self, held: Iterable[PlacedGang], draining: Collection[str]) -> ClusterSnapshot:
+        """Nodes with their free resources (what `held` holds counts as used even if the
+        cluster does not show it yet; `draining` nodes have nothing free)."""
+
+    def new_run(self, record: GangRecord, nodes: Sequence[str], attempt: int,
+                on_member_ready: Callable[[MemberStatus], None]) -> GangRun:
+        """A run for an admitted gang, pinned to `nodes` (one per bundle)."""
+
+    def leftovers(self, known: set[str]) -> Leftovers:
+        """What of raygang's is in the cluster now (recovery)."""
+
+    def adopt(self, record: GangRecord, leftovers: Leftovers) -> GangRun | None:
+        """A run taking over the running gang `record` if all its parts are among
+        `leftovers` (else None)."""
+
+    async def fetch(self, results: list[Any]) -> list[Any]:
+        """The values behind the results a run returned (to keep them in the store)."""
+
+    def restore_results(self, values: list[Any]) -> list[Any]:
+        """Results read back from the store, in the form a run returns them."""
+
+
+class Metrics(Protocol):
+    def admitted(self, record: GangRecord, now: float) -> None: ...
+    def preempted(self, victim: GangRecord, preemptor: GangRecord,
+                  preemption: Preemption) -> None: ...
+    def finished(self, record: GangRecord) -> None: ...
+    def cycle_started(self) -> float: ...
+    def cycle_done(self, started: float, plan: Plan) -> None: ...
+    def refresh(self, gangs: Iterable[GangRecord], queues: Sequence[QueueSpec]) -> None: ...
+
+
+class NoMetrics:
+    """Metrics that go nowhere (the in-memory cluster, the simulator)."""
+
+    def admitted(self, record: GangRecord, now: float) -> None:
+        pass
+
+    def preempted(self, victim: GangRecord, preemptor: GangRecord,
+                  preemption: Preemption) -> None:
+        pass
+
+    def finished(self, record: GangRecord) -> None:
+        pass
+
+    def cycle_started(self) -> float:
+        return 0.0
+
+    def cycle_done(self, started: float, plan: Plan) -> None:
+        pass
+
+    def refresh(self, gangs: Iterable[GangRecord], queues: Sequence[QueueSpec]) -> None:
+        pass
+
+
+class Scaling(Protocol):
+    """Sizing the cluster to the queue (runtime/scaling.py's `ScaleDriver`)."""
+
+    requested: dict[str, Any]  # gang id -> the nodes requested for it
+    draining: dict[str, float]  # node id -> when it was asked to go
+    groups: list[Any]
+    fresh: dict[str, Any]  # requests the last step made: gang id -> (group, nodes)
+
+    async def step(self, observe: Callable[[], ClusterSnapshot],
+                   waiting: Sequence[PendingGang],
+                   busy_nodes: Collection[str]) -> ScalePlan | None: ...
+
+    def note(self, gang_id: str) -> str | None: ...
+
+    def status(self) -> ScalingStatus: ...

@@ -1,0 +1,49 @@
+"""What an action is, and what it may use of the cycle it runs in (see `core.actions`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from raygang.core.fairshare import QueueBook
+from raygang.core.gang import PendingGang
+from raygang.core.pool import Candidates, Pool
+from raygang.core.snapshot import ClusterSnapshot, PlacedGang
+
+
+class Policy(Protocol):
+    cross_queue_preemption: bool
+
+
+class CycleState(Protocol):
+    """The cycle as actions see it (`core.cycle.Cycle`)."""
+
+    config: Policy
+    snapshot: ClusterSnapshot
+    book: QueueBook  # queue usage with this cycle's moves, and fair shares
+    limited: dict[str, str]  # gang id -> the limit it hit (its reason)
+    failed: set  # (action, shape...) keys that did not fit: not tried again this cycle
+
+    def place(self, gang: PendingGang) -> tuple[str, ...] | None: ...
+
+    def admit(self, gang: PendingGang, nodes: tuple[str, ...], action: str,
+              victims: list[PlacedGang]) -> None: ...
+
+    def pool(self, action: str,
+             narrow: Callable[[CycleState, list[PlacedGang]], list[PlacedGang]] | None = None,
+             ) -> Pool: ...
+
+    def search(self, gang: PendingGang, pool: Pool, candidates: Candidates,
+               action: str) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Action:
+    name: str
+    attempt: Callable[[CycleState, PendingGang], bool]
+    # For actions that stop gangs: what a waiting gang's reason adds when the action found
+    # nobody it may stop ("none") or stopping them would not make room ("some"), and why a
+    # victim is stopped.
+    no_room: dict[str, str] | None = None
+    why: Callable[[PlacedGang, PendingGang], str] | None = None

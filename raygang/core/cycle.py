@@ -1,0 +1,262 @@
+"""One scheduling cycle's state: the scratch capacity and queue usage the actions work on.
+
+A cycle runs the configured actions in order (`core.actions`: allocate, reclaim, preempt),
+each a pass over the pending gangs in fair-share order: the queue furthest below its fair
+share goes next (hierarchically, ancestors first), and inside a queue the total order
+(-priority, submission sequence, id). Every tentative move is made on a scratch copy of
+the free capacity and the queues' usage. Without backfill, the first gang of a queue that
+cannot be admitted (and could fit on this cluster at all) holds back the rest of its queue
+(strict FIFO per queue, like Kueue's StrictFIFO); other queues go on.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from types import MappingProxyType
+
+from raygang.core.actions import ACTIONS
+from raygang.core.capacity import Capacity
+from raygang.core.config import PolicyConfig
+from raygang.core.draining import Draining
+from raygang.core.explain import why_not
+from raygang.core.fairshare import QueueBook
+from raygang.core.gang import PendingGang
+from raygang.core.placement import place
+from raygang.core.plan import Admission, Plan, Preemption, WaitCode, Waiting
+from raygang.core.pool import Candidates, Pool
+from raygang.core.snapshot import ClusterSnapshot, PlacedGang
+from raygang.core.victims import VictimSearch, victim_order
+
+# An action's own narrowing of the gangs any action may stop (reclaim's protections).
+Narrow = Callable[["Cycle", list[PlacedGang]], list[PlacedGang]]
+
+
+class _EverFits:
+    """Whether a shape fits the cluster with nothing running, cached per shape."""
+
+    def __init__(self, snapshot: ClusterSnapshot):
+        self._snapshot = snapshot
+        self._empty: Capacity | None = None
+        self._cache: dict = {}
+        self._by_gang: dict[int, bool] = {}  # pending gangs live as long as the cycle
+
+    @property
+    def empty(self) -> Capacity:
+        if self._empty is None:
+            self._empty = Capacity(self._snapshot.alive_nodes, use_totals=True)
+        return self._empty
+
+    def fits(self, gang: PendingGang) -> bool:
+        found = self._by_gang.get(id(gang))  # cheaper than hashing its shape again
+        if found is None:
+            found = self._cache.get(gang.shape)
+            if found is None:
+                found = self._cache[gang.shape] = place(
+                    gang.bundles, gang.strategy, self.empty) is not None
+            self._by_gang[id(gang)] = found
+        return found
+
+
+class _QueueOrder:
+    """Which leaf queue goes next: the lowest hierarchical dominant share, then name.
+    Admitting into a queue changes the shares of its ancestors only, so only leaves under
+    the same top-level queue are re-keyed."""
+
+    def __init__(self, book: QueueBook, leaves: Sequence[str]):
+        self.book = book
+        self.keys = {q: book.order_key(q) for q in leaves}
+
+    def pick(self) -> str | None:
+        if not self.keys:
+            return None
+        return min(self.keys, key=lambda q: (self.keys[q], q))
+
+    def touched(self, queue: str) -> None:
+        paths = self.book.tree.paths
+        top = paths[queue][0]
+        ratios: dict[str, float] = {}  # each queue's share once (the top's is everyone's)
+        for leaf in self.keys:
+            if paths[leaf][0] == top:
+                for name in paths[leaf]:
+                    if name not in ratios:
+                        ratios[name] = self.book.share_ratio(name)
+                self.keys[leaf] = tuple(ratios[name] for name in paths[leaf])
+
+    def done(self, queue: str) -> None:
+        self.keys.pop(queue, None)
+
+
+class Cycle:
+    """One cycle's scratch state, and what actions do with it: place a gang, search for
+    victims, admit. `run` offers the pending gangs to each configured action in turn."""
+
+    def __init__(self, snapshot: ClusterSnapshot, config: PolicyConfig, now: float):
+        self.snapshot = snapshot
+        self.config = config
+        self.now = now
+        self.tree = config.queue_tree
+        self.capacity = Capacity(snapshot.alive_nodes)
+        self.draining = Draining(self.capacity)  # what this cycle's victims free
+        self.ever = _EverFits(snapshot)
+        self.book = QueueBook(self.tree, snapshot.placed)
+        self.admissions: list[Admission] = []
+        self.preemptions: list[Preemption] = []
+        self.admitted: set[str] = set()
+        self.tried: dict[str, list] = {}  # gang id -> (action, candidates) that failed it
+        self.limited: dict[str, str] = {}  # gang id -> the limit it hit last
+        self.taken: set[str] = set()  # victims chosen this cycle
+        self.failed: set = set()  # shapes (per action) that did not fit this cycle
+        self.waiting: dict[str, Waiting] = {}
+        self._pools: dict[str, Pool] = {}  # action -> the gangs it may stop
+        self._stoppable: list[PlacedGang] | None = None
+
+    # The cycle ----------------------------------------------------------------------------
+    def run(self, pending: Sequence[PendingGang]) -> Plan:
+        self.left = self._by_queue(pending)
+        positions = {g.gang_id: i + 1 for gangs in self.left.values() for i, g in enumerate(gangs)}
+        self.book.share_out(self.snapshot.alive_nodes, itertools.chain(*self.left.values()))
+        for name in self.config.actions:
+            action = ACTIONS[name]
+            self._pass(lambda gang: action.attempt(self, gang))
+        self._explain()
+        return Plan(
+            admissions=tuple(self.admissions),
+            waiting=MappingProxyType(self.waiting),
+            at=self.now,
+            preemptions=tuple(self.preemptions),
+            positions=MappingProxyType(positions),
+        )
+
+    def _by_queue(self, pending: Sequence[PendingGang]) -> dict[str, list[PendingGang]]:
+        """Pending gangs per leaf queue, in order. A gang whose queue is gone from the
+        config (or is no leaf any more) waits with the reason."""
+        left: dict[str, list[PendingGang]] = {}
+        for gang in sorted(pending, key=PendingGang.order_key):
+            problem = self.tree.problem(gang.spec)
+            if problem:
+                self.waiting[gang.gang_id] = Waiting(gang.gang_id, WaitCode.UNSCHEDULABLE, problem)
+            else:
+                left.setdefault(gang.queue, []).append(gang)
+        return left
+
+    def _pass(self, attempt: Callable[[PendingGang], bool]) -> None:
+        """Offer each queue's gangs, in fair-share order, to `attempt`; without backfill a
+        queue stops at its first gang that is not admitted."""
+        order = _QueueOrder(self.book, [q for q, gangs in self.left.items() if gangs])
+        at = dict.fromkeys(self.left, 0)
+        while (queue := order.pick()) is not None:
+            gangs = self.left[queue]
+            gang = gangs[at[queue]]
+            at[queue] += 1
+            if at[queue] >= len(gangs):
+                order.done(queue)
+            if not self.ever.fits(gang):
+                continue  # never fits here: it blocks nobody
+            if attempt(gang):
+                order.touched(queue)
+            elif not self.config.backfill:
+                order.done(queue)
+        for queue, gangs in self.left.items():
+            self.left[queue] = [g for g in gangs if g.gang_id not in self.admitted]
+
+    # What actions use ---------------------------------------------------------------------
+    def place(self, gang: PendingGang) -> tuple[str, ...] | None:
+        """Nodes for the gang on the free capacity now, or None."""
+        return place(gang.bundles, gang.strategy, self.capacity)
+
+    def pool(self, action: str, narrow: Narrow | None = None) -> Pool:
+        """Running gangs that `action` may stop, least important first (once per cycle):
+        preemptible, not draining, not protected by a minimum runtime, and, if `narrow`
+        is given, those it keeps of them."""
+        if action not in self._pools:
+            if self._stoppable is None:  # sorted once: an action's pool is a subset
+                self._stoppable = sorted(
+                    (g for g in self.snapshot.placed
+                     if g.preemptible and not g.draining and not g.protected(self.now)),
+                    key=victim_order,
+                )
+            ordered = self._stoppable if narrow is None else narrow(self, self._stoppable)
+            self._pools[action] = Pool(ordered, self.capacity, self.taken)
+        return self._pools[action]
+
+    def search(self, gang: PendingGang, pool: Pool, candidates: Candidates,
+               action: str) -> bool:
+        """Admit `gang` by stopping some of `candidates` (whole gangs, as few and as
+        unimportant as it takes), if that makes room; else remember it tried."""
+        problem = None if gang.preemptible else self.book.borrow_problem(gang.queue, gang.total)
+        if problem:  # stopping others (always preemptible gangs) never changes this
+            self.limited[gang.gang_id] = problem
+            return False
+        key = (action, gang.shape, gang.priority, gang.queue, gang.preemptible)
+        found = None
+        if key not in self.failed:
+            found = VictimSearch(gang, self.capacity, self.book, pool).run(candidates)
+        if found is None:
+            self.failed.add(key)
+            self.tried.setdefault(gang.gang_id, []).append((action, candidates))
+            return False
+        nodes, victims = found
+        why = ACTIONS[action].why
+        assert why is not None, f"action {action} stops gangs but says no why"
+        self.draining.add(victims)
+        for victim in victims:
+            self.taken.add(victim.gang_id)
+            for other in self._pools.values():
+                other.taken(victim)
+            self.preemptions.append(
+                Preemption(victim.gang_id, gang.gang_id, action, why(victim, gang))
+            )
+        self.failed.clear()  # freed leftovers may now fit shapes that failed before
+        self.admit(gang, nodes, action if victims else "allocate", victims)
+        return True
+
+    def admit(
+        self, gang: PendingGang, nodes: tuple[str, ...], action: str, victims: list[PlacedGang]
+    ) -> None:
+        own = tuple(v.gang_id for v in victims)
+        waits = self.draining.take(nodes, gang.bundles, own)
+        self.capacity.reserve(zip(nodes, gang.bundles))
+        self.book.add(gang.queue, gang.total)
+        if not gang.preemptible:
+            self.book.add_firm(gang.queue, gang.total)
+        self.admitted.add(gang.gang_id)
+        self.limited.pop(gang.gang_id, None)
+        self.admissions.append(Admission(gang.gang_id, nodes, action, own, waits))
+
+    # Reasons ------------------------------------------------------------------------------
+    def _explain(self) -> None:
+        """A reason with numbers for every gang left pending, against the capacity left
+        after this cycle's decisions (what users see next); computed once per shape."""
+        by_shape: dict = {}
+        for queue, gangs in self.left.items():
+            blocker: PendingGang | None = None
+            for gang in gangs:
+                self.waiting[gang.gang_id] = self._reason(gang, blocker, by_shape)
+                if blocker is None and self.ever.fits(gang) and not self.config.backfill:
+                    blocker = gang
+
+    def _reason(self, gang: PendingGang, blocker: PendingGang | None, by_shape: dict) -> Waiting:
+        if not self.ever.fits(gang):
+            reason = why_not(gang.bundles, gang.strategy, self.ever.empty)
+            return Waiting(gang.gang_id, WaitCode.UNSCHEDULABLE,
+                           f"cannot fit on the cluster as it is now, even empty: {reason}")
+        if blocker is not None:
+            first = self.waiting[blocker.gang_id].message
+            return Waiting(
+                gang.gang_id, WaitCode.BEHIND,
+                f"waiting behind gang {blocker.gang_id} (priority {blocker.priority}, earlier "
+                f"in queue {gang.queue!r}; backfill is off), which cannot start yet: {first}",
+            )
+        if gang.gang_id in self.limited:
+            return Waiting(gang.gang_id, WaitCode.LIMIT, self.limited[gang.gang_id])
+        if gang.shape not in by_shape:
+            by_shape[gang.shape] = why_not(gang.bundles, gang.strategy, self.capacity)
+        # Whether anyone was left to stop is looked at only here, for the few gangs that
+        # end up waiting: a search's candidates can be long to walk.
+        notes = "".join(
+            (ACTIONS[action].no_room or {})["none" if next(iter(candidates), None) is None
+                                            else "some"]
+            for action, candidates in self.tried.get(gang.gang_id, ())
+        )
+        return Waiting(gang.gang_id, WaitCode.NO_FIT, by_shape[gang.shape] + notes)

@@ -1,0 +1,132 @@
+"""The control plane's `Cluster` port on Ray.
+
+- observe: nodes and free resources from the GCS (`observe.py`);
+- a run per admitted gang: `GangLaunch` (placement group + member actors) or, for a
+  deployment, `ServeLaunch` (a Serve application on the reserved nodes) — a new kind of
+  gang is a new run class chosen in `new_run`;
+- recovery: the `raygang-*` member actors and placement groups left in Ray
+  (`RayLeftovers`), adopting a running gang whose parts are all there;
+- results: object refs, fetched to keep them in the store and put back after a restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Any
+
+import ray
+from ray.util.placement_group import placement_group_table, remove_placement_group
+
+from raygang.control.ports import GangRun
+from raygang.control.records import GangRecord
+from raygang.control.status import MemberStatus
+from raygang.core.gang import GangState
+from raygang.core.snapshot import ClusterSnapshot, PlacedGang
+from raygang.runtime.deployment import ServeLaunch
+from raygang.runtime.launcher import NAMESPACE, SCHEDULER_NAME, GangLaunch
+from raygang.runtime.observe import observe
+from raygang.runtime.ray_private import placement_group
+
+log = logging.getLogger(__name__)
+PREFIX = "raygang-"
+
+
+class RayCluster:
+    def __init__(self, serve_http_port: int | None):
+        self.serve_http_port = serve_http_port
+
+    def observe(self, held: Iterable[PlacedGang], draining: Collection[str]) -> ClusterSnapshot:
+        return observe(held, draining)
+
+    def new_run(self, record: GangRecord, nodes: Sequence[str], attempt: int,
+                on_member_ready: Callable[[MemberStatus], None]) -> GangRun:
+        if record.kind == "deployment":
+            return ServeLaunch(record.gang_id, record.spec, record.deployment, record.app,
+                               nodes, self.serve_http_port)
+        return GangLaunch(record.gang_id, record.spec, record.programs, nodes, attempt,
+                          on_member_ready=on_member_ready)
+
+    def leftovers(self, known: set[str]) -> RayLeftovers:
+        return RayLeftovers(known)
+
+    def adopt(self, record: GangRecord, leftovers: RayLeftovers) -> GangRun | None:
+        """A running gang whose members and placement group are all still there, or a
+        running deployment whose Serve application still exists."""
+        if record.state is not GangState.RUNNING:
+            return None
+        if record.kind == "deployment":
+            from raygang.runtime import serving  # imports Serve: only with a deployment to adopt
+
+            if serving.app_lost(record.deployment.name) is not None:
+                return None
+            return ServeLaunch.adopted(record.gang_id, record.spec, record.deployment,
+                                       record.nodes, self.serve_http_port)
+        groups = leftovers.groups.get(record.gang_id, [])
+        actors = leftovers.actors.get(record.gang_id, [])
+        if len(groups) != 1 or len(actors) != len(record.spec.slots):
+            return None
+        return GangLaunch.adopt(record.gang_id, record.spec, record.nodes,
+                                attempt=record.restarts + record.preemptions, pg_id=groups[0])
+
+    async def fetch(self, results: list[Any]) -> list[Any]:
+        return list(await asyncio.gather(*results))
+
+    def restore_results(self, values: list[Any]) -> list[Any]:
+        return [ray.put(value) for value in values]
+
+
+class RayLeftovers:
+    """The `raygang-*` member actors and placement groups in Ray, read once (a rebuild with
+    a thousand gangs must not list every actor and group per gang), by gang id."""
+
+    def __init__(self, known: set[str]):
+        self.actors: dict[str | None, list[str]] = {}  # gang id (None: no known gang) -> names
+        self.groups: dict[str | None, list[str]] = {}  # gang id -> placement group ids
+        for actor in ray.util.list_named_actors(all_namespaces=True):
+            name = actor["name"]
+            if actor["namespace"] == NAMESPACE and name.startswith(PREFIX) \
+                    and name != SCHEDULER_NAME:
+                self.actors.setdefault(gang_of(name, known), []).append(name)
+        for pg_id, info in placement_group_table().items():
+            name = info.get("name") or ""
+            if name.startswith(PREFIX) and info.get("state") != "REMOVED":
+                self.groups.setdefault(gang_of(name, known), []).append(pg_id)
+
+    def take(self, gang_id: str) -> None:
+        self.actors.pop(gang_id, None)
+        self.groups.pop(gang_id, None)
+
+    def clear(self, gang_id: str | None) -> int:
+        """Kill the gang's members and remove its placement groups; how many there were."""
+        removed = 0
+        for name in self.actors.pop(gang_id, []):
+            try:
+                ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
+                removed += 1
+            except ValueError:  # gone meanwhile
+                pass
+        for pg_id in self.groups.pop(gang_id, []):
+            try:  # by id: a name is only unique within the namespace that created it
+                remove_placement_group(placement_group(pg_id))
+                removed += 1
+            except Exception:  # removed meanwhile
+                log.debug("removing placement group %s failed", pg_id, exc_info=True)
+        return removed
+
+    def orphans(self, unfinished: set[str]) -> int:
+        """Remove everything of no unfinished gang."""
+        stale = (set(self.actors) | set(self.groups)) - unfinished
+        return sum(self.clear(gang_id) for gang_id in stale)
+
+
+def gang_of(name: str, known: set[str]) -> str | None:
+    """The known gang id a `raygang-<gang id>[-<role>-<index>]` name belongs to (gang ids
+    and role names may hold dashes: try each cut, longest id first)."""
+    parts = name[len(PREFIX):].split("-")
+    for cut in range(len(parts), 0, -1):
+        candidate = "-".join(parts[:cut])
+        if candidate in known:
+            return candidate
+    return None

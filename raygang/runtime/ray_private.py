@@ -1,0 +1,73 @@
+"""Every private or experimental Ray API raygang uses, in one place.
+
+Each has no public equivalent in Ray 2.60; each is pinned by the `ray==2.60.0` dependency
+and exercised by the integration tests, so a Ray upgrade that moves one fails here first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def available_resources_per_node() -> dict[str, dict[str, float]]:
+    """Free resources per alive node as the GCS sees them (`ray.available_resources()`
+    only sums them over the cluster)."""
+    from ray._private import state
+
+    return state.available_resources_per_node()
+
+
+def placement_group(pg_id_hex: str) -> Any:
+    """A handle to an existing placement group by its id (Ray finds them only by name,
+    and a name is unique only within the namespace that created it)."""
+    from ray._raylet import PlacementGroupID
+    from ray.util.placement_group import PlacementGroup
+
+    return PlacementGroup(PlacementGroupID(bytes.fromhex(pg_id_hex)))
+
+
+def import_attr(path: str) -> Any:
+    """`"pkg.module:attr"` (or `pkg.module.attr`) imported, as Ray Serve resolves an
+    application's `import_path`."""
+    from ray._common.utils import import_attr as ray_import_attr
+
+    return ray_import_attr(path)
+
+
+def gcs_kv_client() -> Any:
+    """The GCS client with async key-value calls (`ray.experimental.internal_kv`)."""
+    from ray.experimental.internal_kv import internal_kv_get_gcs_client
+
+    return internal_kv_get_gcs_client()
+
+
+def canonicalize_bootstrap_address(address: str) -> str | None:
+    """`auto` or host:port as the GCS address `ray.init` would use (None: no cluster)."""
+    from ray._private.services import canonicalize_bootstrap_address as canonical
+
+    return canonical(address)
+
+
+# Ray Serve ---------------------------------------------------------------------------------
+def serve_ingress_deployment(app: Any) -> Any:
+    """An Application's ingress deployment: no public accessor; `_bound_deployment` is the
+    attribute Serve's own `build_app` reads (there since 2.7)."""
+    return app._bound_deployment
+
+
+def serve_forget_controller() -> None:
+    """Drop the Serve controller handle Serve caches per process and job (it points at a
+    dead controller after someone else's `serve.shutdown()`)."""
+    from ray.serve import context
+
+    context._disconnect()
+
+
+def serve_run_without_waiting(app: Any, name: str, route_prefix: str) -> None:
+    """Deploy `app`, returning once its ingress deployment is registered with the
+    controller: `serve.run(blocking=False)` still waits until the app is RUNNING (its
+    `blocking` only means "then wait for Ctrl-C"); `_run(_blocking=False)` is underscored
+    but marked PublicAPI."""
+    from ray import serve
+
+    serve._run(app, _blocking=False, name=name, route_prefix=route_prefix)

@@ -1,0 +1,208 @@
+"""The scheduling loop, the gang drivers and the lifecycle on an in-memory cluster (no Ray):
+submission -> admission -> run -> end, preemption, restart after a member failure, a lost
+node, reservation timeouts, cancellation, capacity still being freed."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from raygang.core.gang import GangState as S
+from raygang.core.resources import Resources
+
+from tests.control.harness import make_cluster, make_plane, moves, released, submit, wait_for
+
+
+def run(scenario):
+    return asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+def test_a_gang_is_admitted_runs_and_succeeds():
+    async def scenario():
+        cluster = make_cluster("n0: GPU=4 CPU=8")
+        plane = make_plane(cluster)
+        gang_id = await submit(plane, "train", "4xGPU=1", seconds=0.05, result="done")
+        status = await plane.wait(gang_id, timeout=5)
+        assert status.state is S.SUCCEEDED
+        assert await plane.results(gang_id) == ["done"] * 4
+        assert moves(status) == [
+            ("PENDING", "submitted"), ("ADMITTED", "placed on 1 node(s)"),
+            ("RESERVED", "placement group ready"),
+            ("STARTING", "starting members in role order"),
+            ("RUNNING", "all members ready: released past the launch barrier"),
+            ("SUCCEEDED", "all members finished")]
+        assert [m.node_id for m in status.members] == ["n0"] * 4
+        await released(plane)
+        assert not cluster.booked  # nothing held any more
+        await plane.shutdown()
+
+    run(scenario)
+
+
+def test_all_or_nothing_a_gang_waits_whole_while_its_members_cannot_all_fit():
+    async def scenario():
+        cluster = make_cluster("n0: GPU=4", "n1: GPU=4")
+        plane = make_plane(cluster)
+        first = await submit(plane, "first", "6xGPU=1", seconds=0.3)
+        await wait_for(plane, first, S.RUNNING)
+        second = await submit(plane, "second", "6xGPU=1", seconds=0.01)
+        while (await plane.status(second)).reason is None:  # until a cycle decided on it
+            await asyncio.sleep(0.005)
+        for _ in range(20):  # while the first runs, the second holds nothing
+            status = await plane.status(second)
+            assert status.state is S.PENDING and second not in cluster.booked
+            assert "needs {GPU: 6} in all" in status.reason
+            await asyncio.sleep(0.005)
+        assert (await plane.wait(second, timeout=5)).state is S.SUCCEEDED
+        await plane.shutdown()
+
+    run(scenario)
+
+
+def test_inference_preempts_training_which_requeues_with_the_same_id_and_runs_again():
+    async def scenario():
+        cluster = make_cluster("n0: GPU=4")
+        plane = make_plane(cluster)
+        train = await submit(plane, "train", "4xGPU=1", "STRICT_PACK", seconds=None,
+                             priority="training", preemption_grace_s=5)
+        await wait_for(plane, train, S.RUNNING)
+        infer = await submit(plane, "infer", "2xGPU=1", seconds=None, priority="inference")
+        await wait_for(plane, infer, S.RUNNING)
+        status = await wait_for(plane, train, S.PENDING)
+        assert status.preemptions == 1 and status.gang_id == train
+        assert status.reason.startswith(f"preempted by gang {infer}")
+        states = [s for s, _ in moves(status)]
+        assert states[-3:] == ["RUNNING", "PREEMPTED", "PENDING"]
+        assert moves(status)[-3][1].endswith("grace 5s")  # told, then stopped
+        await plane.cancel(infer)
+        status = await wait_for(plane, train, S.RUNNING)
+        assert status.preemptions == 1 and status.gang_id == train
+        await plane.shutdown()
+
+    run(scenario)
+
+
+def test_the_grace_period_ends_when_nothing_is_left_to_finish():
+    async def scenario():
+        cluster = make_cluster("n0: GPU=2")
+        plane = make_plane(cluster)
+        # A body that returns 0.2 s after it is told, with a grace of 30 s.
+        train = await submit(plane, "train", "2xGPU=1", seconds=3600, on_preempt="watch",
+                             checkpoint_s=0.2, priority="batch", preemption_grace_s=30)
+        await wait_for(plane, train, S.RUNNING)
+        started = time.monotonic()
+        infer = await submit(plane, "infer", "2xGPU=1", seconds=None, priority="inference")
+        await wait_for(plane, infer, S.RUNNING)
+        assert 0.2 <= time.monotonic() - started < 5
+        await plane.shutdown()
+
+    run(scenario)
+
+
+def test_a_member_failure_restarts_the_gang_whole_after_a_backoff_then_it_fails():
+    async def scenario():
+        cluster = make_cluster("n0: CPU=4")
+        plane = make_plane(cluster)
+        gang_id = await submit(plane, "flaky", "2xCPU=1", seconds=1, fails_after_s=0.02,
+                               max_restarts=2)
+        status = await plane.wait(gang_id, timeout=10)
+        assert status.state is S.FAILED and status.restarts == 2
+        await released(plane)
+        assert status.error.summary == "member r0-0 (rank 0) raised RuntimeError: the body failed"
+        restarts = [r for s, r in moves(status) if s == "RESTARTING"]
+        assert restarts == [f"restart {n}/2 after {status.error.summary}" for n in (1, 2)]
+        backoff = [r for s, r in moves(status) if r.startswith("requeued to restart")]
+        assert backoff == ["requeued to restart whole, not before 0.05s from now",
+                           "requeued to restart whole, not before 0.1s from now"]
+        # Each restart waited out its backoff before it was admitted again.
+        events = status.events
+        for i, event in enumerate(events):
+            if event.reason.startswith("requeued to restart"):
+                admitted = next(e for e in events[i:] if e.to_state is S.ADMITTED)
+                assert admitted.at - event.at >= 0.05
+        assert not cluster.booked
+        await plane.shutdown()
+
+    run(scenario)
+
+
+def test_a_lost_node_restarts_the_gang_elsewhere():
+    async def scenario():
+        cluster = make_cluster("n0: CPU=2", "n1: CPU=2")
+        plane = make_plane(cluster)
+        gang_id = await submit(plane, "job", "2xCPU=1", "STRICT_PACK", seconds=0.3,
+                               max_restarts=1)
+        status = await wait_for(plane, gang_id, S.RUNNING)
+        (lost,) = {m.node_id for m in status.members}
+        cluster.lose_node(lost)
+        status = await plane.wait(gang_id, timeout=10)
+        assert status.state is S.SUCCEEDED and status.restarts == 1
+        assert {m.node_id for m in status.members} == {"n0", "n1"} - {lost}
+        assert any(f"node {lost} was lost" in r for _, r in moves(status))
+        await plane.shutdown()
+
+    run(scenario)
+
+
+def test_a_reservation_that_times_out_is_requeued():
+    async def scenario():
+        cluster = make_cluster("n0: GPU=2")
+        # Work not started by raygang, which the cluster's view does not show yet: the
+        # gang is admitted, its reservation waits, times out, and it goes back in line.
+        cluster.nodes["n0"].unseen = Resources(GPU=2)
+        plane = make_plane(cluster)
+        gang_id = await submit(plane, "job", "2xGPU=1", seconds=0, reservation_timeout_s=0.05)
+        status = await wait_for(plane, gang_id, S.PENDING, S.ADMITTED)
+        for _ in range(200):
+            status = await plane.status(gang_id)
+            if any(r.startswith("requeued: the reservation") for _, r in moves(status)):
+                break
+            await asyncio.sleep(0.01)
+        assert any(r == f"requeued: the reservation of gang {gang_id} was not ready within "
+                   "0.05s" for _, r in moves(status))
+        cluster.nodes["n0"].unseen = Resources()  # the other work ends
+        assert (await plane.wait(gang_id, timeout=5)).state is S.SUCCEEDED
+        await plane.shutdown()
+
+    run(scenario)
+
+
+def test_cancel_a_pending_and_a_running_gang():
+    async def scenario():
+        cluster = make_cluster("n0: GPU=1")
+        plane = make_plane(cluster)
+        running = await submit(plane, "svc", "GPU=1", seconds=None)
+        await wait_for(plane, running, S.RUNNING)
+        pending = await submit(plane, "later", "GPU=1", seconds=0)
+        status = await plane.cancel(pending, "not needed")
+        assert status.state is S.CANCELLED and status.reason == "not needed"
+        status = await plane.cancel(running)  # returns once the gang holds nothing
+        assert status.state is S.CANCELLED and not cluster.booked
+        assert [s for s, _ in moves(status)][-1] == "CANCELLED"
+        await plane.shutdown()
+
+    run(scenario)
+
+
+def test_a_gang_on_capacity_being_freed_waits_for_the_victim():
+    async def scenario():
+        cluster = make_cluster("n0: GPU=4")
+        plane = make_plane(cluster)
+        victim = await submit(plane, "victim", "GPU=4", seconds=3600, on_preempt="ignore",
+                              priority="batch", preemption_grace_s=0.3)
+        await wait_for(plane, victim, S.RUNNING)
+        first = await submit(plane, "first", "2xGPU=1", seconds=None, priority="inference")
+        second = await submit(plane, "second", "2xGPU=1", seconds=None, priority="inference",
+                              reservation_timeout_s=0.1)
+        for gang_id in (first, second):
+            await wait_for(plane, gang_id, S.RUNNING)
+        statuses = [await plane.status(g) for g in (first, second)]
+        admitted = [next(e for e in s.events if e.to_state is S.ADMITTED) for s in statuses]
+        waited = [a for a in admitted if a.reason.endswith("waiting for 1 preempted gang(s) "
+                                                          "to stop")]
+        assert waited  # at least the preemptor (both, if one cycle admitted both)
+        for status in statuses:
+            assert not any("requeued" in r for _, r in moves(status))
+        await plane.shutdown()
+
+    run(scenario)

@@ -1,0 +1,113 @@
+"""A restarted scheduler rebuilds its book from the store (no Ray).
+
+The first control plane runs in an event loop of its own; its "process dies" when that
+loop is never run again (nothing of it is torn down, as in a crash). A second plane on
+the same store and the same in-memory cluster then recovers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from raygang.control.store import MemoryStore
+from raygang.core.gang import GangState as S
+from raygang.core.resources import Resources
+
+from tests.control.harness import make_cluster, make_plane, moves, submit, wait_for
+
+
+def crash_and_restart(cluster, before, after):
+    """Run `before(plane)` on a first plane, abandon it, run `after(plane)` on a second."""
+    store = MemoryStore()
+    first_loop = asyncio.new_event_loop()
+    try:
+        first = make_plane_in(first_loop, cluster, store)
+        ids = first_loop.run_until_complete(asyncio.wait_for(before(first), 30))
+        second_loop = asyncio.new_event_loop()
+        try:
+            second_loop.run_until_complete(asyncio.wait_for(
+                after(make_plane_in(second_loop, cluster, store), ids), 30))
+        finally:
+            second_loop.close()
+    finally:  # only now may the dead process's tasks end (the test is over)
+        for task in asyncio.all_tasks(first_loop):
+            task.cancel()
+        first_loop.run_until_complete(asyncio.sleep(0))
+        first_loop.close()
+
+
+def make_plane_in(loop, cluster, store):
+    async def made():
+        return make_plane(cluster, store)
+    return loop.run_until_complete(made())
+
+
+def test_a_restarted_scheduler_adopts_requeues_and_keeps_its_queue():
+    cluster = make_cluster("n0: GPU=4 CPU=8")
+
+    async def before(plane):
+        ids = {
+            "service": await submit(plane, "service", "2xGPU=1", seconds=None),
+            "job": await submit(plane, "job", "GPU=1", seconds=0.5, result=7),
+        }
+        for gang_id in ids.values():
+            await wait_for(plane, gang_id, S.RUNNING)
+        ids["starting"] = await submit(plane, "slow", "GPU=1", seconds=0, start_s=30)
+        await wait_for(plane, ids["starting"], S.STARTING)
+        ids["pending"] = await submit(plane, "big", "4xGPU=1", seconds=0, key="k-1")
+        await wait_for(plane, ids["pending"], S.PENDING)
+        ids["pending-seq"] = plane.registry.get(ids["pending"]).seq
+        cluster.booked["ghost-0000"] = [("n0", Resources(CPU=1))]  # of no gang: an orphan
+        await asyncio.sleep(0.05)  # the writer task writes the latest states
+        return ids
+
+    async def after(plane, ids):
+        await plane.ready()
+        found = plane.recovery
+        assert (found["gangs"], found["adopted"], found["requeued"], found["pending"]) == \
+            (4, 2, 1, 1)
+        assert found["orphans_removed"] == 1 and "ghost-0000" not in cluster.booked
+        service = await plane.status(ids["service"])
+        assert service.state is S.RUNNING
+        assert moves(service)[-1] == ("RUNNING", "adopted by the restarted scheduler: members "
+                                                 "and placement group kept")
+        job = await plane.wait(ids["job"], timeout=5)  # its run went on: it ends on time
+        assert job.state is S.SUCCEEDED and await plane.results(ids["job"]) == [7]
+        assert job.restarts == 0 and job.preemptions == 0
+        starting = await plane.status(ids["starting"])
+        assert ("PENDING", "requeued: the scheduler restarted while the gang was STARTING") \
+            in moves(starting)
+        assert starting.restarts == 0 and starting.preemptions == 0
+        pending = plane.registry.get(ids["pending"])
+        assert pending.seq == ids["pending-seq"] and pending.state is not S.CANCELLED
+        # The idempotency key came back: a retried submission gets the same gang.
+        assert await submit(plane, "big", "4xGPU=1", seconds=0, key="k-1") == ids["pending"]
+        fresh = await submit(plane, "fresh", "CPU=1", seconds=0)  # after every gang read back
+        assert plane.registry.get(fresh).seq > ids["pending-seq"]
+        await plane.shutdown()
+
+    crash_and_restart(cluster, before, after)
+
+
+def test_a_cancellation_written_but_not_carried_out_is_carried_out():
+    cluster = make_cluster("n0: GPU=2")
+
+    async def before(plane):
+        gang_id = await submit(plane, "svc", "2xGPU=1", seconds=None)
+        await wait_for(plane, gang_id, S.RUNNING)
+        record = plane.registry.get(gang_id)
+        record.cancel_reason = "cancelled by user"  # what cancel() writes first...
+        await plane.journal.write(record)  # ...then the process dies
+        return {"svc": gang_id}
+
+    async def after(plane, ids):
+        await plane.ready()
+        status = await plane.status(ids["svc"])
+        assert status.state is S.CANCELLED and status.reason == "cancelled by user"
+        assert moves(status)[-2:] == [
+            ("PENDING", "scheduler restarted; carrying out the cancellation"),
+            ("CANCELLED", "cancelled by user")]
+        assert plane.recovery["cancelled"] == 1 and not cluster.booked
+        await plane.shutdown()
+
+    crash_and_restart(cluster, before, after)
