@@ -12,11 +12,12 @@ gangs waiting):
 - submissions/s: 100 more `@gang_task` `.remote()` calls into `backlog`, one after the
   other from one driver (each returns once the submission is stored);
 - `list_gangs()`: every gang's status (grows with the backlog by nature: for reference);
-- fresh gang: a 0.5-CPU gang submitted to another queue, submit -> RUNNING (`ready()`);
+- fresh gang: a 0.5-CPU gang submitted to another queue, submit -> RUNNING (`ready()`),
+  and of that, submit -> ADMITTED (the decision; the rest is Ray starting an actor);
 - page of 100: `GET /v1/gangs?limit=100` on the REST app (in process, auth off).
 
-Medians of a few; each row also as a ratio to the first row. Filling the backlog between
-levels goes straight to the actor, 100 submissions in flight.
+Medians of a few (after a warm-up); each row also as a ratio to the first row. Filling
+the backlog between levels goes straight to the actor, 100 submissions in flight.
 """
 
 from __future__ import annotations
@@ -99,12 +100,15 @@ def submissions_per_s() -> float:
     return SUBMISSIONS / (time.perf_counter() - t)
 
 
-def fresh_latency() -> float:
+def fresh_latency(admitted: list[float]) -> float:
+    """Submit -> RUNNING (the result); submit -> ADMITTED is appended to `admitted`."""
     t = time.perf_counter()
     ref = FRESH.remote(0.0)
     ref.ready(timeout=120)
     seconds = time.perf_counter() - t
-    ref.wait(timeout=120)
+    events = ref.wait(timeout=120).events
+    decided = next(e.at for e in events if e.to_state is raygang.GangState.ADMITTED)
+    admitted.append(decided - events[0].at)
     return seconds
 
 
@@ -121,12 +125,15 @@ def page_of_100(app) -> None:
 
 
 def measure(http) -> dict[str, float]:
-    return {
+    admitted: list[float] = []
+    row = {
         "submit": submissions_per_s(),
         "list": timed(raygang.list_gangs, 3),
-        "fresh": timed(fresh_latency, 3),
+        "fresh": timed(lambda: fresh_latency(admitted), 7),
         "page": timed(lambda: page_of_100(http), 5),
     }
+    row["admit"] = statistics.median(admitted)
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,13 +165,16 @@ def run(levels: list[int]) -> int:
     print(f"backlog: head + 2 x (4 CPU, 4 GPU); queue 'backlog' limited to 1 GPU (one gang "
           f"runs, the rest wait); {SUBMISSIONS} submissions from one driver per level")
     print(f"{'waiting':>8} {'submit/s':>9} {'ratio':>6} {'list_gangs':>11} {'ratio':>6} "
-          f"{'fresh->RUNNING':>15} {'ratio':>6} {'page of 100':>12} {'ratio':>6}")
+          f"{'fresh->RUNNING':>15} {'ratio':>6} {'(->ADMITTED)':>13} {'page of 100':>12} "
+          f"{'ratio':>6}")
+    # Warm up (worker processes, imports, the store): the first row is the baseline.
+    for _ in range(3):
+        fresh_latency([])
     rows, submitted = [], 0
     for level in levels:
-        waiting = max(0, submitted - 1)  # one of the backlog runs
-        if level > waiting:
-            fill(handle, submitted, level - waiting)
-            submitted += level - waiting
+        if level + 1 > submitted:  # one gang of the backlog runs, `level` wait
+            fill(handle, submitted, level + 1 - submitted)
+            submitted = level + 1
         settle(handle, level)
         row = measure(app)
         submitted += SUBMISSIONS
@@ -173,6 +183,7 @@ def run(levels: list[int]) -> int:
         print(f"{level:>8,} {row['submit']:>9.1f} {row['submit'] / base['submit']:>5.2f}x "
               f"{row['list'] * 1e3:>9.1f}ms {row['list'] / base['list']:>5.2f}x "
               f"{row['fresh']:>14.3f}s {row['fresh'] / base['fresh']:>5.2f}x "
+              f"{row['admit'] * 1e3:>11.1f}ms "
               f"{row['page'] * 1e3:>10.1f}ms {row['page'] / base['page']:>5.2f}x")
     level, last = rows[-1]
     base = rows[0][1]

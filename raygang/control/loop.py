@@ -16,9 +16,10 @@ from collections.abc import Callable
 from raygang.control.config import SchedulerConfig
 from raygang.control.fleet import Fleet
 from raygang.control.ports import Cluster, Metrics, Scaling
+from raygang.control.records import GangRecord
 from raygang.control.registry import Registry
 from raygang.core.gang import GangState
-from raygang.core.plan import Plan
+from raygang.core.plan import Plan, Waitings
 from raygang.core.scale import scale_candidates
 from raygang.core.schedule import schedule
 from raygang.core.snapshot import ClusterSnapshot
@@ -46,7 +47,8 @@ class SchedulingLoop:
         self.cycles = 0
         self.last_error: str | None = None
         self.last_plan = Plan()
-        self._waiting_seen: frozenset[str] = frozenset()
+        self._waiting_seen: object = frozenset()
+        self._started = 0.0
         self._metrics_at = float("-inf")  # when the gauges were last refreshed
         self.observed: tuple[float, ClusterSnapshot] | None = None
 
@@ -89,48 +91,91 @@ class SchedulingLoop:
         while True:
             await self._woken(self._wake, self._cycle_timeout())
             try:
-                self.cycle()
+                await self.cycle_off_loop()
             except Exception as error:  # never let one bad cycle stop scheduling
                 log.exception("scheduling cycle failed")
                 self.last_error = f"{type(error).__name__}: {error}"
             if self.scaling is not None and self._last_plan_changed():
                 self._scale_wake.set()  # else the scale loop's own interval is soon enough
             # Ray drops a gauge not set within two report intervals (10 s each); once a
-            # second is plenty, and keeps a scan of every remembered gang off the path of
-            # a burst of submissions (each wakes the loop).
+            # second is plenty, and costs what the registry counts, not every gang.
             now = self._clock()
             if now - self._metrics_at >= METRICS_REFRESH_S:
                 self._metrics_at = now
-                self._metrics.refresh(self._registry, self._config().queues)
+                self._metrics.refresh(list(self._fleet), self._config().queues,
+                                      self._registry.counts())
 
     def _last_plan_changed(self) -> bool:
         """Whether the last cycle changed what waits (or admitted or preempted anything)."""
         plan, seen = self.last_plan, self._waiting_seen
-        self._waiting_seen = frozenset(plan.waiting)
+        waiting = plan.waiting
+        self._waiting_seen = (waiting.signature() if isinstance(waiting, Waitings)
+                              else frozenset(waiting))
         return bool(plan.admissions or plan.preemptions) or self._waiting_seen != seen
 
     def cycle(self) -> None:
+        """One cycle, in this thread (tests drive it by hand)."""
+        prepared = self._prepare()
+        if prepared is not None:
+            now, snapshot, backlog, policy = prepared
+            self._apply(now, schedule(snapshot, backlog, policy, now))
+
+    async def cycle_off_loop(self) -> None:
+        """One cycle; the decision runs in a thread of its own, so that the event loop
+        answers calls meanwhile (a cycle over a busy cluster takes a while). It decides
+        on copies: what changes meanwhile is checked when the plan is applied."""
+        prepared = self._prepare()
+        if prepared is not None:
+            now, snapshot, backlog, policy = prepared
+            self._apply(now, await asyncio.to_thread(schedule, snapshot, backlog, policy, now))
+
+    def _prepare(self) -> tuple | None:
         now = self._clock()
-        pending = self._registry.due(now)
-        if not pending:
+        backlog = self._registry.backlog(now)
+        if not backlog.lines:
             self.last_plan = Plan()
-            return
-        started = self._metrics.cycle_started()
+            return None
+        self._started = self._metrics.cycle_started()
         snapshot = self.observe()
         self.observed = (now, snapshot)
-        plan = schedule(snapshot, [r.pending_view() for r in pending], self._config().policy,
-                        now)
+        return now, snapshot, backlog, self._config().policy
+
+    def _apply(self, now: float, plan: Plan) -> None:
         self.last_plan = plan
         self.cycles += 1
+        admitted = {a.gang_id for a in plan.admissions if self._admissible(a.gang_id)}
         # Victims first: an admission that needs them waits for them to be gone.
         for preemption in plan.preemptions:
-            self._fleet.preempt(preemption)
+            if preemption.preemptor in admitted:
+                self._fleet.preempt(preemption)
         for admission in plan.admissions:
-            self._fleet.admit(self._registry.get(admission.gang_id), admission, now)
-        for waiting in plan.waiting.values():
-            self._registry.get(waiting.gang_id).set_waiting(
-                waiting.code, waiting.message, plan.positions.get(waiting.gang_id))
-        self._metrics.cycle_done(started, plan)
+            if admission.gang_id in admitted:
+                self._fleet.admit(self._registry.get(admission.gang_id), admission, now)
+        for waiting in plan.looked_at.values():
+            record = self._registry.find(waiting.gang_id)
+            if record is not None and record.state is GangState.PENDING:
+                record.set_waiting(waiting.code, waiting.message,
+                                   plan.positions.get(waiting.gang_id))
+        self._metrics.cycle_done(self._started, plan)
+
+    def _admissible(self, gang_id: str) -> bool:
+        """Still pending, stored and not being cancelled (the plan was decided off the
+        loop: a cancellation may have come meanwhile)."""
+        record = self._registry.find(gang_id)
+        return (record is not None and record.state is GangState.PENDING and record.saved
+                and record.cancel_reason is None)
+
+    def explain(self, record: GangRecord) -> None:
+        """Bring a waiting gang's reason and place in line up to the last cycle: the
+        cycle itself set them only for the gangs it looked at, not for those behind a
+        blocked queue head (`core.backlog`)."""
+        if record.state is not GangState.PENDING:
+            return
+        plan = self.last_plan
+        waiting = plan.waiting.get(record.gang_id)
+        if waiting is not None:
+            record.set_waiting(waiting.code, waiting.message,
+                               plan.positions.get(record.gang_id))
 
     # What the cluster looks like ------------------------------------------------------
     def observe(self) -> ClusterSnapshot:

@@ -63,7 +63,7 @@ class ControlPlane:
         self.journal = journal
         self._clock = clock
         self._metrics = metrics or NoMetrics()
-        self.registry = Registry(config.finished_gangs_kept)
+        self.registry = Registry(config.finished_gangs_kept, clock)
         self.fleet = Fleet(self.registry, cluster, journal, self._metrics,
                            lambda: self.config.restart_policy, clock,
                            wake_after=lambda delay: self.loop.wake_after(delay),
@@ -113,7 +113,8 @@ class ControlPlane:
             try:
                 self.recovery = await recovery.rebuild(
                     self.journal, self.registry, self.fleet, self._cluster,
-                    self.config.restart_policy, self._clock, self._apply_queues)
+                    self.config.restart_policy, self._clock, self._apply_queues,
+                    self._changed)
                 break
             except Exception as error:
                 log.exception("recovering the scheduler's state failed; retrying")
@@ -211,7 +212,7 @@ class ControlPlane:
             priority=cls.value, seq=self.registry.next_seq(), submitted_at=now,
             preemptible=cls.preemptible, min_runtime_s=cls.min_runtime_s, kind=kind,
             deployment=deployment, app=app, idempotency_key=idempotency_key,
-            fingerprint=fingerprint, on_change=self.journal.changed,
+            fingerprint=fingerprint, on_change=self._changed,
         )
         record.events.append(
             GangEvent(at=now, from_state=None, to_state=GangState.PENDING, reason="submitted")
@@ -222,19 +223,28 @@ class ControlPlane:
 
     async def _saved(self, record: GangRecord) -> str:
         gang_id = await self.journal.saved(record, self.registry.forget_unsaved)
+        self.registry.changed(record)  # stored: now it may be admitted
         self.loop.wake()
         return gang_id
+
+    def _changed(self, record: GangRecord) -> None:
+        self.registry.changed(record)
+        self.journal.changed(record)
+
+    def _status(self, record: GangRecord) -> GangStatus:
+        self.loop.explain(record)
+        return record.status()
 
     # Reading --------------------------------------------------------------------------
     async def status(self, gang_id: str) -> GangStatus:
         await self.ready()
-        return self.registry.get(gang_id).status()
+        return self._status(self.registry.get(gang_id))
 
     async def list_gangs(self, state: GangState | None = None,
                          queues: Collection[str] | None = None) -> list[GangStatus]:
         """Gangs in submission order, optionally only in `state` and in `queues`."""
         await self.ready()
-        return [r.status() for r in self.registry.matching(state, queues)]
+        return [self._status(r) for r in self.registry.matching(state, queues)]
 
     async def gang_page(self, state: GangState | None, queues: Collection[str] | None,
                         offset: int, limit: int, newest_first: bool = False,
@@ -242,16 +252,14 @@ class ControlPlane:
         """One page of `list_gangs` and how many match in all: only the page's statuses
         are built and sent (a status page polls this with thousands of gangs kept)."""
         await self.ready()
-        matching = self.registry.matching(state, queues)
-        if newest_first:
-            matching.reverse()
-        return [r.status() for r in matching[offset: offset + limit]], len(matching)
+        page, total = self.registry.page(state, queues, offset, limit, newest_first)
+        return [self._status(r) for r in page], total
 
     async def list_deployments(self) -> list[GangStatus]:
         """Deployments queued, running, or failed (until redeployed); undeployed ones are
         history (their gangs stay in `list_gangs`)."""
         await self.ready()
-        return [r.status() for r in self.registry.deployments()
+        return [self._status(r) for r in self.registry.deployments()
                 if r.state is not GangState.CANCELLED]
 
     async def queues(self) -> list[QueueStatus]:
@@ -283,7 +291,7 @@ class ControlPlane:
         if reason:
             return DryRunResult(outcome="rejected", reason=reason)
         now = self._clock()
-        pending = [r.pending_view() for r in self.registry.due(now)]
+        pending = [g for line in self.registry.backlog(now).lines.values() for g in line]
         # After every gang submitted so far, as a real submission would be; the counter
         # is not advanced (a what-if uses up nothing).
         seq = max((r.seq for r in self.registry), default=-1) + 1
@@ -302,7 +310,7 @@ class ControlPlane:
             await asyncio.wait_for(event.wait(), timeout)
         except asyncio.TimeoutError:
             pass
-        return record.status()
+        return self._status(record)
 
     async def results(self, gang_id: str) -> list:
         """The members' results in rank order (for a SUCCEEDED gang), as its run returned
@@ -330,6 +338,7 @@ class ControlPlane:
         await self._saved(record)
         if record.cancel_reason is None:
             record.cancel_reason = reason
+            self.registry.changed(record)  # no cycle may admit it any more
             await self.journal.write(record)  # the intent is durable before anything is done
         if record.state is GangState.PENDING:
             now = self._clock()

@@ -9,12 +9,12 @@ virtual time simulates it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from raygang.control.records import GangRecord
 from raygang.control.status import GangError, MemberStatus, ScalingStatus
-from raygang.core.gang import PendingGang
+from raygang.core.gang import GangState, PendingGang
 from raygang.core.plan import Plan, Preemption
 from raygang.core.queues import QueueSpec
 from raygang.core.scale import ScalePlan
@@ -110,7 +110,8 @@ class Metrics(Protocol):
     def finished(self, record: GangRecord) -> None: ...
     def cycle_started(self) -> float: ...
     def cycle_done(self, started: float, plan: Plan) -> None: ...
-    def refresh(self, gangs: Iterable[GangRecord], queues: Sequence[QueueSpec]) -> None: ...
+    def refresh(self, gangs: Iterable[GangRecord], queues: Sequence[QueueSpec],
+                counts: Mapping[tuple[GangState, str], int] | None = None) -> None: ...
 
 
 class NoMetrics:
@@ -132,7 +133,8 @@ class NoMetrics:
     def cycle_done(self, started: float, plan: Plan) -> None:
         pass
 
-    def refresh(self, gangs: Iterable[GangRecord], queues: Sequence[QueueSpec]) -> None:
+    def refresh(self, gangs: Iterable[GangRecord], queues: Sequence[QueueSpec],
+                counts: Mapping[tuple[GangState, str], int] | None = None) -> None:
         pass
 
 

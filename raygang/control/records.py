@@ -57,6 +57,7 @@ class GangRecord:
     on_change: Callable[[GangRecord], None] | None = field(default=None, repr=False)
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     released: asyncio.Event = field(default_factory=asyncio.Event)  # RUNNING or finished
+    _pending: PendingGang | None = field(default=None, repr=False, compare=False)
 
     def life(self) -> Life:
         """What the lifecycle's decisions read of this gang."""
@@ -150,7 +151,12 @@ class GangRecord:
         return f"{self.kind} {self.spec.name if self.kind == 'deployment' else self.gang_id}"
 
     def pending_view(self) -> PendingGang:
-        return PendingGang(self.gang_id, self.spec, self.priority, self.seq, self.preemptible)
+        """The gang as a cycle sees it while it waits (made once: what it holds never
+        changes)."""
+        if self._pending is None:
+            self._pending = PendingGang(self.gang_id, self.spec, self.priority, self.seq,
+                                        self.preemptible)
+        return self._pending
 
     def placed_view(self) -> PlacedGang:
         return PlacedGang(

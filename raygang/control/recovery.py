@@ -26,6 +26,7 @@ from typing import Any
 from raygang.control.fleet import Fleet
 from raygang.control.journal import Journal
 from raygang.control.ports import Cluster
+from raygang.control.records import GangRecord
 from raygang.control.registry import Registry
 from raygang.core.gang import GangState
 from raygang.core.queues import QueueSpec
@@ -36,7 +37,8 @@ log = logging.getLogger(__name__)
 
 async def rebuild(journal: Journal, registry: Registry, fleet: Fleet, cluster: Cluster,
                   policy: RestartPolicy, clock: Callable[[], float],
-                  apply_queues: Callable[[list[QueueSpec]], None]) -> dict[str, Any]:
+                  apply_queues: Callable[[list[QueueSpec]], None],
+                  on_change: Callable[[GangRecord], None]) -> dict[str, Any]:
     """Fill `registry` (and `fleet`, with the adopted gangs) from the journal, after
     handing the queue changes read back to `apply_queues`; returns what it found and did."""
     started = time.monotonic()
@@ -49,7 +51,7 @@ async def rebuild(journal: Journal, registry: Registry, fleet: Fleet, cluster: C
     now = clock()
     leftovers = cluster.leftovers({r.gang_id for r in records})
     for record in records:
-        record.on_change = journal.changed
+        record.on_change = on_change
         registry.restore(record)
         if record.state.finished:
             found["finished"] += 1

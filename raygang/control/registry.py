@@ -1,30 +1,52 @@
 """The registry: every gang the scheduler knows, and the indexes over them.
 
 One record per gang (`GangRecord`), found by id; deployments by name (the latest gang of
-each); idempotency keys; the submission sequence; and the finished gangs in the order they
-finished, of which only the last `finished_kept` are remembered.
+each); idempotency keys; the submission sequence; the finished gangs in the order they
+finished, of which only the last `finished_kept` are remembered. Kept up to date as gangs
+change (`changed`), so that no call has to walk every gang:
+
+- the backlog: per queue, the pending gangs a cycle may admit, sorted in admission order,
+  with the totals they ask for; gangs waiting out a restart backoff join it when due;
+- per state and per queue, the gangs in submission order (pages of `list_gangs`), and how
+  many there are of each state in each queue (totals, metrics).
 """
 
 from __future__ import annotations
 
+import bisect
 import collections
+import heapq
 import itertools
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 
 from raygang.control.errors import GangNotFoundError
 from raygang.control.idempotency import IdempotencyKeys
 from raygang.control.records import GangRecord
-from raygang.core.gang import GangState
+from raygang.core.backlog import Backlog, index_in
+from raygang.core.gang import GangState, PendingGang
+from raygang.core.resources import Resources
+
+_Ids = list[tuple[int, str]]  # (seq, gang id), sorted: submission order
 
 
 class Registry:
-    def __init__(self, finished_kept: int):
+    def __init__(self, finished_kept: int, clock: Callable[[], float]):
         self.finished_kept = finished_kept
-        self._gangs: dict[str, GangRecord] = {}
+        self._clock = clock
+        self._gangs: dict[str, GangRecord] = {}  # in submission order
         self._finished: collections.deque[str] = collections.deque()  # oldest first
         self._deployments: dict[str, str] = {}  # deployment name -> its latest gang id
         self._seq = itertools.count()
         self.keys = IdempotencyKeys()
+        # Indexes (see the module's docstring), and where each gang is in them.
+        self._lines: dict[str, list[PendingGang]] = {}
+        self._totals: dict[str, dict[Resources, int]] = {}
+        self._backoff: list[tuple[float, int, str]] = []  # heap; stale entries skipped
+        self._by_state: dict[GangState, _Ids] = {}
+        self._by_queue: dict[str, _Ids] = {}
+        self._counts: collections.Counter[tuple[GangState, str]] = collections.Counter()
+        self._state: dict[str, GangState] = {}  # gang id -> the state it is indexed under
+        self._where: dict[str, str] = {}  # gang id -> "line" | "backoff" (pending ones)
 
     # Reading ------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -48,21 +70,68 @@ class Registry:
         return self._gangs.get(gang_id)
 
     def pending(self) -> list[GangRecord]:
-        """Gangs to schedule: stored, and not being cancelled."""
-        return [r for r in self._gangs.values()
-                if r.state is GangState.PENDING and r.saved and r.cancel_reason is None]
+        """Gangs to schedule: stored, and not being cancelled (those waiting out a restart
+        backoff included)."""
+        return [self._gangs[g] for g, where in self._where.items()]
 
-    def due(self, now: float) -> list[GangRecord]:
-        """Pending gangs a cycle at `now` considers: those not waiting out a restart backoff."""
-        return [r for r in self.pending() if r.not_before is None or r.not_before <= now]
+    def backlog(self, now: float) -> Backlog:
+        """The pending gangs a cycle at `now` decides on (not those in a restart backoff),
+        as a copy: the cycle may run while gangs come and go."""
+        self._due(now)
+        lines = {q: list(line) for q, line in self._lines.items() if line}
+        totals = {q: dict(self._totals[q]) for q in lines}
+        return Backlog(lines, totals, self._pending_view)
+
+    def _pending_view(self, gang_id: str) -> PendingGang | None:
+        record = self._gangs.get(gang_id)
+        return None if record is None else record.pending_view()
+
+    def count(self, state: GangState, queue: str) -> int:
+        return self._counts[state, queue]
+
+    def counts(self) -> collections.Counter[tuple[GangState, str]]:
+        """How many gangs there are of each (state, queue)."""
+        return collections.Counter(self._counts)
+
+    def page(self, state: GangState | None, queues: Collection[str] | None, offset: int,
+             limit: int, newest_first: bool = False) -> tuple[list[GangRecord], int]:
+        """One page of the gangs in submission order (or newest first), optionally only in
+        `state` and in `queues`, and how many match in all. Costs the page (and, with both
+        filters, the smaller of the two indexes), not every gang."""
+        ids, total = self._matching(state, queues, newest_first)
+        return [self._gangs[g] for g in itertools.islice(ids, offset, offset + limit)], total
+
+    def _matching(self, state: GangState | None, queues: Collection[str] | None,
+                  newest_first: bool) -> tuple[Iterable[str], int]:
+        """(gang ids in submission order, or newest first; how many)."""
+        def ordered(ids: _Ids) -> Iterator[str]:
+            return (g for _, g in (reversed(ids) if newest_first else ids))
+
+        def merged(lists: list[_Ids]) -> Iterator[str]:
+            if newest_first:
+                return (g for _, g in heapq.merge(*map(reversed, lists), reverse=True))
+            return (g for _, g in heapq.merge(*lists))
+
+        if state is None and queues is None:
+            keys = self._gangs.keys()
+            return (reversed(keys) if newest_first else iter(keys)), len(self._gangs)
+        if queues is None:
+            by_state = self._by_state.get(state, [])  # type: ignore[arg-type]
+            return ordered(by_state), len(by_state)
+        wanted = set(queues)
+        lists = [self._by_queue.get(q, []) for q in sorted(wanted)]
+        if state is None:
+            return merged(lists), sum(len(x) for x in lists)
+        total = sum(self._counts[state, q] for q in wanted)
+        by_state = self._by_state.get(state, [])
+        if len(by_state) <= sum(len(x) for x in lists):
+            return (g for g in ordered(by_state) if self._gangs[g].spec.queue in wanted), total
+        return (g for g in merged(lists) if self._gangs[g].state is state), total
 
     def matching(self, state: GangState | None,
                  queues: Collection[str] | None) -> list[GangRecord]:
         """In submission order, optionally only in `state` and in `queues`."""
-        return [
-            r for r in self._gangs.values()
-            if (state is None or r.state is state) and (queues is None or r.spec.queue in queues)
-        ]
+        return self.page(state, queues, 0, len(self._gangs))[0]
 
     def unfinished(self) -> list[GangRecord]:
         return [r for r in self._gangs.values() if not r.state.finished]
@@ -81,18 +150,87 @@ class Registry:
     def add(self, record: GangRecord) -> None:
         """A new submission (not yet stored)."""
         self._gangs[record.gang_id] = record
+        bisect.insort(self._by_queue.setdefault(record.spec.queue, []),
+                      (record.seq, record.gang_id))
         if record.deployment is not None:
             self._deployments[record.deployment.name] = record.gang_id
+        self.changed(record)
+
+    def changed(self, record: GangRecord) -> None:
+        """The gang changed (state, stored, cancellation asked, backoff): re-index it."""
+        gang_id, queue = record.gang_id, record.spec.queue
+        if self._gangs.get(gang_id) is not record:
+            return  # forgotten meanwhile
+        was = self._state.get(gang_id)
+        if was is not record.state:
+            if was is not None:
+                _remove(self._by_state[was], (record.seq, gang_id))
+                self._counts[was, queue] -= 1
+            bisect.insort(self._by_state.setdefault(record.state, []), (record.seq, gang_id))
+            self._counts[record.state, queue] += 1
+            self._state[gang_id] = record.state
+        schedulable = (record.state is GangState.PENDING and record.saved
+                       and record.cancel_reason is None)
+        where = None
+        if schedulable:
+            due = record.not_before is None or record.not_before <= self._clock()
+            where = "line" if due else "backoff"
+        if self._where.get(gang_id) != where:
+            self._unplace(record)
+            if where == "line":
+                self._line_add(record)
+            elif where == "backoff":
+                heapq.heappush(self._backoff, (record.not_before, record.seq, gang_id))
+                self._where[gang_id] = "backoff"
+
+    def _due(self, now: float) -> None:
+        """Gangs whose restart backoff is over join their queue's line."""
+        while self._backoff and self._backoff[0][0] <= now:
+            _, _, gang_id = heapq.heappop(self._backoff)
+            record = self._gangs.get(gang_id)
+            if record is not None and self._where.get(gang_id) == "backoff":
+                self._unplace(record)
+                self._line_add(record)
+
+    def _line_add(self, record: GangRecord) -> None:
+        gang = record.pending_view()
+        line = self._lines.setdefault(gang.queue, [])
+        bisect.insort(line, gang, key=PendingGang.order_key)
+        totals = self._totals.setdefault(gang.queue, {})
+        totals[gang.total] = totals.get(gang.total, 0) + 1
+        self._where[record.gang_id] = "line"
+
+    def _unplace(self, record: GangRecord) -> None:
+        where = self._where.pop(record.gang_id, None)
+        if where != "line":
+            return  # a backoff entry is skipped when it comes up
+        gang = record.pending_view()
+        line = self._lines[gang.queue]
+        del line[index_in(line, gang)]
+        totals = self._totals[gang.queue]
+        totals[gang.total] -= 1
+        if not totals[gang.total]:
+            del totals[gang.total]
 
     def forget_unsaved(self, record: GangRecord) -> None:
         """A submission the store did not take: as if it never came (it may be retried)."""
         if self._gangs.get(record.gang_id) is not record:
             return
-        del self._gangs[record.gang_id]
+        self._forget(record)
         if record.idempotency_key is not None:
             self.keys.forget(record.idempotency_key)
+
+    def _forget(self, record: GangRecord) -> None:
+        gang_id, queue = record.gang_id, record.spec.queue
+        self._unplace(record)
+        state = self._state.pop(gang_id, None)
+        if state is not None:
+            _remove(self._by_state[state], (record.seq, gang_id))
+            self._counts[state, queue] -= 1
+        _remove(self._by_queue[queue], (record.seq, gang_id))
+        del self._gangs[gang_id]
         if record.deployment is not None and \
-                self._deployments.get(record.deployment.name) == record.gang_id:
+                self._deployments.get(record.deployment.name) == gang_id:
             del self._deployments[record.deployment.name]
 
     def restore(self, record: GangRecord) -> None:
@@ -117,7 +255,14 @@ class Registry:
         self._finished.append(record.gang_id)
         dropped = []
         while len(self._finished) > self.finished_kept:
-            gone = self._gangs.pop(self._finished.popleft(), None)
+            gone = self._gangs.get(self._finished.popleft())
             if gone is not None:
+                self._forget(gone)
                 dropped.append(gone)
         return dropped
+
+
+def _remove(ids: _Ids, item: tuple[int, str]) -> None:
+    i = bisect.bisect_left(ids, item)
+    if i < len(ids) and ids[i] == item:
+        del ids[i]

@@ -11,11 +11,12 @@ cannot be admitted (and could fit on this cluster at all) holds back the rest of
 
 from __future__ import annotations
 
+import functools
 import itertools
-from collections.abc import Callable, Sequence
-from types import MappingProxyType
+from collections.abc import Callable, Mapping, Sequence
 
 from raygang.core.actions import ACTIONS
+from raygang.core.backlog import Backlog, Line, demand, index_in
 from raygang.core.capacity import Capacity
 from raygang.core.config import PolicyConfig
 from raygang.core.draining import Draining
@@ -23,8 +24,18 @@ from raygang.core.explain import why_not
 from raygang.core.fairshare import QueueBook
 from raygang.core.gang import PendingGang
 from raygang.core.placement import place
-from raygang.core.plan import Admission, Plan, Preemption, WaitCode, Waiting
+from raygang.core.plan import (
+    Admission,
+    Behind,
+    Plan,
+    Positions,
+    Preemption,
+    WaitCode,
+    Waiting,
+    Waitings,
+)
 from raygang.core.pool import Candidates, Pool
+from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
 from raygang.core.victims import VictimSearch, victim_order
 
@@ -110,35 +121,67 @@ class Cycle:
         self.waiting: dict[str, Waiting] = {}
         self._pools: dict[str, Pool] = {}  # action -> the gangs it may stop
         self._stoppable: list[PlacedGang] | None = None
+        self._good: dict[str, dict[Resources, int]] = {}  # queue -> totals it admits
 
     # The cycle ----------------------------------------------------------------------------
-    def run(self, pending: Sequence[PendingGang]) -> Plan:
-        self.left = self._by_queue(pending)
-        positions = {g.gang_id: i + 1 for gangs in self.left.values() for i, g in enumerate(gangs)}
-        self.book.share_out(self.snapshot.alive_nodes, itertools.chain(*self.left.values()))
+    def run(self, backlog: Backlog, eager: bool = False) -> Plan:
+        """The plan for `backlog`; `eager`: explain every waiting gang now (the plain
+        algorithm, as `schedule` runs it on a list of gangs)."""
+        lines = self._lines(backlog)
+        self.left = {queue: Line(line) for queue, line in lines.items() if line}
+        self.book.share_out_demand(self.snapshot.alive_nodes, {
+            queue: demand(self._good_totals(queue, backlog.totals.get(queue, {})))
+            for queue in lines})
         for name in self.config.actions:
             action = ACTIONS[name]
             self._pass(lambda gang: action.attempt(self, gang))
-        self._explain()
+
+        def locate(gang_id: str) -> tuple[str, int, PendingGang] | None:
+            gang = backlog.find(gang_id)
+            line = None if gang is None else lines.get(gang.queue)
+            i = None if line is None else index_in(line, gang)
+            return None if i is None else (gang.queue, i, line[i])
+
+        behind = self._explain(eager)
         return Plan(
             admissions=tuple(self.admissions),
-            waiting=MappingProxyType(self.waiting),
+            waiting=Waitings(self.waiting, behind, locate),
             at=self.now,
             preemptions=tuple(self.preemptions),
-            positions=MappingProxyType(positions),
+            positions=Positions(lines, locate),
         )
 
-    def _by_queue(self, pending: Sequence[PendingGang]) -> dict[str, list[PendingGang]]:
-        """Pending gangs per leaf queue, in order. A gang whose queue is gone from the
-        config (or is no leaf any more) waits with the reason."""
-        left: dict[str, list[PendingGang]] = {}
-        for gang in sorted(pending, key=PendingGang.order_key):
-            problem = self.tree.problem(gang.spec)
-            if problem:
-                self.waiting[gang.gang_id] = Waiting(gang.gang_id, WaitCode.UNSCHEDULABLE, problem)
-            else:
-                left.setdefault(gang.queue, []).append(gang)
-        return left
+    def _lines(self, backlog: Backlog) -> dict[str, Sequence[PendingGang]]:
+        """Each queue's line, less the gangs that can never be admitted through it (a
+        queue gone from the config or no leaf any more, a limit below the gang's size):
+        they wait with the reason, and block nobody. Checked per distinct total."""
+        lines: dict[str, Sequence[PendingGang]] = {}
+        for queue, line in backlog.lines.items():
+            totals = backlog.totals.get(queue, {})
+            good = self._good_totals(queue, totals)
+            if len(good) == len(totals):
+                lines[queue] = line  # read in place
+                continue
+            kept = []
+            for gang in line:
+                problem = self.tree.problem(gang.spec)
+                if problem:
+                    self.waiting[gang.gang_id] = Waiting(gang.gang_id, WaitCode.UNSCHEDULABLE,
+                                                         problem)
+                else:
+                    kept.append(gang)
+            lines[queue] = kept
+        return lines
+
+    def _good_totals(self, queue: str, totals: Mapping[Resources, int]
+                     ) -> dict[Resources, int]:
+        """The totals of a queue's gangs that its place in the tree admits at all."""
+        good = self._good.get(queue)
+        if good is None:
+            good = self._good[queue] = {
+                total: n for total, n in totals.items()
+                if self.tree.problem_of(queue, total) is None}
+        return good
 
     def _pass(self, attempt: Callable[[PendingGang], bool]) -> None:
         """Offer each queue's gangs, in fair-share order, to `attempt`; without backfill a
@@ -158,7 +201,7 @@ class Cycle:
             elif not self.config.backfill:
                 order.done(queue)
         for queue, gangs in self.left.items():
-            self.left[queue] = [g for g in gangs if g.gang_id not in self.admitted]
+            gangs.drop(at[queue], self.admitted)
 
     # What actions use ---------------------------------------------------------------------
     def place(self, gang: PendingGang) -> tuple[str, ...] | None:
@@ -225,16 +268,35 @@ class Cycle:
         self.admissions.append(Admission(gang.gang_id, nodes, action, own, waits))
 
     # Reasons ------------------------------------------------------------------------------
-    def _explain(self) -> None:
+    def _explain(self, eager: bool) -> dict[str, Behind]:
         """A reason with numbers for every gang left pending, against the capacity left
-        after this cycle's decisions (what users see next); computed once per shape."""
+        after this cycle's decisions (what users see next); computed once per shape.
+        Without backfill, the gangs behind a queue's first gang that could ever fit wait
+        behind it: unless `eager`, their reasons are worked out when asked (`Behind`)."""
         by_shape: dict = {}
+        behind: dict[str, Behind] = {}
+        backfill = self.config.backfill
         for queue, gangs in self.left.items():
             blocker: PendingGang | None = None
-            for gang in gangs:
+            for i, gang in enumerate(gangs):
+                if blocker is not None and not eager and i >= len(gangs.head):
+                    first = self.waiting[blocker.gang_id].message
+                    behind[queue] = Behind(gangs.tail, gangs.start + i - len(gangs.head),
+                                           functools.partial(self._behind, blocker, first))
+                    break
                 self.waiting[gang.gang_id] = self._reason(gang, blocker, by_shape)
-                if blocker is None and self.ever.fits(gang) and not self.config.backfill:
+                if blocker is None and self.ever.fits(gang) and not backfill:
                     blocker = gang
+        return behind
+
+    def _behind(self, blocker: PendingGang, first: str, gang: PendingGang) -> Waiting:
+        if not self.ever.fits(gang):
+            return self._reason(gang, None, {})
+        return Waiting(
+            gang.gang_id, WaitCode.BEHIND,
+            f"waiting behind gang {blocker.gang_id} (priority {blocker.priority}, earlier "
+            f"in queue {gang.queue!r}; backfill is off), which cannot start yet: {first}",
+        )
 
     def _reason(self, gang: PendingGang, blocker: PendingGang | None, by_shape: dict) -> Waiting:
         if not self.ever.fits(gang):
@@ -242,12 +304,7 @@ class Cycle:
             return Waiting(gang.gang_id, WaitCode.UNSCHEDULABLE,
                            f"cannot fit on the cluster as it is now, even empty: {reason}")
         if blocker is not None:
-            first = self.waiting[blocker.gang_id].message
-            return Waiting(
-                gang.gang_id, WaitCode.BEHIND,
-                f"waiting behind gang {blocker.gang_id} (priority {blocker.priority}, earlier "
-                f"in queue {gang.queue!r}; backfill is off), which cannot start yet: {first}",
-            )
+            return self._behind(blocker, self.waiting[blocker.gang_id].message, gang)
         if gang.gang_id in self.limited:
             return Waiting(gang.gang_id, WaitCode.LIMIT, self.limited[gang.gang_id])
         if gang.shape not in by_shape:

@@ -120,13 +120,17 @@ class QueueBook:
     def share_out(self, nodes: Iterable[NodeState], pending: Iterable[PendingGang]) -> None:
         """Fair shares of the alive `nodes`' capacity, each leaf demanding what it uses
         plus what its `pending` gangs ask for (gangs of no leaf queue are not counted)."""
-        demand = {q: [self.usage[q]] for q in self.tree.leaves}
+        asked: dict[str, list[Resources]] = {}
         for gang in pending:
-            if gang.queue in demand:
-                demand[gang.queue].append(gang.total)
+            asked.setdefault(gang.queue, []).append(gang.total)
+        self.share_out_demand(nodes, {q: Resources.sum(v) for q, v in asked.items()})
+
+    def share_out_demand(self, nodes: Iterable[NodeState], pending: Mapping[str, Resources]
+                         ) -> None:
+        """`share_out`, given what each queue's pending gangs ask for in all."""
         self.compute_fair_shares(
             Resources.sum(node.total for node in nodes),
-            {queue: Resources.sum(vectors) for queue, vectors in demand.items()},
+            {q: self.usage[q] + pending.get(q, Resources()) for q in self.tree.leaves},
         )
 
     def compute_fair_shares(self, cluster: Resources, demand: Mapping[str, Resources]) -> None:

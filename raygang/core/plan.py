@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from raygang.core.gang import PendingGang
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,5 +66,92 @@ class Plan:
     """1-based place of each pending gang in its queue's order."""
 
     @property
+    def looked_at(self) -> Mapping[str, Waiting]:
+        """The waiting gangs the cycle looked at itself (the others wait behind a blocked
+        queue head: read them from `waiting` one by one when needed)."""
+        waiting = self.waiting
+        return waiting.explicit if isinstance(waiting, Waitings) else waiting
+
+    @property
     def admitted_ids(self) -> list[str]:
         return [a.gang_id for a in self.admissions]
+
+
+# Reasons and positions of the gangs behind a blocked queue head, worked out when asked ---
+Locate = Callable[[str], "tuple[str, int, PendingGang] | None"]
+
+
+@dataclass(frozen=True)
+class Behind:
+    """The gangs of a line from `start` on all wait behind `blocker` (backfill off); each
+    one's reason is `reason(gang)` (it may be another: a gang that can never fit)."""
+
+    line: Sequence[PendingGang]
+    start: int
+    reason: Callable[[PendingGang], Waiting]
+
+
+class Waitings(Mapping[str, Waiting]):
+    """Why each undecided gang waits: those the cycle looked at (`explicit`), and, read
+    when asked, those behind a blocked queue head."""
+
+    def __init__(self, explicit: dict[str, Waiting], behind: Mapping[str, Behind],
+                 locate: Locate):
+        self.explicit = explicit
+        self.behind = behind
+        self._locate = locate
+
+    def __getitem__(self, gang_id: str) -> Waiting:
+        found = self.explicit.get(gang_id)
+        if found is not None:
+            return found
+        where = self._locate(gang_id)
+        if where is not None:
+            queue, i, gang = where
+            line = self.behind.get(queue)
+            if line is not None and i >= line.start:
+                return line.reason(gang)
+        raise KeyError(gang_id)
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self.explicit
+        for line in self.behind.values():
+            for i in range(line.start, len(line.line)):
+                yield line.line[i].gang_id
+
+    def __len__(self) -> int:
+        return len(self.explicit) + sum(len(b.line) - b.start for b in self.behind.values())
+
+    def __repr__(self) -> str:
+        lazy = len(self) - len(self.explicit)
+        return f"Waitings({len(self.explicit)} looked at, {lazy} behind blocked queue heads)"
+
+    def signature(self) -> tuple:
+        """What changes when the set of waiting gangs changes (without walking them)."""
+        return (frozenset(self.explicit), len(self),
+                frozenset((q, b.start, len(b.line)) for q, b in self.behind.items()))
+
+
+class Positions(Mapping[str, int]):
+    """Each undecided gang's 1-based place in its queue's line, found when asked."""
+
+    def __init__(self, lines: Mapping[str, Sequence[PendingGang]], locate: Locate):
+        self._lines = lines
+        self._locate = locate
+
+    def __getitem__(self, gang_id: str) -> int:
+        where = self._locate(gang_id)
+        if where is None:
+            raise KeyError(gang_id)
+        return where[1] + 1
+
+    def __iter__(self) -> Iterator[str]:
+        for line in self._lines.values():
+            for gang in line:
+                yield gang.gang_id
+
+    def __len__(self) -> int:
+        return sum(len(line) for line in self._lines.values())
+
+    def __repr__(self) -> str:
+        return f"Positions({len(self)} gangs in {len(self._lines)} queue lines)"

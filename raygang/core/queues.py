@@ -100,7 +100,10 @@ class QueueTree:
     def problem(self, spec: GangSpec) -> str | None:
         """Why a gang can never be admitted through its queue (unknown queue, a parent
         queue, a limit below the gang's size), or None."""
-        queue = spec.queue
+        return self.problem_of(spec.queue, spec.total)
+
+    def problem_of(self, queue: str, total: Resources) -> str | None:
+        """`problem` for a gang of `queue` that asks for `total` in all."""
         if queue not in self.specs:
             return f"queue: unknown queue {queue!r} (queues: {', '.join(self.leaves)})"
         if not self.is_leaf(queue):
@@ -108,7 +111,6 @@ class QueueTree:
                 f"queue: {queue!r} is a parent queue; gangs go to its leaves "
                 f"({', '.join(self.children[queue])})"
             )
-        total = spec.total
         for name in self.paths[queue]:
             limit = self.specs[name].limit
             if limit is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from raygang.core.backlog import Backlog
 from raygang.core.capacity import Capacity
 from raygang.core.config import PolicyConfig
 from raygang.core.cycle import Cycle
@@ -18,12 +19,17 @@ from raygang.core.spec import GangSpec
 
 def schedule(
     snapshot: ClusterSnapshot,
-    pending: Sequence[PendingGang],
+    pending: Sequence[PendingGang] | Backlog,
     config: PolicyConfig,
     now: float,
 ) -> Plan:
-    """Admit what fits, reclaim and preempt what policy allows; say why the rest wait."""
-    return Cycle(snapshot, config, now).run(pending)
+    """Admit what fits, reclaim and preempt what policy allows; say why the rest wait.
+    `pending`: the gangs (every waiting gang is explained now), or a `Backlog` of them
+    kept sorted by the caller: then a cycle costs what it looks at, not how many wait
+    (the reasons of the gangs behind a blocked queue head are read when asked)."""
+    if isinstance(pending, Backlog):
+        return Cycle(snapshot, config, now).run(pending)
+    return Cycle(snapshot, config, now).run(Backlog.of(pending), eager=True)
 
 
 def unschedulable_reason(

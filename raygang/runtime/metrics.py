@@ -40,7 +40,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from types import SimpleNamespace
 from typing import Any
 
@@ -156,19 +156,28 @@ class SchedulerMetrics:
 
     # Gauges, from the book --------------------------------------------------------------
     @_quiet
-    def refresh(self, records: Iterable[GangRecord], queues: Iterable[QueueSpec]) -> None:
-        """Set every gauge from the gangs as they are now; zero for queues with none."""
+    def refresh(self, records: Iterable[GangRecord], queues: Iterable[QueueSpec],
+                counts: Mapping[tuple[GangState, str], int] | None = None) -> None:
+        """Set every gauge from the gangs as they are now; zero for queues with none.
+        With `counts` (gangs per state and queue, as the registry keeps them), `records`
+        need only hold the gangs that hold resources: no walk over every gang."""
         queues = list(queues)
         pending = {q.name: 0 for q in queues}
         running = dict(pending)
         usage: dict[tuple[str, str], float] = {}
         parents = {q.name: q.parent for q in queues}
+        for (state, queue), n in (counts or {}).items():
+            if state is GangState.PENDING and n:
+                pending[queue] = pending.get(queue, 0) + n
+            elif state.holds_resources and n:
+                running[queue] = running.get(queue, 0) + n
         for r in records:
             queue = r.spec.queue
-            if r.state is GangState.PENDING:
+            if r.state is GangState.PENDING and counts is None:
                 pending[queue] = pending.get(queue, 0) + 1
             elif r.state.holds_resources:
-                running[queue] = running.get(queue, 0) + 1
+                if counts is None:
+                    running[queue] = running.get(queue, 0) + 1
                 for name, amount in r.spec.total.items():
                     for q in _self_and_ancestors(queue, parents):
                         usage[q, name] = usage.get((q, name), 0.0) + amount

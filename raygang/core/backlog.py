@@ -1,0 +1,89 @@
+"""The pending gangs one cycle decides on, as lines: one per queue, in admission order.
+
+A cycle looks at each queue's line from its head and, without backfill, stops at the
+first gang it cannot admit: everything behind that gang waits behind it. So a cycle costs
+what it looks at, not what waits: the lines are read in place (never copied or sorted
+per cycle), what a queue's pending gangs ask for in all comes with them, and the reasons
+and queue positions of the gangs behind a blocked head are worked out when asked for
+(`plan.Waitings`, `plan.Positions`). The runtime keeps its lines sorted as gangs come and
+go (`control.registry`); `Backlog.of` sorts a plain list of gangs.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from raygang.core.gang import PendingGang
+from raygang.core.resources import Resources
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """`lines`: queue -> its pending gangs sorted by `PendingGang.order_key` (the cycle
+    reads them in place: hand it a copy if they change meanwhile); `totals`: queue ->
+    the distinct totals its gangs ask for, with how many ask each (its demand, and which
+    gangs its limits turn away); `find`: a pending gang by id, for reading a line lazily."""
+
+    lines: Mapping[str, Sequence[PendingGang]]
+    totals: Mapping[str, Mapping[Resources, int]]
+    find: Callable[[str], PendingGang | None] = field(default=lambda gang_id: None)
+
+    @classmethod
+    def of(cls, pending: Iterable[PendingGang]) -> Backlog:
+        """A backlog of these gangs (sorted here, once)."""
+        lines: dict[str, list[PendingGang]] = {}
+        totals: dict[str, dict[Resources, int]] = {}
+        by_id: dict[str, PendingGang] = {}
+        for gang in sorted(pending, key=PendingGang.order_key):
+            lines.setdefault(gang.queue, []).append(gang)
+            counts = totals.setdefault(gang.queue, {})
+            counts[gang.total] = counts.get(gang.total, 0) + 1
+            by_id[gang.gang_id] = gang
+        return cls(lines, totals, by_id.get)
+
+    def __len__(self) -> int:
+        return sum(len(line) for line in self.lines.values())
+
+
+def index_in(line: Sequence[PendingGang], gang: PendingGang) -> int | None:
+    """Where `gang` is in a sorted line, or None."""
+    i = bisect.bisect_left(line, gang.order_key(), key=PendingGang.order_key)
+    return i if i < len(line) and line[i].gang_id == gang.gang_id else None
+
+
+class Line:
+    """A queue's gangs still undecided during a cycle: `head` (gangs a pass looked at and
+    did not admit) then `tail[start:]` (the line as given, not looked at yet), so that a
+    pass over a few gangs at the front never copies the rest."""
+
+    __slots__ = ("head", "tail", "start")
+
+    def __init__(self, tail: Sequence[PendingGang]):
+        self.head: list[PendingGang] = []
+        self.tail = tail
+        self.start = 0
+
+    def __len__(self) -> int:
+        return len(self.head) + len(self.tail) - self.start
+
+    def __getitem__(self, i: int) -> PendingGang:
+        head = self.head
+        return head[i] if i < len(head) else self.tail[self.start + i - len(head)]
+
+    def __iter__(self):
+        yield from self.head
+        for i in range(self.start, len(self.tail)):
+            yield self.tail[i]
+
+    def drop(self, looked: int, admitted: set[str]) -> None:
+        """After a pass that looked at the first `looked` gangs: forget the admitted."""
+        seen = [self[i] for i in range(looked)]
+        self.start += max(0, looked - len(self.head))
+        self.head = [g for g in seen if g.gang_id not in admitted]
+
+
+def demand(totals: Mapping[Resources, int]) -> Resources:
+    """What a queue's pending gangs ask for in all."""
+    return Resources.sum(total * count for total, count in totals.items())
