@@ -2,15 +2,34 @@
 
 from __future__ import annotations
 
-from raygang.core.gang import PendingGang
-from raygang.core.plan import Plan
-from raygang.core.snapshot import ClusterSnapshot
+from collections.abc import Mapping
+
 from raygang.control.records import GangRecord
 from raygang.control.status import DryRunResult, Victim
+from raygang.core.backlog import Backlog
+from raygang.core.config import PolicyConfig
+from raygang.core.gang import PendingGang
+from raygang.core.plan import Plan
+from raygang.core.schedule import schedule, unschedulable_reason
+from raygang.core.snapshot import ClusterSnapshot
+from raygang.core.spec import GangSpec
+
+
+def what_if(spec: GangSpec, seq: int, snapshot: ClusterSnapshot, backlog: Backlog,
+            policy: PolicyConfig, now: float, gangs: Mapping[str, GangRecord]) -> DryRunResult:
+    """The answer for `spec` submitted now (submission number `seq`), behind `backlog`."""
+    reason = unschedulable_reason(spec, snapshot, policy)
+    if reason:
+        return DryRunResult(outcome="rejected", reason=reason)
+    cls = policy.priority_class(spec)
+    probe = PendingGang("(dry run)", spec, cls.value, seq, cls.preemptible)
+    pending = [g for line in backlog.lines.values() for g in line]
+    return dry_run_result(schedule(snapshot, [*pending, probe], policy, now), probe,
+                          snapshot, gangs)
 
 
 def dry_run_result(plan: Plan, probe: PendingGang, snapshot: ClusterSnapshot,
-                   gangs: dict[str, GangRecord]) -> DryRunResult:
+                   gangs: Mapping[str, GangRecord]) -> DryRunResult:
     """Would `probe` be admitted (where, and after which gangs being stopped), preempt
     (whom, why) or wait (why, where in line)?"""
     names = {n.node_id: n.display for n in snapshot.nodes}
@@ -35,7 +54,8 @@ def dry_run_result(plan: Plan, probe: PendingGang, snapshot: ClusterSnapshot,
                         queue_position=plan.positions.get(probe.gang_id))
 
 
-def _stopped(plan: Plan, gangs: dict[str, GangRecord], ids: tuple[str, ...]) -> list[Victim]:
+def _stopped(plan: Plan, gangs: Mapping[str, GangRecord],
+             ids: tuple[str, ...]) -> list[Victim]:
     """The gangs `ids`, each with why this plan stops it."""
     why = {p.victim: p for p in plan.preemptions}
     return [Victim(gang_id=g, name=gangs[g].spec.name, action=why[g].action,

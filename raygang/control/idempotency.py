@@ -9,9 +9,13 @@ Keys are remembered for `ttl_s` (a day, as Stripe) and at most `max_keys` of the
 from __future__ import annotations
 
 import collections
+import hashlib
+import json
 from collections.abc import Callable
 
 from raygang.control.errors import IdempotencyConflictError
+from raygang.control.program import RoleProgram
+from raygang.core.spec import GangSpec
 
 TTL_S = 24 * 3600.0
 MAX_KEYS = 100_000
@@ -59,3 +63,13 @@ class IdempotencyKeys:
             if now - at < self._ttl_s:
                 return
             self._seen.popitem(last=False)
+
+
+def submission_fingerprint(spec: GangSpec, programs: dict[str, RoleProgram]) -> str:
+    """What makes two submissions the same one (for idempotency keys)."""
+    described = {
+        name: [p.display, repr(p.args), repr(sorted(p.kwargs.items())), repr(p.runtime_env)]
+        for name, p in sorted(programs.items())
+    }
+    text = json.dumps([spec.model_dump(mode="json"), described], sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -11,8 +11,6 @@ in-memory cluster.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import logging
 import uuid
 from collections.abc import Callable, Collection
@@ -20,7 +18,7 @@ from typing import Any
 
 from raygang.control import recovery
 from raygang.control.config import SchedulerConfig
-from raygang.control.dry_run import dry_run_result
+from raygang.control.dry_run import what_if
 from raygang.control.errors import (
     DeploymentExistsError,
     GangNotFoundError,
@@ -29,6 +27,7 @@ from raygang.control.errors import (
     UnschedulableError,
 )
 from raygang.control.fleet import Fleet
+from raygang.control.idempotency import submission_fingerprint
 from raygang.control.journal import STORE_RETRY_S, Journal
 from raygang.control.loop import SchedulingLoop
 from raygang.control.ports import Cluster, Metrics, NoMetrics, Scaling
@@ -43,11 +42,11 @@ from raygang.control.status import (
     QueueStatus,
 )
 from raygang.control.views import cluster_status, queue_statuses
-from raygang.core.gang import GangState, PendingGang
+from raygang.core.gang import GangState
 from raygang.core.lifecycle import CancelledWhilePending, decide
 from raygang.core.queues import QueueSpec
 from raygang.core.scale import never_hosted
-from raygang.core.schedule import schedule, unschedulable_reason
+from raygang.core.schedule import unschedulable_reason
 from raygang.core.spec import DeploymentSpec, GangSpec
 
 log = logging.getLogger(__name__)
@@ -159,7 +158,7 @@ class ControlPlane:
             raise ValueError(f"roles without a program to run: {', '.join(missing)}")
         if idempotency_key is None:
             return await self._saved(self._enqueue(spec, dict(programs), "gang"))
-        fingerprint = _fingerprint(spec, programs)
+        fingerprint = submission_fingerprint(spec, programs)
         gang_id = self.registry.keys.submit(
             idempotency_key, fingerprint, self._clock(),
             lambda: self._enqueue(spec, dict(programs), "gang", idempotency_key,
@@ -284,20 +283,12 @@ class ControlPlane:
         if not isinstance(spec, GangSpec):
             raise TypeError(f"dry_run() takes a GangSpec, got {type(spec).__name__}")
         spec = GangSpec.model_validate(spec.model_dump())
-        policy = self.config.policy
-        cls = policy.priority_class(spec)
-        snapshot = self.loop.recent_snapshot(max_age=0)
-        reason = unschedulable_reason(spec, snapshot, policy)
-        if reason:
-            return DryRunResult(outcome="rejected", reason=reason)
         now = self._clock()
-        pending = [g for line in self.registry.backlog(now).lines.values() for g in line]
         # After every gang submitted so far, as a real submission would be; the counter
         # is not advanced (a what-if uses up nothing).
         seq = max((r.seq for r in self.registry), default=-1) + 1
-        probe = PendingGang("(dry run)", spec, cls.value, seq, cls.preemptible)
-        plan = schedule(snapshot, [*pending, probe], policy, now)
-        return dry_run_result(plan, probe, snapshot, self.registry)
+        return what_if(spec, seq, self.loop.recent_snapshot(max_age=0),
+                       self.registry.backlog(now), self.config.policy, now, self.registry)
 
     async def wait(self, gang_id: str, timeout: float | None = None,
                    until_running: bool = False) -> GangStatus:
@@ -413,13 +404,3 @@ class ControlPlane:
         self._metrics.finished(record)
         for dropped in self.registry.finished(record):
             self.journal.forget(dropped)
-
-
-def _fingerprint(spec: GangSpec, programs: dict[str, RoleProgram]) -> str:
-    """What makes two submissions the same one (for idempotency keys)."""
-    described = {
-        name: [p.display, repr(p.args), repr(sorted(p.kwargs.items())), repr(p.runtime_env)]
-        for name, p in sorted(programs.items())
-    }
-    text = json.dumps([spec.model_dump(mode="json"), described], sort_keys=True, default=repr)
-    return hashlib.sha256(text.encode()).hexdigest()
