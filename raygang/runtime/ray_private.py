@@ -71,3 +71,10 @@ def serve_run_without_waiting(app: Any, name: str, route_prefix: str) -> None:
     from ray import serve
 
     serve._run(app, _blocking=False, name=name, route_prefix=route_prefix)
+
+
+def serve_http_port() -> int:
+    """The port of the running Serve's HTTP proxies (no public accessor)."""
+    from ray.serve import context
+
+    return context._get_global_client().http_config.port

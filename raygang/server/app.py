@@ -87,30 +87,65 @@ def create_app(
     )
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     _install_error_handlers(app)
-    bearer = HTTPBearer(auto_error=False, description="a token from RAYGANG_AUTH_TOKENS_FILE")
+    access = _Access(auth, scheduler)
+    _health_routes(app, scheduler)
+    _gang_routes(app, scheduler, access, clock)
+    _deployment_routes(app, scheduler, access)
+    _queue_and_cluster_routes(app, scheduler, access)
 
-    def principal(
-        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-    ) -> Principal:
-        header = f"Bearer {credentials.credentials}" if credentials else None
-        who = auth.authenticate(header)
-        if who is None:
-            raise ApiError(401, "missing or unknown bearer token",
-                           {"WWW-Authenticate": 'Bearer realm="raygang"'})
-        return who
+    @app.get("/", include_in_schema=False)
+    async def status_page() -> FileResponse:
+        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
 
-    Caller = Annotated[Principal, Depends(principal)]
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app
 
+
+class _Access:
+    """Who calls (the bearer token's principal, as a route dependency: `Caller`), and what
+    it may see and use."""
+
+    def __init__(self, auth: AuthConfig, scheduler: Any):
+        self._scheduler = scheduler
+        bearer = HTTPBearer(auto_error=False,
+                            description="a token from RAYGANG_AUTH_TOKENS_FILE")
+
+        def principal(
+            credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+        ) -> Principal:
+            header = f"Bearer {credentials.credentials}" if credentials else None
+            who = auth.authenticate(header)
+            if who is None:
+                raise ApiError(401, "missing or unknown bearer token",
+                               {"WWW-Authenticate": 'Bearer realm="raygang"'})
+            return who
+
+        self.Caller = Annotated[Principal, Depends(principal)]
+
+    @staticmethod
     def check_queue(who: Principal, queue: str) -> None:
         if not who.may_use_queue(queue):
             raise ApiError(403, f"token {who.name!r} may not use queue {queue!r}")
 
-    async def visible_gang(who: Principal, gang_id: str) -> GangStatus:
-        status = await scheduler.status(gang_id)
-        check_queue(who, status.queue)
+    def authorize_submission(self, who: Principal, queue: str, priority: int | str) -> None:
+        self.check_queue(who, queue)
+        if not who.may_use_priority(priority):
+            raise ApiError(403, f"token {who.name!r} may not use priority {priority!r}")
+
+    async def visible_gang(self, who: Principal, gang_id: str) -> GangStatus:
+        status = await self._scheduler.status(gang_id)
+        self.check_queue(who, status.queue)
         return status
 
-    # Health ---------------------------------------------------------------------------
+    async def visible_deployment(self, who: Principal, name: str) -> GangStatus:
+        for status in await self._scheduler.list_deployments():
+            if status.name == name:
+                self.check_queue(who, status.queue)
+                return status
+        raise GangNotFoundError(f"no deployment named {name!r}")
+
+
+def _health_routes(app: FastAPI, scheduler: Any) -> None:
     @app.get("/healthz", response_model=Health, tags=["health"])
     async def healthz() -> Health:
         """The API process is up (it does not ask the scheduler)."""
@@ -131,7 +166,13 @@ def create_app(
                           detail=ping.get("last_cycle_error") or "reading the store")
         return Health(status="ready", scheduler={k: ping[k] for k in ("gangs", "cycles")})
 
-    # Gangs ----------------------------------------------------------------------------
+
+def _gang_routes(app: FastAPI, scheduler: Any, access: _Access,
+                 clock: Callable[[], float]) -> None:
+    Caller = access.Caller
+    check_queue, visible_gang = access.check_queue, access.visible_gang
+    authorize_submission = access.authorize_submission
+
     @app.post("/v1/gangs", status_code=201, response_model=GangCreated, tags=["gangs"],
               responses={409: {"model": Problem, "description": "Idempotency-Key reused"}})
     async def submit_gang(
@@ -151,11 +192,6 @@ def create_app(
         location = f"/v1/gangs/{gang_id}"
         response.headers["Location"] = location
         return GangCreated(gang_id=gang_id, location=location)
-
-    def authorize_submission(who: Principal, queue: str, priority: int | str) -> None:
-        check_queue(who, queue)
-        if not who.may_use_priority(priority):
-            raise ApiError(403, f"token {who.name!r} may not use priority {priority!r}")
 
     @app.post("/v1/gangs/dry-run", response_model=DryRunResult, tags=["gangs"])
     async def dry_run_gang(submission: GangSubmission, who: Caller) -> DryRunResult:
@@ -201,7 +237,12 @@ def create_app(
             raise ApiError(409, f"gang {gang_id} already {status.state.value}")
         return await scheduler.cancel(gang_id, f"cancelled by {who.name} (REST)")
 
-    # Deployments ----------------------------------------------------------------------
+
+def _deployment_routes(app: FastAPI, scheduler: Any, access: _Access) -> None:
+    Caller = access.Caller
+    authorize_submission, visible_deployment = (access.authorize_submission,
+                                                access.visible_deployment)
+
     @app.post("/v1/deployments", status_code=201, response_model=GangCreated,
               tags=["deployments"], responses={409: {"model": Problem}})
     async def deploy(spec: DeploymentSpec, who: Caller, response: Response) -> GangCreated:
@@ -218,13 +259,6 @@ def create_app(
     async def list_deployments(who: Caller) -> list[GangStatus]:
         return [d for d in await scheduler.list_deployments() if who.may_use_queue(d.queue)]
 
-    async def visible_deployment(who: Principal, name: str) -> GangStatus:
-        for status in await scheduler.list_deployments():
-            if status.name == name:
-                check_queue(who, status.queue)
-                return status
-        raise GangNotFoundError(f"no deployment named {name!r}")
-
     @app.get("/v1/deployments/{name}", response_model=GangStatus, tags=["deployments"],
              responses={404: {"model": Problem}})
     async def get_deployment(name: str, who: Caller) -> GangStatus:
@@ -237,7 +271,10 @@ def create_app(
         await visible_deployment(who, name)
         return await scheduler.undeploy(name)
 
-    # Queues and cluster ---------------------------------------------------------------
+
+def _queue_and_cluster_routes(app: FastAPI, scheduler: Any, access: _Access) -> None:
+    Caller = access.Caller
+
     @app.get("/v1/queues", response_model=list[QueueStatus], tags=["queues"])
     async def list_queues(who: Caller) -> list[QueueStatus]:
         """Quota, limit, usage, fair share and pending count of each queue it may see."""
@@ -266,14 +303,6 @@ def create_app(
             for n in status.nodes
         ]
         return status.model_copy(update={"nodes": nodes})
-
-    # The status page ------------------------------------------------------------------
-    @app.get("/", include_in_schema=False)
-    async def status_page() -> FileResponse:
-        return FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
-
-    app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    return app
 
 
 def _problem(status: int, detail: str, errors: list[dict[str, Any]] | None = None,

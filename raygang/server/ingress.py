@@ -12,6 +12,7 @@ import asyncio
 from ray import serve
 
 from raygang.runtime import serving
+from raygang.runtime.ray_private import serve_http_port
 from raygang.server.app import create_app
 from raygang.server.auth import AuthConfig
 
@@ -37,7 +38,7 @@ def start_api(auth: AuthConfig, port: int | None = None, host: str = "127.0.0.1"
     serving.ensure_serve_started(port, host)
     asyncio.run(serving.start_app(API_APP, RaygangAPI.bind(auth), route_prefix,
                                   READY_TIMEOUT_S))
-    proxy_port = serve.context._get_global_client().http_config.port
+    proxy_port = serve_http_port()
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     return f"http://{shown}:{proxy_port}{route_prefix.rstrip('/')}"
 
