@@ -30,9 +30,11 @@ def crash_and_restart(cluster, before, after):
         finally:
             second_loop.close()
     finally:  # only now may the dead process's tasks end (the test is over)
-        for task in asyncio.all_tasks(first_loop):
+        tasks = asyncio.all_tasks(first_loop)
+        for task in tasks:
             task.cancel()
-        first_loop.run_until_complete(asyncio.sleep(0))
+        first_loop.run_until_complete(asyncio.wait(tasks, timeout=10))
+        first_loop.run_until_complete(asyncio.sleep(0.05))  # what their ends started
         first_loop.close()
 
 
