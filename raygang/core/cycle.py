@@ -12,7 +12,6 @@ cannot be admitted (and could fit on this cluster at all) holds back the rest of
 from __future__ import annotations
 
 import functools
-import itertools
 from collections.abc import Callable, Mapping, Sequence
 
 from raygang.core.actions import ACTIONS

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from raygang.core import Resources, PolicyConfig, schedule
+from raygang.core import PolicyConfig, schedule
 from raygang.core.plan import Admission
 from raygang.control.dry_run import dry_run_result
 from raygang.control.records import GangRecord
