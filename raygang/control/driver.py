@@ -62,6 +62,7 @@ class GangDriver:
         self.task: asyncio.Task | None = None
         self.done = False  # released: it holds nothing any more
         self._releasing = False
+        self._stopping: asyncio.Task | None = None
         self._released_event = asyncio.Event()
 
     def start(self, waits_for: Sequence[asyncio.Task] = (), adopted: bool = False) -> None:
@@ -135,7 +136,8 @@ class GangDriver:
         """Tell the gang it is being preempted (`stopping`: by whom), give it its grace
         period, then stop it; it goes back to its queue."""
         self.decide(PreemptionSignalled(stopping, why, self.record.spec.preemption_grace_s))
-        asyncio.get_running_loop().create_task(self._stop())
+        self._stopping = asyncio.get_running_loop().create_task(self._stop())  # kept: a
+        # task nobody references may be garbage-collected before it ends
 
     async def _stop(self) -> None:
         grace = self.record.spec.preemption_grace_s

@@ -44,6 +44,7 @@ class Journal:
         self.pickler = pickler
         self._dirty: dict[str, GangRecord | None] = {}  # gang id -> to write (None: delete)
         self._dirty_wake = asyncio.Event()
+        self._results_gone: set[str] = set()  # kept results of forgotten gangs, to delete
 
     # Writing --------------------------------------------------------------------------
     async def saved(self, record: GangRecord, forget: Callable[[GangRecord], None]) -> str:
@@ -79,8 +80,8 @@ class Journal:
         """A finished gang no longer remembered: out of the store too (and its results)."""
         self._dirty[record.gang_id] = None
         self._dirty_wake.set()
-        if record.results_kept:
-            asyncio.get_running_loop().create_task(self.store.delete(RESULTS, record.gang_id))
+        if record.results_kept:  # with the writer's next batch: no task left unreferenced
+            self._results_gone.add(record.gang_id)
 
     async def writer(self) -> None:
         """The writer task: drains the changed gangs, retrying what failed."""
@@ -88,7 +89,15 @@ class Journal:
             await self._dirty_wake.wait()
             self._dirty_wake.clear()
             batch, self._dirty = self._dirty, {}
+            gone, self._results_gone = self._results_gone, set()
             failed = False
+            for gang_id in gone:
+                try:
+                    await self.store.delete(RESULTS, gang_id)
+                except Exception:
+                    log.warning("deleting results of %s failed", gang_id, exc_info=True)
+                    self._results_gone.add(gang_id)
+                    failed = True
             for gang_id, record in batch.items():
                 try:
                     if record is None:

@@ -143,7 +143,7 @@ class SchedulingLoop:
     def _apply(self, now: float, plan: Plan) -> None:
         self.last_plan = plan
         self.cycles += 1
-        admitted = {a.gang_id for a in plan.admissions if self._admissible(a.gang_id)}
+        admitted = self._still_admitted(plan)
         # Victims first: an admission that needs them waits for them to be gone.
         for preemption in plan.preemptions:
             if preemption.preemptor in admitted:
@@ -157,6 +157,19 @@ class SchedulingLoop:
                 record.set_waiting(waiting.code, waiting.message,
                                    plan.positions.get(waiting.gang_id))
         self._metrics.cycle_done(self._started, plan)
+
+    def _still_admitted(self, plan: Plan) -> set[str]:
+        """The plan's admissions still to carry out. A gang cancelled while the plan was
+        decided is not admitted, so its victims are not stopped; then neither is a gang
+        that would take what those victims free (it would wait for them for ever)."""
+        admitted = {a.gang_id for a in plan.admissions if self._admissible(a.gang_id)}
+        while True:
+            stopping = {p.victim for p in plan.preemptions if p.preemptor in admitted}
+            stranded = {a.gang_id for a in plan.admissions
+                        if a.gang_id in admitted and not set(a.waits_for) <= stopping}
+            if not stranded:
+                return admitted
+            admitted -= stranded
 
     def _admissible(self, gang_id: str) -> bool:
         """Still pending, stored and not being cancelled (the plan was decided off the

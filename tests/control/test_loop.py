@@ -9,6 +9,7 @@ import time
 
 from raygang.core.gang import GangState as S
 from raygang.core.resources import Resources
+from raygang.core.schedule import schedule
 
 from tests.control.harness import make_cluster, make_plane, moves, released, submit, wait_for
 
@@ -203,6 +204,41 @@ def test_a_gang_on_capacity_being_freed_waits_for_the_victim():
         assert waited  # at least the preemptor (both, if one cycle admitted both)
         for status in statuses:
             assert not any("requeued" in r for _, r in moves(status))
+        await plane.shutdown()
+
+    run(scenario)
+
+
+def test_a_plan_applied_after_its_preemptor_was_cancelled_strands_no_gang():
+    async def scenario():
+        cluster = make_cluster("n0: GPU=4")
+        plane = make_plane(cluster)
+
+        async def no_loop():  # cycles are driven here, one by one
+            await asyncio.Event().wait()
+
+        plane.loop.run = no_loop
+        await plane.ready()
+        victim = await submit(plane, "victim", "GPU=4", seconds=None, priority="batch",
+                              preemption_grace_s=0)
+        plane.loop.cycle()
+        await wait_for(plane, victim, S.RUNNING)
+        first = await submit(plane, "first", "2xGPU=1", seconds=None, priority="inference")
+        second = await submit(plane, "second", "2xGPU=1", seconds=None, priority="inference")
+        # The cycle decides (as it would in its thread) ...
+        now, snapshot, backlog, policy = plane.loop._prepare()
+        plan = schedule(snapshot, backlog, policy, now)
+        by_id = {a.gang_id: a for a in plan.admissions}
+        assert by_id[first].victims == (victim,) and by_id[second].waits_for == (victim,)
+        # ... the preemptor is cancelled meanwhile, then the plan is applied.
+        await plane.cancel(first)
+        plane.loop._apply(now, plan)
+        await asyncio.sleep(0.05)
+        assert (await plane.status(victim)).state is S.RUNNING  # not stopped for nobody
+        assert (await plane.status(second)).state is S.PENDING  # not left waiting for it
+        plane.loop.cycle()  # the next cycle decides afresh: the second preempts it itself
+        await wait_for(plane, second, S.RUNNING)
+        assert (await plane.status(victim)).preemptions == 1
         await plane.shutdown()
 
     run(scenario)
