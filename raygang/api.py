@@ -29,6 +29,7 @@ from raygang.core.spec import (
     SpecError,
     deployment_spec,
     gang_spec,
+    job_spec,
     role_spec,
 )
 from raygang.runtime import client
@@ -303,6 +304,64 @@ def undeploy(name: str) -> GangStatus:
     """Delete a deployment; returns once its Serve application is gone and its capacity
     is free (requeued training can then resume)."""
     return _call("undeploy", name)
+
+
+# Ray Jobs and Ray Train ------------------------------------------------------------------
+class JobRef(GangRef):
+    """A handle to a Ray Job queued by raygang (`submit_job`)."""
+
+    def logs(self) -> str:
+        """The output of its Ray job so far (its last attempt's)."""
+        return _call("job_logs", self.gang_id)
+
+    def stop(self) -> GangStatus:
+        """Stop it: a queued job never starts; a running one gets SIGTERM (its Train runs
+        Train's preemption signal first), the grace period, then a hard stop."""
+        return self.cancel()
+
+    def __reduce__(self):
+        return (JobRef, (self.gang_id,))
+
+    def __repr__(self) -> str:
+        return f"JobRef({self.gang_id!r})"
+
+
+def submit_job(entrypoint: str, *, gpus: int | None = None,
+               resources: Mapping[str, float] | None = None,
+               bundle: Mapping[str, float] | None = None,
+               idempotency_key: str | None = None, **options: Any) -> JobRef:
+    """Queue a Ray Job: `entrypoint` (a shell command) is started through Ray's Job
+    Submission API once its capacity is admitted and reserved. Capacity: `gpus` bundles
+    of `bundle` (default one GPU and one CPU each), or `resources` in all (cut into
+    bundles of `bundle`). Ray Train runs the job starts are placed inside that capacity.
+    Options: `name`, `queue`, `priority` (default `training`), `strategy`, `working_dir`,
+    `runtime_env`, `env_vars`, `metadata`, `preemption_grace_s`, `max_restarts`,
+    `reservation_timeout_s`, `startup_timeout_s`."""
+    given = {"gpus": gpus, "resources": resources, "bundle": bundle}
+    spec = job_spec("job", entrypoint=entrypoint,
+                    **{k: v for k, v in given.items() if v is not None}, **options)
+    key = idempotency_key or uuid.uuid4().hex  # a retried call queues the job once
+    return JobRef(_call("submit_job", spec, key))
+
+
+def list_jobs(state: GangState | str | None = None) -> list[GangStatus]:
+    return _call("list_jobs", GangState(state) if state else None)
+
+
+def train(trainer: Any, *, queue: str | None = None, priority: int | str | None = None,
+          preemption_grace_s: float | None = None) -> Any:
+    """Run a Ray Train V2 trainer (`DataParallelTrainer`, `TorchTrainer`...) as a raygang
+    gang: `trainer.fit()` with `RaygangTrain` added to its run config's callbacks. Its
+    worker group waits in `queue` at `priority`, runs on the nodes raygang reserves, and
+    is preempted through Train's own path (it resumes from its last checkpoint)."""
+    from raygang.runtime.train_callback import RaygangTrain
+
+    callbacks = list(trainer.run_config.callbacks or [])
+    if not any(isinstance(c, RaygangTrain) for c in callbacks):
+        callbacks.append(RaygangTrain(queue=queue, priority=priority,
+                                      preemption_grace_s=preemption_grace_s))
+    trainer.run_config.callbacks = callbacks
+    return trainer.fit()
 
 
 # Helpers --------------------------------------------------------------------------------

@@ -42,7 +42,9 @@ def cluster():
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     c = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 2, "num_gpus": 0, "include_dashboard": False},
+        # The dashboard serves Ray's Job Submission API (raygang's job queue uses it).
+        head_node_args={"num_cpus": 2, "num_gpus": 0, "include_dashboard": True,
+                        "dashboard_port": 0},
     )
     workers = [c.add_node(num_cpus=4, num_gpus=WORKER_GPUS) for _ in range(2)]
     ray.init(address=c.address)

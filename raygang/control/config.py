@@ -122,6 +122,14 @@ class SchedulerConfig(PolicyConfig):
         None, ge=1, le=65535,
         description="port of Serve's HTTP proxy if raygang starts Serve (default 8000)",
     )
+    handoff_lease_s: float = Field(
+        120.0, gt=0, description="how long a library (Ray Train) that claimed a gang's "
+        "reserved nodes has to place its own group there before the gang requeues",
+    )
+    jobs_address: str | None = Field(
+        None, description="Ray's Job Submission API (the dashboard, http://host:8265); "
+        "default: the connected cluster's dashboard",
+    )
     finished_gangs_kept: int = Field(
         10_000, ge=0, description="finished gangs (and their results) remembered"
     )

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from raygang.core.gang import GangState
 from raygang.core.queues import QueueSpec
-from raygang.core.spec import DeploymentSpec, GangSpec
+from raygang.core.spec import DeploymentSpec, GangSpec, JobSpec
 from raygang.control.records import GangRecord
 
 GANGS = "gangs"
@@ -30,7 +30,7 @@ FORMAT = 1  # bump when the record's shape changes; older records are read by ve
 _KEPT = ("gang_id", "kind", "priority", "seq", "submitted_at", "preemptible",
          "min_runtime_s", "reason", "nodes", "restarts", "preemptions", "preempted_by",
          "cancel_reason", "error", "started_at", "finished_at", "events", "members",
-         "idempotency_key", "fingerprint", "not_before", "results_kept")
+         "idempotency_key", "fingerprint", "not_before", "results_kept", "ray_job_id")
 
 
 class Pickler(Protocol):
@@ -48,6 +48,8 @@ def dump_gang(record: GangRecord, pickler: Pickler = pickle) -> bytes:
         deployment=None if record.deployment is None else record.deployment.model_dump(
             mode="json"),
         app=record.app,
+        workload=record.workload.model_dump(mode="json") if isinstance(
+            record.workload, JobSpec) else record.workload,
     )
     return pickler.dumps(data)
 
@@ -66,11 +68,13 @@ def load_gang(raw: bytes, pickler: Pickler = pickle) -> GangRecord:
         kind=data["kind"],
     )
     for name in _KEPT:
-        setattr(record, name, data[name])
+        setattr(record, name, data.get(name))
     record.state = GangState(data["state"])
     if data["deployment"] is not None:
         record.deployment = DeploymentSpec.model_validate(data["deployment"])
     record.app = data["app"]
+    workload = data.get("workload")
+    record.workload = JobSpec.model_validate(workload) if record.kind == "job" else workload
     if record.state.finished:
         record.finished.set()
         record.released.set()

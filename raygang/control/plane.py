@@ -47,7 +47,7 @@ from raygang.core.lifecycle import CancelledWhilePending, decide
 from raygang.core.queues import QueueSpec
 from raygang.core.scale import never_hosted
 from raygang.core.schedule import unschedulable_reason
-from raygang.core.spec import DeploymentSpec, GangSpec
+from raygang.core.spec import DeploymentSpec, GangSpec, JobSpec
 
 log = logging.getLogger(__name__)
 CLUSTER_VIEW_MAX_AGE_S = 0.25  # `cluster()` observes afresh at most this often
@@ -186,9 +186,53 @@ class ControlPlane:
                                deployment=deployment, app=app)
         return await self._saved(record)
 
+    async def submit_job(self, job: JobSpec, idempotency_key: str | None = None) -> str:
+        """Queue a Ray Job (see `runtime.jobs`): started through Ray's Job Submission API
+        once its budget is admitted and reserved. Returns its id."""
+        await self.ready()
+        if not isinstance(job, JobSpec):
+            raise TypeError(f"submit_job() takes a JobSpec, got {type(job).__name__}")
+        job = JobSpec.model_validate(job.model_dump())
+        return await self._submit_handoff("job", job.gang_spec(), job, idempotency_key,
+                                          job.model_dump_json())
+
+    async def submit_train(self, spec: GangSpec, controller: str | None,
+                           idempotency_key: str | None = None) -> str:
+        """Queue a Ray Train run's worker group (`runtime.train_callback`): admitted as a
+        gang, handed over to Train once reserved. Returns its id."""
+        await self.ready()
+        if not isinstance(spec, GangSpec):
+            raise TypeError(f"submit_train() takes a GangSpec, got {type(spec).__name__}")
+        spec = GangSpec.model_validate(spec.model_dump())
+        return await self._submit_handoff("train", spec, {"controller": controller},
+                                          idempotency_key, spec.model_dump_json())
+
+    async def _submit_handoff(self, kind: str, spec: GangSpec, workload: Any,
+                              idempotency_key: str | None, fingerprint: str) -> str:
+        if idempotency_key is None:
+            return await self._saved(self._enqueue(spec, {}, kind, workload=workload))
+        gang_id = self.registry.keys.submit(
+            idempotency_key, fingerprint, self._clock(),
+            lambda: self._enqueue(spec, {}, kind, idempotency_key, fingerprint,
+                                  workload=workload).gang_id,
+        )
+        record = self.registry.find(gang_id)
+        return gang_id if record is None else await self._saved(record)
+
+    async def list_jobs(self, state: GangState | None = None) -> list[GangStatus]:
+        """Ray Jobs queued through raygang, in submission order."""
+        await self.ready()
+        return [self._status(r) for r in self.registry.matching(state, None)
+                if r.kind == "job"]
+
+    def record(self, gang_id: str) -> GangRecord:
+        """The gang's record (for the runtime's hand-off calls)."""
+        return self.registry.get(gang_id)
+
     def _enqueue(self, spec: GangSpec, programs: dict[str, RoleProgram], kind: str,
                  idempotency_key: str | None = None, fingerprint: str | None = None,
-                 deployment: DeploymentSpec | None = None, app: Any = None) -> GangRecord:
+                 deployment: DeploymentSpec | None = None, app: Any = None,
+                 workload: Any = None) -> GangRecord:
         """Add the gang to the book (in this step, with no await: see `submit`); it is
         admitted only once `_saved` has written it to the store."""
         policy = self.config.policy
@@ -210,7 +254,8 @@ class ControlPlane:
             gang_id=f"{spec.name}-{uuid.uuid4().hex[:8]}", spec=spec, programs=programs,
             priority=cls.value, seq=self.registry.next_seq(), submitted_at=now,
             preemptible=cls.preemptible, min_runtime_s=cls.min_runtime_s, kind=kind,
-            deployment=deployment, app=app, idempotency_key=idempotency_key,
+            deployment=deployment, app=app, workload=workload,
+            idempotency_key=idempotency_key,
             fingerprint=fingerprint, on_change=self._changed,
         )
         record.events.append(

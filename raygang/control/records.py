@@ -27,8 +27,12 @@ class GangRecord:
     submitted_at: float
     preemptible: bool = True
     min_runtime_s: float = 0.0
-    kind: str = "gang"  # or "deployment" (a Serve application)
+    kind: str = "gang"  # or "deployment" (a Serve application), "job" (a Ray Job), "train"
     deployment: Any = None  # its DeploymentSpec, for a deployment
+    # What a hand-off gang's library needs: a job's JobSpec; a Train run's {"controller":
+    # actor id, "group": its adopted placement group id}.
+    workload: Any = None
+    ray_job_id: str | None = None  # a job's Ray job (its last attempt's)
     app: Any = None  # the Serve application (or import path) of a deployment
     state: GangState = GangState.PENDING
     reason: str | None = None
@@ -180,6 +184,8 @@ class GangRecord:
             preemptions=self.preemptions,
             queue_position=self.position,
             kind=self.kind,
+            ray_job_id=self.ray_job_id,
+            entrypoint=getattr(self.workload, "entrypoint", None),
             error=self.error,
             submitted_at=self.submitted_at,
             started_at=self.started_at,

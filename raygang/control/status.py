@@ -58,7 +58,9 @@ class GangStatus(BaseModel):
     restarts: int = 0
     preemptions: int = 0
     queue_position: int | None = None  # 1 = next in its queue (while PENDING)
-    kind: str = "gang"  # or "deployment"
+    kind: str = "gang"  # or "deployment", "job", "train"
+    ray_job_id: str | None = None  # a job's Ray job id (of its last attempt)
+    entrypoint: str | None = None  # a job's command
     error: GangError | None = None
     submitted_at: float
     started_at: float | None = None

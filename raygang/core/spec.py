@@ -215,6 +215,93 @@ def deployment_spec(what: str, **fields: object) -> DeploymentSpec:
     return _validated(DeploymentSpec, what, fields)
 
 
+DEFAULT_JOB_BUNDLE = Resources(CPU=1, GPU=1)  # a Ray Train worker's default with use_gpu
+
+
+class JobSpec(BaseModel):
+    """A Ray Job queued by raygang: its entrypoint starts through Ray's Job Submission API
+    once the capacity it declares is admitted and reserved.
+
+    The capacity is a set of equal bundles (the job's budget): `gpus` bundles of `bundle`
+    (default one GPU and one CPU each, a Train worker's shape), or `resources` in all, cut
+    into bundles of `bundle` (or one bundle if no `bundle` is given), or one `bundle`.
+    Framework groups the job's driver starts (a Ray Train worker group) are placed inside
+    that budget, not admitted a second time against the queue.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    entrypoint: str = Field(min_length=1, description="shell command, e.g. python train.py")
+    name: str = Field("job", pattern=NAME_PATTERN)
+    queue: str = Field("default", pattern=NAME_PATTERN)
+    priority: Priority = "training"
+    gpus: int | None = Field(None, ge=1, le=MAX_MEMBERS, description="bundles of `bundle`")
+    resources: Bundle | None = Field(None, description="the job's total, cut into bundles")
+    bundle: Bundle | None = Field(None, description="one bundle of the budget")
+    strategy: Strategy = Strategy.PACK
+    working_dir: str | None = Field(None, min_length=1)
+    runtime_env: dict | None = None
+    env_vars: dict[str, str] = Field(default_factory=dict)
+    metadata: dict[str, str] = Field(default_factory=dict)
+    reservation_timeout_s: float = Field(60.0, gt=0)
+    startup_timeout_s: float = Field(120.0, gt=0, description="until Ray runs the entrypoint")
+    preemption_grace_s: float = Field(
+        30.0, ge=0, description="SIGTERM (or Train's preemption) first, a hard stop after")
+    max_restarts: int = Field(0, ge=0, description="new attempts after the entrypoint fails")
+
+    @model_validator(mode="after")
+    def _one_budget(self) -> JobSpec:
+        if self.gpus is not None and self.resources is not None:
+            raise ValueError("gpus, resources: give one of them (gpus N means N bundles)")
+        if self.gpus is None and self.resources is None and self.bundle is None:
+            raise ValueError("gpus, resources, bundle: say what the job needs, e.g. gpus=2")
+        if self.resources is not None and self.bundle is not None:
+            count = _whole_multiple(self.resources, self.bundle)
+            if count is None:
+                raise ValueError(f"resources: {self.resources} is not a whole number of "
+                                 f"bundles {self.bundle}")
+        if self.runtime_env is not None and "working_dir" in self.runtime_env \
+                and self.working_dir is not None:
+            raise ValueError("working_dir: also set in runtime_env; give it once")
+        return self
+
+    @cached_property
+    def bundles(self) -> tuple[Resources, ...]:
+        if self.gpus is not None:
+            return (self.bundle or DEFAULT_JOB_BUNDLE,) * self.gpus
+        if self.resources is not None:
+            if self.bundle is None:
+                return (self.resources,)
+            return (self.bundle,) * (_whole_multiple(self.resources, self.bundle) or 1)
+        assert self.bundle is not None
+        return (self.bundle,)
+
+    def gang_spec(self) -> GangSpec:
+        """The gang that reserves the job's budget (one member slot per bundle)."""
+        return GangSpec(
+            name=self.name, queue=self.queue, priority=self.priority, strategy=self.strategy,
+            roles=(RoleSpec(name="slot", replicas=len(self.bundles),
+                            resources=self.bundles[0]),),
+            reservation_timeout_s=self.reservation_timeout_s,
+            startup_timeout_s=self.startup_timeout_s, max_restarts=self.max_restarts,
+            preemption_grace_s=self.preemption_grace_s,
+        )
+
+
+def _whole_multiple(total: Resources, bundle: Resources) -> int | None:
+    """n if `total` is exactly n bundles, else None."""
+    names = set(total) | set(bundle)
+    counts = {total.units(n) / bundle.units(n) if bundle.units(n) else -1 for n in names}
+    if len(counts) != 1:
+        return None
+    (count,) = counts
+    return int(count) if count >= 1 and count == int(count) else None
+
+
+def job_spec(what: str, **fields: object) -> JobSpec:
+    return _validated(JobSpec, what, fields)
+
+
 def _find_cycle(edges: dict[str, tuple[str, ...]]) -> list[str] | None:
     """A cycle in the `after` graph as a list of role names, or None."""
     state: dict[str, int] = {}  # 1 = on the current path, 2 = finished

@@ -25,17 +25,26 @@ from raygang.control.status import MemberStatus
 from raygang.core.gang import GangState
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
 from raygang.runtime.deployment import ServeLaunch
+from raygang.runtime.handoff import holds_of
+from raygang.runtime.jobs import JobClient, JobLaunch
+from raygang.runtime.trainrun import TrainLaunch, TrainSession
 from raygang.runtime.launcher import NAMESPACE, SCHEDULER_NAME, GangLaunch
 from raygang.runtime.observe import observe
-from raygang.runtime.ray_private import placement_group
+from raygang.runtime.ray_private import group_nodes, placement_group
 
 log = logging.getLogger(__name__)
 PREFIX = "raygang-"
 
 
 class RayCluster:
-    def __init__(self, serve_http_port: int | None):
+    def __init__(self, serve_http_port: int | None, lease_s: float = 120.0,
+                 jobs_address: str | None = None):
         self.serve_http_port = serve_http_port
+        self.lease_s = lease_s
+        self.jobs = JobClient(jobs_address)
+        # Hand-offs under way, by id: a Train run's (its gang id, or "<job id>/<run>").
+        self.sessions: dict[str, TrainSession] = {}
+        self.launches: dict[str, JobLaunch] = {}  # running jobs (Train runs find budgets)
 
     def observe(self, held: Iterable[PlacedGang], draining: Collection[str]) -> ClusterSnapshot:
         return observe(held, draining)
@@ -45,6 +54,16 @@ class RayCluster:
         if record.kind == "deployment":
             return ServeLaunch(record.gang_id, record.spec, record.deployment, record.app,
                                nodes, self.serve_http_port)
+        if record.kind == "job":
+            def started(job_id: str) -> None:
+                record.ray_job_id = job_id
+
+            launch = JobLaunch(record.gang_id, record.spec, record.workload, nodes, attempt,
+                               self.jobs, self.lease_s, self.sessions, started)
+            return self._job(record.gang_id, launch)
+        if record.kind == "train":
+            return TrainLaunch(record.gang_id, record.spec, nodes, self.lease_s,
+                               (record.workload or {}).get("controller"), self.sessions)
         return GangLaunch(record.gang_id, record.spec, record.programs, nodes, attempt,
                           on_member_ready=on_member_ready)
 
@@ -63,12 +82,35 @@ class RayCluster:
                 return None
             return ServeLaunch.adopted(record.gang_id, record.spec, record.deployment,
                                        record.nodes, self.serve_http_port)
+        if record.kind == "job":
+            return self._adopt_job(record)
+        if record.kind == "train":
+            group = (record.workload or {}).get("group")
+            if not group or group_nodes(group) is None:
+                return None
+            return TrainLaunch.adopted(record.gang_id, record.spec, record.nodes,
+                                       self.lease_s, record.workload.get("controller"), group,
+                                       self.sessions)
         groups = leftovers.groups.get(record.gang_id, [])
         actors = leftovers.actors.get(record.gang_id, [])
         if len(groups) != 1 or len(actors) != len(record.spec.slots):
             return None
         return GangLaunch.adopt(record.gang_id, record.spec, record.nodes,
                                 attempt=record.restarts + record.preemptions, pg_id=groups[0])
+
+    def _job(self, gang_id: str, launch: JobLaunch) -> JobLaunch:
+        self.launches[gang_id] = launch
+        launch.on_close = lambda: self.launches.pop(gang_id, None)
+        return launch
+
+    def _adopt_job(self, record: GangRecord) -> JobLaunch | None:
+        """A job whose Ray job still runs (Ray Jobs outlive the scheduler)."""
+        if record.ray_job_id is None or self.jobs.status(record.ray_job_id) != "RUNNING":
+            return None
+        launch = JobLaunch.adopted(record.gang_id, record.spec, record.workload, record.nodes,
+                                   record.ray_job_id, self.jobs, self.lease_s, self.sessions,
+                                   holds_of(record.gang_id))
+        return self._job(record.gang_id, launch)
 
     async def fetch(self, results: list[Any]) -> list[Any]:
         return list(await asyncio.gather(*results))

@@ -78,3 +78,35 @@ def serve_http_port() -> int:
     from ray.serve import context
 
     return context._get_global_client().http_config.port
+
+
+# Placement groups and actors by id ---------------------------------------------------------
+def group_nodes(pg_id_hex: str) -> list[str | None] | None:
+    """The node of each bundle of placement group `pg_id_hex` (None for a bundle not placed),
+    or None if the group is unknown or removed (`placement_group_table` is public, but a
+    group by id is not; see `placement_group`)."""
+    from ray.util.placement_group import placement_group_table
+
+    info = placement_group_table(placement_group(pg_id_hex))
+    if not info or info.get("state") in (None, "REMOVED"):
+        return None
+    placed = info.get("bundles_to_node_id") or {}
+    return [placed.get(i) for i in range(len(info.get("bundles") or {}))]
+
+
+def actor_state(actor_id_hex: str) -> str | None:
+    """The GCS's state of an actor by id ("ALIVE", "RESTARTING", "DEAD"...), None if it is
+    unknown: the State API needs the dashboard, this does not."""
+    from ray._private import state
+
+    info = state.actors(actor_id_hex)
+    return info.get("State") if info else None
+
+
+def dashboard_url() -> str | None:
+    """The dashboard's address (the Job Submission API's) of the connected cluster, or None
+    if it runs without a dashboard."""
+    import ray
+
+    url = ray._private.worker.global_worker.node.address_info.get("webui_url")
+    return f"http://{url}" if url and not url.startswith("http") else url

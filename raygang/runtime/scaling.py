@@ -143,17 +143,37 @@ class KubeRayScaler:
         return done
 
 
+# Ray Train V2 and Ray Data run one AutoscalingCoordinator per cluster (a detached actor)
+# that merges its requesters' requests and calls `request_resources` with the merge every
+# 20 s. That call replaces whatever raygang had asked for directly, so raygang asks as one
+# more requester. The values are Train's: requests expire after 3 minutes, calls time out.
+COORDINATOR_REQUESTER_ID = "raygang"
+COORDINATOR_EXPIRE_S = 180.0
+COORDINATOR_TIMEOUT_S = 5.0
+_COORDINATOR = ("AutoscalingCoordinator", "AutoscalingCoordinator")  # name, namespace
+
+
 class AutoscalerScaler:
     """Mode `autoscaler`: Ray's autoscaler launches and removes nodes; raygang says how
-    many of each type the queue needs."""
+    many of each type the queue needs.
+
+    `request` sends the whole request (an empty list clears it); by default it goes through
+    Ray's AutoscalingCoordinator (`CoordinatorRequest`). An unchanged request is sent again
+    once `refresh_s` has passed, since the coordinator forgets requests that are not renewed.
+    """
 
     mode = "autoscaler"
 
     def __init__(self, node_types: Callable[[Mapping[str, int]], list[NodeGroup]],
-                 request: Callable[[list[dict[str, float]]], None] | None = None):
+                 request: Callable[[list[dict[str, float]]], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 refresh_s: float = COORDINATOR_EXPIRE_S / 3):
         self._node_types = node_types
-        self._request = request or _request_resources
+        self._request = request or CoordinatorRequest()
+        self._clock = clock
+        self._refresh_s = refresh_s
         self._last: list[dict[str, float]] | None = None
+        self._sent_at = -math.inf
 
     def groups(self, up: Mapping[str, int]) -> list[NodeGroup]:
         return self._node_types(up)
@@ -166,20 +186,78 @@ class AutoscalerScaler:
             for group in groups:
                 shape = _requestable(group.shape)
                 bundles += [dict(shape) for _ in range(plan.desired.get(group.name, 0))]
-        if bundles == self._last:
+        now = self._clock()
+        changed = bundles != self._last
+        if not changed and (not bundles or now - self._sent_at < self._refresh_s):
             return []
-        self._request(bundles)
-        self._last = bundles
+        self._request(bundles)  # raises: nothing remembered, the next step sends it again
+        self._last, self._sent_at = bundles, now
+        if not changed:
+            return []  # a renewal is not news for the action log
         if not bundles:
             return ["request_resources cleared"]
         counts = {g.name: plan.desired.get(g.name, 0) for g in groups}
         return ["request_resources: " + ", ".join(f"{n}×{g}" for g, n in counts.items() if n)]
 
 
-def _request_resources(bundles: list[dict[str, float]]) -> None:
-    from ray.autoscaler.sdk import request_resources
+class CoordinatorRequest:
+    """raygang's request as requester "raygang" of Ray's AutoscalingCoordinator (blocking:
+    one actor call of at most `timeout_s`). Raises on failure; the caller tries again."""
 
-    request_resources(bundles=bundles)
+    def __init__(self, coordinator=None, expire_after_s: float = COORDINATOR_EXPIRE_S,
+                 timeout_s: float = COORDINATOR_TIMEOUT_S):
+        self._given = self._coordinator = coordinator  # an actor handle; None: Ray's named one
+        self._expire_after_s = expire_after_s
+        self._timeout_s = timeout_s
+
+    def __call__(self, bundles: list[dict[str, float]]) -> None:
+        actor = self._actor(create=bool(bundles))
+        if actor is None:  # no coordinator, so no request of raygang's to cancel
+            return
+        try:
+            if not bundles:
+                self._call(actor.cancel_request.remote(COORDINATOR_REQUESTER_ID))
+                return
+            try:
+                self._call(self._send(actor, bundles))
+            except ValueError:  # a live "raygang" request of other options (an older raygang)
+                self._call(actor.cancel_request.remote(COORDINATOR_REQUESTER_ID))
+                self._call(self._send(actor, bundles))
+        except Exception:
+            self._coordinator = self._given  # maybe killed for good: look it up again next time
+            raise
+
+    def _send(self, actor, bundles: list[dict[str, float]]):
+        from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
+            ResourceRequestPriority,
+        )
+
+        # Priority orders only the coordinator's *reservations* (which raygang never reads),
+        # not what the autoscaler is asked for: every live request goes into the merge. LOW,
+        # since raygang's bundles are whole nodes, busy ones too; reserving them first would
+        # leave Ray Data and Train (which size themselves by their reservations) nothing.
+        return actor.request_resources.remote(
+            requester_id=COORDINATOR_REQUESTER_ID, resources=bundles,
+            expire_after_s=self._expire_after_s, priority=ResourceRequestPriority.LOW)
+
+    def _call(self, ref) -> None:
+        ray.get(ref, timeout=self._timeout_s)
+
+    def _actor(self, create: bool):
+        """The coordinator's handle; None if it does not exist and `create` is false."""
+        if self._coordinator is not None:
+            return self._coordinator
+        if create:
+            from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
+                get_or_create_autoscaling_coordinator,
+            )
+
+            self._coordinator = get_or_create_autoscaling_coordinator()
+            return self._coordinator
+        try:
+            return ray.get_actor(_COORDINATOR[0], namespace=_COORDINATOR[1])
+        except ValueError:
+            return None
 
 
 def _requestable(shape: Resources) -> Resources:

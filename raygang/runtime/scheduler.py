@@ -8,6 +8,7 @@ Each method is one call of the plane; only `results` adds Ray's part: object ref
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Collection
 from typing import Any
@@ -16,6 +17,7 @@ import ray
 from ray import cloudpickle
 
 from raygang.control.config import SchedulerConfig, StateConfig
+from raygang.control.errors import GangNotFoundError
 from raygang.control.journal import Journal
 from raygang.control.plane import ControlPlane
 from raygang.control.program import RoleProgram
@@ -23,11 +25,12 @@ from raygang.control.status import ClusterStatus, DryRunResult, GangStatus, Queu
 from raygang.control.store import MemoryStore, SqliteStore, Store
 from raygang.core.gang import GangState
 from raygang.core.queues import QueueSpec
-from raygang.core.spec import DeploymentSpec, GangSpec
+from raygang.core.spec import DeploymentSpec, GangSpec, JobSpec
 from raygang.runtime.cluster import RayCluster
 from raygang.runtime.gcs_store import GcsStore
 from raygang.runtime.launcher import SCHEDULER_NAME  # noqa: F401 - where clients look it up
 from raygang.runtime.scaling import ScaleDriver
+from raygang.runtime.train_desk import TrainDesk
 
 
 def open_store(state: StateConfig) -> Store:
@@ -46,8 +49,11 @@ class Scheduler:
         scaling = (ScaleDriver(config.scaling, clock=clock)
                    if config.scaling.mode != "off" else None)
         journal = Journal(open_store(config.state), config.state, pickler=cloudpickle)
-        self._plane = ControlPlane(config, RayCluster(config.serve_http_port), journal, clock,
-                                   SchedulerMetrics(), scaling)
+        cluster = RayCluster(config.serve_http_port, config.handoff_lease_s,
+                             config.jobs_address)
+        self._cluster = cluster
+        self._plane = ControlPlane(config, cluster, journal, clock, SchedulerMetrics(), scaling)
+        self._train = TrainDesk(self._plane, cluster)
 
     @property
     def plane(self) -> ControlPlane:
@@ -104,6 +110,42 @@ class Scheduler:
 
     async def cancel(self, gang_id: str, reason: str = "cancelled by user") -> GangStatus:
         return await self._plane.cancel(gang_id, reason)
+
+    # Ray Jobs (runtime/jobs.py) ------------------------------------------------------
+    async def submit_job(self, job: JobSpec, idempotency_key: str | None = None) -> str:
+        return await self._plane.submit_job(job, idempotency_key)
+
+    async def list_jobs(self, state: GangState | None = None) -> list[GangStatus]:
+        return await self._plane.list_jobs(state)
+
+    async def job_logs(self, gang_id: str) -> str:
+        """The output of the job's Ray job (its last attempt's); empty before it started."""
+        status = await self._plane.status(gang_id)
+        if status.kind != "job":
+            raise GangNotFoundError(f"{gang_id} is a {status.kind}, not a job")
+        if status.ray_job_id is None:
+            return ""
+        return await asyncio.to_thread(self._cluster.jobs.logs, status.ray_job_id)
+
+    # Ray Train runs (runtime/train_callback.py calls these) ---------------------------
+    async def train_open(self, spec: GangSpec, parent: str | None, controller: str | None,
+                         key: str) -> str:
+        return await self._train.open(spec, parent, controller, key)
+
+    async def train_claim(self, session: str, timeout: float) -> list[str] | None:
+        return await self._train.claim(session, timeout)
+
+    async def train_adopt(self, session: str, pg_id: str) -> list[str]:
+        return self._train.adopt(session, pg_id)
+
+    async def train_released(self, session: str, final: bool) -> None:
+        self._train.released(session, final)
+
+    async def train_finished(self, session: str, error: str | None) -> None:
+        await self._train.finished(session, error)
+
+    async def train_wait_preempt(self, session: str, timeout: float) -> dict | None:
+        return await self._train.wait_preempt(session, timeout)
 
     async def shutdown(self) -> int:
         return await self._plane.shutdown()

@@ -1,0 +1,266 @@
+"""A Ray Job as a hand-off gang: queued by raygang, started by Ray's Job Submission API.
+
+The job waits in its queue like any gang; once admitted, its budget (`JobSpec.bundles`)
+is held on the chosen nodes (`handoff.Budget`) and only then is the entrypoint submitted
+to Ray (`raygang-<gang id>-<attempt>`). The driver runs with:
+
+- `RAYGANG_JOB_ID`: its raygang id, so Ray Train runs it starts are placed inside the
+  job's budget (`TrainSession`s of this job) instead of queueing a second time;
+- `RAY_TRAIN_CALLBACKS`: raygang's Train callback, so that happens with no code change;
+- `RAYGANG_ATTEMPT`: 0, then one more after each restart or preemption;
+- `RAY_JOB_STOP_WAIT_TIME_S`: the grace period, Ray's wait between SIGTERM and SIGKILL.
+
+Stopping (preemption or `job stop`): Train runs inside are preempted through Train's own
+path first (their workers checkpoint; Train tears them down at the deadline); then Ray
+stops the job (SIGTERM, the grace period, SIGKILL). A preempted job goes back to its queue
+with the same id and starts its entrypoint again when admitted (a new Ray job id).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from raygang.control.ports import MemberFailure
+from raygang.control.status import GangError
+from raygang.core.budget import never_fits
+from raygang.core.resources import Resources
+from raygang.core.spec import GangSpec, JobSpec
+from raygang.runtime.handoff import Budget
+from raygang.runtime.trainrun import TrainSession
+
+log = logging.getLogger(__name__)
+POLL_S = 1.0
+TRAIN_CALLBACK = "raygang.runtime.train_callback.RaygangTrain"
+TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+LOG_TAIL_CHARS = 2000
+
+
+def ray_job_id(gang_id: str, attempt: int) -> str:
+    return f"raygang-{gang_id}-{attempt}"
+
+
+class JobClient:
+    """Ray's Job Submission API, made once per address; every call blocks (run it in a
+    thread)."""
+
+    def __init__(self, address: str | None):
+        self._address = address
+        self._client: Any = None
+
+    def _sdk(self):
+        if self._client is None:
+            from ray.job_submission import JobSubmissionClient
+
+            from raygang.runtime.ray_private import dashboard_url
+
+            address = self._address or dashboard_url()
+            if not address:
+                raise RuntimeError("Ray Jobs need the Ray dashboard: this cluster runs "
+                                   "without one (start Ray with include_dashboard=True, or "
+                                   "set jobs_address in the scheduler config)")
+            self._client = JobSubmissionClient(address)
+        return self._client
+
+    def submit(self, **kwargs: Any) -> str:
+        return self._sdk().submit_job(**kwargs)
+
+    def status(self, job_id: str) -> str | None:
+        try:
+            return str(getattr(self._sdk().get_job_status(job_id), "value", None))
+        except RuntimeError as error:  # the SDK's "job does not exist"
+            if "does not exist" in str(error):
+                return None
+            raise
+
+    def message(self, job_id: str) -> str:
+        info = self._sdk().get_job_info(job_id)
+        return info.message or ""
+
+    def stop(self, job_id: str) -> None:
+        try:
+            self._sdk().stop_job(job_id)
+        except RuntimeError as error:
+            if "does not exist" not in str(error):
+                raise
+
+    def logs(self, job_id: str) -> str:
+        return self._sdk().get_job_logs(job_id)
+
+
+class JobLaunch:
+    """The run of a job gang (the `GangRun` port)."""
+
+    def __init__(self, gang_id: str, spec: GangSpec, job: JobSpec, nodes: Sequence[str],
+                 attempt: int, client: JobClient, lease_s: float,
+                 sessions: dict[str, TrainSession], started: Callable[[str], None]):
+        self.gang_id = gang_id
+        self.spec = spec
+        self.job = job
+        self.client = client
+        self.lease_s = lease_s
+        self.job_id = ray_job_id(gang_id, attempt)
+        self.budget = Budget(gang_id, spec.bundles, nodes, spec.reservation_timeout_s)
+        self._sessions = sessions
+        self._mine: dict[str, TrainSession] = {}
+        self._started = started
+        self._submitted = False
+        self._stopping = False
+        self.on_close: Callable[[], Any] = lambda: None
+
+    @classmethod
+    def adopted(cls, gang_id: str, spec: GangSpec, job: JobSpec, nodes: Sequence[str],
+                job_id: str, client: JobClient, lease_s: float,
+                sessions: dict[str, TrainSession], holds: dict[int, Any]) -> JobLaunch:
+        """A job a previous scheduler process started, still running in Ray."""
+        launch = cls(gang_id, spec, job, nodes, 0, client, lease_s, sessions, lambda _: None)
+        launch.job_id = job_id
+        launch._submitted = True
+        launch.budget.adopt_holds(holds)
+        launch.budget.claimed.update(set(range(len(spec.bundles))) - set(holds))
+        return launch
+
+    # Hand-off of the budget to Train runs of the job ------------------------------
+    def open_session(self, name: str, wanted: Sequence[Resources],
+                     controller_id: str | None) -> TrainSession:
+        """A Train run of the job's driver: placed inside the job's budget."""
+        why = never_fits(self.budget.bundles, wanted)
+        if why:
+            raise ValueError(f"the Train run cannot be placed in job {self.gang_id}'s budget: "
+                             f"{why}")
+        session_id = f"{self.gang_id}/{name}"
+        old = self._mine.get(session_id)
+        if old is not None:  # the driver started this run again (a new controller)
+            self._end_session(old)
+        session = TrainSession(session_id, wanted, self.budget, self.lease_s, controller_id,
+                               on_release=self._give_back)
+        session.claimable.set()  # the budget is held already
+        self._mine[session_id] = self._sessions[session_id] = session
+        return session
+
+    def _give_back(self, session: TrainSession) -> None:
+        indices, session.indices = session.indices, []
+        if indices and not self._stopping:
+            asyncio.get_running_loop().create_task(self.budget.give_back(indices))
+
+    def _end_session(self, session: TrainSession) -> None:
+        session.end_watch()
+        self._mine.pop(session.session_id, None)
+        if self._sessions.get(session.session_id) is session:
+            del self._sessions[session.session_id]
+
+    # GangRun --------------------------------------------------------------------------
+    async def reserve(self) -> None:
+        await self.budget.hold()
+
+    async def start_members(self) -> None:
+        """Submit the entrypoint; return once Ray runs it (or it already ended)."""
+        job = self.job
+        runtime_env = dict(job.runtime_env or {})
+        if job.working_dir:
+            runtime_env["working_dir"] = job.working_dir
+        runtime_env["env_vars"] = {
+            **(runtime_env.get("env_vars") or {}), **job.env_vars,
+            "RAYGANG_JOB_ID": self.gang_id,
+            "RAYGANG_ATTEMPT": self.job_id.rsplit("-", 1)[1],
+            "RAY_TRAIN_CALLBACKS": TRAIN_CALLBACK,
+            "RAY_JOB_STOP_WAIT_TIME_S": str(max(1, int(job.preemption_grace_s))),
+        }
+        try:
+            await asyncio.to_thread(
+                self.client.submit, entrypoint=job.entrypoint, submission_id=self.job_id,
+                runtime_env=runtime_env,
+                metadata={**job.metadata, "raygang_gang_id": self.gang_id},
+                entrypoint_num_cpus=0)
+        except Exception as error:
+            raise MemberFailure(GangError(error_type="JobSubmissionFailed",
+                                          message=f"{type(error).__name__}: {error}"))
+        self._submitted = True
+        self._started(self.job_id)
+        deadline = time.monotonic() + self.spec.startup_timeout_s
+        while (status := await self._status()) in (None, "PENDING"):
+            if time.monotonic() > deadline:
+                raise MemberFailure(GangError(
+                    error_type="StartupTimeout",
+                    message=f"Ray did not start job {self.job_id} within "
+                            f"{self.spec.startup_timeout_s:g}s ({status or 'unknown'})"))
+            await asyncio.sleep(POLL_S / 4)
+
+    async def _status(self) -> str | None:
+        return await asyncio.to_thread(self.client.status, self.job_id)
+
+    async def run(self) -> list[Any]:
+        """Until the entrypoint ends: SUCCEEDED returns, anything else fails the gang."""
+        while True:
+            status = await self._status()
+            if status == "SUCCEEDED":
+                return []
+            if status in ("FAILED", "STOPPED") or status is None:
+                why = await asyncio.to_thread(self._why, status)
+                raise MemberFailure(GangError(member="driver", rank=0,
+                                              error_type=f"Job{(status or 'lost').title()}",
+                                              message=why))
+            await asyncio.sleep(POLL_S)
+
+    def _why(self, status: str | None) -> str:
+        if status is None:
+            return f"Ray job {self.job_id} is gone"
+        message = self.client.message(self.job_id)
+        if status == "STOPPED":
+            return f"Ray job {self.job_id} was stopped outside raygang"
+        tail = self.client.logs(self.job_id)[-LOG_TAIL_CHARS:].strip()
+        return f"{message}\n{tail}".strip()
+
+    async def resume(self) -> list[Any]:
+        return await self.run()
+
+    async def signal_preempt(self, grace_s: float) -> list[dict]:
+        """Train runs inside the job: through Train's preemption path. A job without
+        one: SIGTERM now, and Ray's hard stop after the grace period."""
+        running = [s for s in self._mine.values() if s.adopted.is_set()
+                   and not s.released.is_set()]
+        for session in running:
+            session.preempt(grace_s)
+        if not running:
+            await self._stop()
+        return [{"member": "driver", "rank": 0, "hooks": 0, "error": None, "running": True}]
+
+    async def wait_bodies(self, ranks: Sequence[int], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for session in list(self._mine.values()):
+            await session.wait_released(max(0.0, deadline - time.monotonic()))
+        await self._stop()
+        await self._ended(max(0.0, deadline - time.monotonic()))
+
+    async def _stop(self) -> None:
+        self._stopping = True
+        self.budget.closing = True
+        if self._submitted and (await self._status()) not in TERMINAL:
+            await asyncio.to_thread(self.client.stop, self.job_id)
+
+    async def _ended(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self._submitted and time.monotonic() < deadline:
+            if (await self._status()) in TERMINAL | {None}:
+                return
+            await asyncio.sleep(POLL_S / 4)
+
+    async def close(self) -> None:
+        """Stop the job (SIGTERM, then Ray's SIGKILL after the grace), wait until Ray says
+        it ended, and leave no group behind: Train's inside it, the holds."""
+        try:
+            if self._submitted:
+                await self._stop()
+                await self._ended(self.job.preemption_grace_s + 15)
+            for session in list(self._mine.values()):
+                session.end_watch()
+                await session.close()
+                self._end_session(session)
+        except Exception:
+            log.exception("stopping job %s failed", self.job_id)
+        finally:
+            await self.budget.close()
+            self.on_close()

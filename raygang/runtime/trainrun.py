@@ -1,0 +1,288 @@
+"""A Ray Train V2 run as a hand-off gang (the scheduler's side).
+
+Ray Train's controller asks raygang for its worker group through `RaygangTrain` (its
+callback, `train_callback.py`): the run waits in raygang's queue like any gang; once its
+bundles are reserved, the callback claims their nodes (the holds go, Train's worker group
+placement group is pinned there) and reports the group it made, which is checked and
+adopted. A `TrainSession` is that exchange for one run; `TrainLaunch` is the gang's run
+(the `GangRun` port) for a run queued on its own. A run started by a raygang job is a
+session inside the job's budget instead (`jobs.JobLaunch`).
+
+Preemption goes through Train's own path: the callback is told (`wait_preempt`) and marks
+each worker preempted with a deadline (`ray.train.get_preemption_info()`); Train lets the
+workers checkpoint, tears its worker group down at the deadline and asks raygang again,
+so the run waits in the queue holding nothing and resumes from its checkpoint. raygang
+never removes a running Train group to preempt it (Train would count that as a failure
+and end the run); it does so only to cancel the run, or when the controller is dead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from raygang.control.ports import MemberFailure, ReservationTimeout
+from raygang.control.status import GangError
+from raygang.core.resources import Resources
+from raygang.core.spec import GangSpec
+from raygang.runtime.handoff import Budget, HandoffFailed, check_group, remove_group
+from raygang.runtime.ray_private import actor_state, group_nodes
+
+log = logging.getLogger(__name__)
+WATCH_INTERVAL_S = 1.0
+# After its preemption deadline, Train notices on its next poll of the workers (every few
+# seconds) and removes its group itself; only past this much more does raygang remove it.
+TRAIN_TEARDOWN_S = 20.0
+
+
+class TrainSession:
+    """One Train run's worker group inside capacity raygang admitted: claim, adopt,
+    preempt, release. Lives in the scheduler; the callback drives it by RPC."""
+
+    def __init__(self, session_id: str, wanted: Sequence[Resources], budget: Budget,
+                 lease_s: float, controller_id: str | None,
+                 on_release: Callable[[TrainSession], None] | None = None):
+        self.session_id = session_id
+        self.wanted = tuple(wanted)
+        self.budget = budget
+        self.lease_s = lease_s
+        self.controller_id = controller_id
+        self._on_release = on_release
+        self.indices: list[int] = []
+        self.nodes: list[str] = []
+        self.pg_id: str | None = None
+        self.placed: list[str] = []  # the adopted group's node per bundle
+        self.claimable = asyncio.Event()  # the budget is reserved: a claim may take it
+        self.claimed = asyncio.Event()
+        self.adopted = asyncio.Event()
+        self.released = asyncio.Event()  # Train shut its group down (after adopt)
+        self.failed: str | None = None  # the hand-off failed: why
+        self.handoff_failed = asyncio.Event()
+        self.finished: tuple[bool, str | None] | None = None  # (ok, error) of the run
+        self.ended = asyncio.Event()
+        self.preempt_deadline_ms: int | None = None
+        self.preempting = asyncio.Event()  # set once preempted, or once the gang ended
+        self.over = False  # the gang ended: the callback's watcher may stop
+        self.final = False  # the last group was released: the run is ending
+
+    # Driven by the callback --------------------------------------------------------
+    async def claim(self) -> list[str]:
+        """Take the bundles for the group (waiting for room in a job's budget) and return
+        their nodes; the lease to adopt starts now."""
+        if self.claimed.is_set() and not self.adopted.is_set():
+            # Train asks again before its group was placed: it gave up waiting for it
+            # (work outside raygang took the nodes in the hand-off window).
+            why = ("Train asked for its nodes again before its worker group was placed on "
+                   "them (placed elsewhere or not at all)")
+            if self._on_release is None:  # a gang of its own: it requeues
+                self._fail(why)
+                raise HandoffFailed(why)
+            log.warning("%s: %s; taking the job's bundles again", self.session_id, why)
+            self._on_release(self)  # in a job: the bundles go back, and are taken again
+            self._next_group()
+        if self.released.is_set():  # Train restarts its group inside the same budget
+            self._next_group()
+        while True:
+            chosen = None if self.budget.closing else self.budget.take(self.wanted)
+            if chosen is not None:
+                break
+            await self.budget.changed.wait()
+        self.indices = chosen
+        self.nodes = [self.budget.nodes[i] for i in chosen]
+        self.claimed.set()
+        return list(self.nodes)
+
+    def adopt(self, pg_id: str) -> list[str]:
+        """Check Train's group against the nodes handed over and book it to the gang."""
+        try:
+            self.placed = check_group(pg_id, self.nodes)
+        except HandoffFailed as error:
+            self._fail(str(error))
+            raise
+        self.pg_id = pg_id
+        self.adopted.set()
+        return self.placed
+
+    def release(self, final: bool = False) -> None:
+        """Train shut its worker group down: for good (`final`: the run ends), or to
+        start another (preempted, or a worker failed)."""
+        self.pg_id = None
+        self.final = final
+        self.released.set()
+        if self._on_release is not None:
+            self._on_release(self)
+
+    def _next_group(self) -> None:
+        for event in (self.claimed, self.adopted, self.released, self.preempting):
+            event.clear()
+        self.preempt_deadline_ms = None
+        self.placed = []
+
+    def finish(self, error: str | None) -> None:
+        self.finished = (error is None, error)
+        self.ended.set()
+
+    async def wait_preempt(self, timeout: float) -> dict | None:
+        """What the callback's watcher waits for: {"deadline_ms"} once preempted, or
+        {"cancelled"}; None after `timeout` (it asks again)."""
+        if not self.preempting.is_set():
+            try:
+                await asyncio.wait_for(self.preempting.wait(), timeout)
+            except asyncio.TimeoutError:
+                return None
+        if self.preempt_deadline_ms is None:
+            return {"ended": True}
+        return {"deadline_ms": self.preempt_deadline_ms}
+
+    def end_watch(self) -> None:
+        self.over = True
+        self.preempting.set()
+
+    # Driven by the gang's run ------------------------------------------------------
+    def preempt(self, grace_s: float) -> None:
+        self.preempt_deadline_ms = int((time.time() + grace_s) * 1000)
+        self.preempting.set()
+
+    def _fail(self, why: str) -> None:
+        self.claimable.clear()
+        self.failed = why
+        self.handoff_failed.set()
+
+    async def handed_over(self, claim_timeout: float) -> None:
+        """Wait for the claim (up to `claim_timeout`) and then the adopt (within the
+        lease); ReservationTimeout if either does not come or the hand-off fails."""
+        self.claimable.set()
+        if not await _first(self.claimed, self.handoff_failed, timeout=claim_timeout):
+            raise ReservationTimeout(f"the Train run did not claim its reserved nodes within "
+                                     f"{claim_timeout:g}s")
+        if not await _first(self.adopted, self.handoff_failed, timeout=self.lease_s):
+            self._fail(f"Train's worker group was not placed on the reserved nodes within "
+                       f"the {self.lease_s:g}s lease")
+        if self.failed:
+            raise ReservationTimeout(f"hand-off failed: {self.failed}")
+
+    async def watch(self) -> None:
+        """Until the run ends: raise MemberFailure if it failed or its controller died, or
+        if Train restarts its group on its own (a worker failed: the gang restarts, so the
+        run waits in the queue again holding nothing; Train's FailureConfig, not raygang,
+        decides when the run has failed for good)."""
+        while True:
+            if self.finished is not None:
+                ok, error = self.finished
+                if ok:
+                    return
+                raise MemberFailure(GangError(error_type="TrainingFailed", message=error or ""))
+            if self.released.is_set() and not self.final:
+                if self.preempting.is_set():  # preempted: the gang's driver stops it now
+                    await asyncio.Event().wait()
+                raise MemberFailure(GangError(
+                    error_type="TrainRestart",
+                    message="Ray Train restarts its worker group (a worker failed); the run "
+                            "waits in the queue again"))
+            if self.controller_id and actor_state(self.controller_id) == "DEAD":
+                raise MemberFailure(GangError(error_type="ControllerDied",
+                                              message="the Ray Train controller died"))
+            try:
+                events = (self.ended,) if self.final else (self.ended, self.released)
+                await asyncio.wait_for(_any(*events), WATCH_INTERVAL_S)
+            except asyncio.TimeoutError:
+                pass
+
+    async def wait_released(self, timeout: float) -> None:
+        await _first(self.released, self.ended, timeout=timeout)
+
+    async def close(self) -> None:
+        """Leave no group behind: Train's own, if the run is cancelled or its controller
+        is dead (during a preemption Train removes it itself; it gets TRAIN_TEARDOWN_S past
+        its deadline first)."""
+        if self.pg_id is None:
+            return
+        if self.preempt_deadline_ms:
+            left = self.preempt_deadline_ms / 1000 - time.time() + TRAIN_TEARDOWN_S
+            alive = self.controller_id is None or actor_state(self.controller_id) != "DEAD"
+            if alive and left > 0:
+                await self.wait_released(left)
+        if self.pg_id is not None and group_nodes(self.pg_id) is not None:
+            log.warning("removing Ray Train's placement group %s of %s", self.pg_id,
+                        self.session_id)
+            remove_group(self.pg_id)
+        self.pg_id = None
+
+
+class TrainLaunch:
+    """The run of a Train gang queued on its own (the `GangRun` port)."""
+
+    def __init__(self, gang_id: str, spec: GangSpec, nodes: Sequence[str], lease_s: float,
+                 controller_id: str | None, sessions: dict[str, TrainSession]):
+        self.gang_id = gang_id
+        self.spec = spec
+        self.budget = Budget(gang_id, spec.bundles, nodes, spec.reservation_timeout_s)
+        self.session = TrainSession(gang_id, spec.bundles, self.budget, lease_s,
+                                    controller_id)
+        self._sessions = sessions
+        self._adopted_run = False
+
+    @classmethod
+    def adopted(cls, gang_id: str, spec: GangSpec, nodes: Sequence[str], lease_s: float,
+                controller_id: str | None, pg_id: str,
+                sessions: dict[str, TrainSession]) -> TrainLaunch:
+        """A run a previous scheduler process handed over: its group is still there."""
+        launch = cls(gang_id, spec, nodes, lease_s, controller_id, sessions)
+        launch.budget.claimed.update(range(len(spec.bundles)))
+        launch.session.nodes = list(nodes)
+        launch.session.claimed.set()
+        launch.session.adopt(pg_id)
+        sessions[gang_id] = launch.session
+        return launch
+
+    async def reserve(self) -> None:
+        await self.budget.hold()
+
+    async def start_members(self) -> None:
+        self._sessions[self.gang_id] = self.session
+        await self.session.handed_over(self.spec.startup_timeout_s)
+
+    async def run(self) -> list[Any]:
+        await self.session.watch()
+        return []
+
+    async def resume(self) -> list[Any]:
+        return await self.run()
+
+    async def signal_preempt(self, grace_s: float) -> list[dict]:
+        self.session.preempt(grace_s)
+        return [{"member": "train", "rank": 0, "hooks": 0, "error": None, "running": True}]
+
+    async def wait_bodies(self, ranks: Sequence[int], timeout: float) -> None:
+        # Train keeps its workers until the deadline (they checkpoint meanwhile) and then
+        # shuts the group down itself: that is when the capacity is free.
+        await self.session.wait_released(timeout + TRAIN_TEARDOWN_S)
+
+    async def close(self) -> None:
+        self.session.end_watch()
+        try:
+            await self.session.close()
+        finally:
+            await self.budget.close()
+            if self._sessions.get(self.gang_id) is self.session:
+                del self._sessions[self.gang_id]
+
+
+async def _first(*events: asyncio.Event, timeout: float) -> bool:
+    try:
+        await asyncio.wait_for(_any(*events), timeout)
+        return True
+    except asyncio.TimeoutError:
+        return False
+
+
+async def _any(*events: asyncio.Event) -> None:
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()

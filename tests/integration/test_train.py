@@ -1,0 +1,256 @@
+"""Ray Train V2 runs as raygang gangs, unchanged (`RaygangTrain`, `raygang.train`), on the
+shared real cluster (2 workers x 4 virtual GPUs). Train V2 runs without torch here: a
+`DataParallelTrainer` whose function reports (and checkpoints) on virtual GPUs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import ray
+import ray.train
+from ray.train import Checkpoint, RunConfig, ScalingConfig
+from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+from ray.util.placement_group import placement_group, remove_placement_group
+
+import raygang
+from raygang import GangState
+from raygang.runtime.train_callback import RaygangTrain
+from tests.integration.helpers import wait_state
+
+
+def train_func(config):
+    """Report steps; write this worker's node and the step it started from; when told of a
+    preemption, checkpoint at once (Train's recommended reaction) and keep going."""
+    ctx = ray.train.get_context()
+    start, checkpoint = 0, ray.train.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as d:
+            start = json.loads(Path(d, "state.json").read_text())["step"] + 1
+    with Path(config["log"]).open("a") as f:
+        f.write(json.dumps({"rank": ctx.get_world_rank(), "start": start,
+                            "node": ray.get_runtime_context().get_node_id()}) + "\n")
+    steps = start + config["more"] if start else config["steps"]
+    saved = False
+    for step in range(start, steps):
+        time.sleep(config.get("sleep", 0.2))
+        if ray.train.get_preemption_info() is not None and not saved:
+            with tempfile.TemporaryDirectory() as d:
+                Path(d, "state.json").write_text(json.dumps({"step": step}))
+                ray.train.report({"step": step}, checkpoint=Checkpoint.from_directory(d))
+            saved = True
+        else:
+            ray.train.report({"step": step})
+
+
+def trainer(tmp_path: Path, name: str, workers: int = 2, **config) -> DataParallelTrainer:
+    config = {"log": str(tmp_path / f"{name}.jsonl"), "steps": 3, "more": 2, **config}
+    return DataParallelTrainer(
+        train_func, train_loop_config=config,
+        scaling_config=ScalingConfig(num_workers=workers, use_gpu=True),
+        run_config=RunConfig(name=name, storage_path=str(tmp_path / "storage")))
+
+
+class Fit(threading.Thread):
+    """`raygang.train(...)` in a thread: it blocks like `trainer.fit()`."""
+
+    def __init__(self, trainer, **options):
+        super().__init__(daemon=True)
+        self.trainer, self.options = trainer, options
+        self.result = self.error = None
+        self.start()
+
+    def run(self):
+        try:
+            self.result = raygang.train(self.trainer, **self.options)
+        except BaseException as error:  # noqa: BLE001 - reported by the test
+            self.error = error
+
+    def outcome(self, timeout: float = 120):
+        self.join(timeout)
+        assert not self.is_alive(), "the Train run did not end"
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+def train_gang(name: str, timeout: float = 60) -> raygang.GangRef:
+    """The raygang gang of Train run `name` (once queued)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        found = [g for g in raygang.list_gangs() if g.kind == "train" and g.name == name
+                 and not g.finished]
+        if found:
+            return raygang.GangRef(found[-1].gang_id)
+        time.sleep(0.2)
+    raise TimeoutError(f"no Train gang {name}")
+
+
+def logged(tmp_path: Path, name: str) -> list[dict]:
+    path = tmp_path / f"{name}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@raygang.gang_task(replicas=2, num_gpus=4, strategy="STRICT_SPREAD", priority=500)
+class AllGpus:
+    def run(self):
+        time.sleep(3600)
+
+
+@raygang.gang_task(num_gpus=4, priority=500)
+class HalfGpus:
+    def run(self):
+        time.sleep(3600)
+
+
+@pytest.fixture
+def gangs(ray_cluster):
+    refs: list = []
+    yield refs
+    for ref in refs:
+        ref.cancel()
+
+
+def test_a_train_run_waits_for_raygang_then_runs_on_exactly_the_reserved_nodes(gangs, tmp_path):
+    blocker = AllGpus.remote()
+    gangs.append(blocker)
+    wait_state(blocker, GangState.RUNNING)
+    fit = Fit(trainer(tmp_path, "waits"), queue="default")
+    run = train_gang("waits")
+    status = wait_state(run, GangState.PENDING)
+    time.sleep(2)  # it keeps waiting: Train has started no worker
+    status = run.status()
+    assert status.state is GangState.PENDING and status.queue_position == 1
+    assert "GPU" in status.reason
+    assert logged(tmp_path, "waits") == []
+
+    blocker.cancel()
+    result = fit.outcome()
+    assert result.error is None
+    status = run.status()
+    assert status.state is GangState.SUCCEEDED
+    reserved = sorted(m.node_id for m in status.members)
+    assert len(reserved) == 2
+    assert sorted(entry["node"] for entry in logged(tmp_path, "waits")) == reserved
+    events = [e.reason for e in status.events]
+    assert any(r.startswith("all members ready") for r in events)
+
+
+def test_a_train_run_preempted_by_a_deployment_checkpoints_requeues_and_resumes(
+        gangs, tmp_path, http_port):
+    half = HalfGpus.remote()  # priority 500: inference preempts the Train run, not this
+    gangs.append(half)
+    wait_state(half, GangState.RUNNING)
+    fit = Fit(trainer(tmp_path, "victim", workers=4, steps=400, more=3),
+              preemption_grace_s=4)
+    run = train_gang("victim")
+    wait_state(run, GangState.RUNNING, timeout=90)
+    while not logged(tmp_path, "victim"):
+        time.sleep(0.2)
+
+    deployment = raygang.deploy("infer", "tests.integration.test_train:app", num_gpus=1)
+    try:
+        status = wait_state(run, GangState.PENDING, timeout=60)
+    except AssertionError:
+        print("EVENTS", [(e.to_state.value, e.reason, e.at) for e in run.status().events])
+        print("DEPLOY", [(e.to_state.value, e.reason, e.at) for e in deployment.status().events])
+        raise
+    assert status.preemptions == 1 and "preempted by deployment infer" in status.reason
+    deployment.ready(timeout=60)
+    # Train tore its worker group down itself: it holds nothing while it waits.
+    time.sleep(1)
+    assert run.status().state is GangState.PENDING
+    assert ray.available_resources().get("GPU", 0) == 3  # 8 - 4 (HalfGpus) - 1 (infer)
+
+    deployment.undeploy()
+    result = fit.outcome(timeout=180)
+    assert result.error is None
+    starts = [e["start"] for e in logged(tmp_path, "victim")]
+    assert starts[:4] == [0] * 4 and len(starts) == 8 and min(starts[4:]) > 0
+    assert len(set(starts[4:])) == 1  # all workers resumed from the same checkpoint
+    assert result.checkpoint is not None  # the one saved when preempted
+    status = run.status()
+    assert status.state is GangState.SUCCEEDED and status.gang_id == run.gang_id
+
+
+class StealingTrain(RaygangTrain):
+    """Work outside raygang takes the nodes in the hand-off window, once: right after the
+    claim, before Train creates its group, a placement group takes their GPUs."""
+
+    def on_controller_start_worker_group(self, *, scaling_config, num_workers):
+        selector = super().on_controller_start_worker_group(
+            scaling_config=scaling_config, num_workers=num_workers)
+        if not getattr(self, "stole", False):
+            self.stole = True
+            node = selector["ray.io/node-id"]
+            thief = placement_group([{"GPU": 4}], name="outside-raygang",
+                                    bundle_label_selector=[{"ray.io/node-id": node}],
+                                    lifetime="detached")
+            ray.get(thief.ready())
+        return selector
+
+
+def test_nodes_taken_in_the_hand_off_window_requeue_the_run_without_a_hang_or_leak(
+        gangs, tmp_path, monkeypatch):
+    monkeypatch.setenv("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "3")  # propagated by Train
+    blocker = HalfGpus.remote()  # one node left: the run's two workers must go there
+    gangs.append(blocker)
+    wait_state(blocker, GangState.RUNNING)
+    job = trainer(tmp_path, "window")
+    job.run_config.callbacks = [StealingTrain()]
+    fit = Fit(job)
+    run = train_gang("window")
+    deadline = time.time() + 60
+    while not any("hand-off failed" in (e.reason or "") for e in run.status().events):
+        assert time.time() < deadline, run.status().events
+        time.sleep(0.5)
+    status = run.status()
+    assert status.state is GangState.PENDING  # waits for the GPUs the thief holds
+    thief = next(pg for pg in ray.util.placement_group_table().values()
+                 if pg["name"] == "outside-raygang" and pg["state"] == "CREATED")
+    remove_placement_group(ray.util.get_placement_group("outside-raygang"))
+    assert thief
+    result = fit.outcome()
+    assert result.error is None and run.status().state is GangState.SUCCEEDED
+
+
+def test_a_killed_train_controller_fails_the_gang_and_leaves_nothing(gangs, tmp_path):
+    fit = Fit(trainer(tmp_path, "killed", steps=10_000))
+    run = train_gang("killed")
+    wait_state(run, GangState.RUNNING, timeout=90)
+    from ray.util.state import list_actors
+
+    (controller,) = list_actors(filters=[("class_name", "=", "TrainController"),
+                                         ("state", "=", "ALIVE")])
+    os.kill(controller.pid, signal.SIGKILL)
+    status = wait_state(run, GangState.FAILED, timeout=30)
+    assert status.error.error_type == "ControllerDied"
+    fit.join(60)
+    assert fit.error is not None  # fit() reports the dead controller
+
+
+def test_an_elastic_run_is_admitted_at_its_maximum():
+    spec = RaygangTrain(queue="team-a").gang_spec(
+        ScalingConfig(num_workers=(1, 3), use_gpu=True), num_workers=1)
+    assert spec.world_size == 3 and spec.queue == "team-a"
+    assert spec.bundles[0].to_dict() == {"GPU": 1.0}
+
+
+def _app():
+    from ray import serve
+
+    @serve.deployment
+    class Echo:
+        def __call__(self, request) -> str:
+            return "ok"
+
+    return Echo.bind()
+
+
+app = _app()
