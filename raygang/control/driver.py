@@ -99,7 +99,7 @@ class GangDriver:
         except ReservationTimeout as timeout:
             self.decide(ReservationTimedOut(str(timeout)))
         except MemberFailure as failure:
-            self._failed(failure.error)
+            self._failed(failure.error, failure.final)
         except asyncio.CancelledError:
             self.decide(Interrupted())
         except Exception as error:  # an error of the cluster while applying: this gang only
@@ -108,9 +108,9 @@ class GangDriver:
         finally:
             await self._release()
 
-    def _failed(self, error: GangError) -> None:
+    def _failed(self, error: GangError, final: bool = False) -> None:
         self.record.error = error
-        self.decide(MemberFailed(error.summary))
+        self.decide(MemberFailed(error.summary, final))
 
     async def _release(self) -> None:
         """Free everything the gang's run holds. How the gang ended is written first: a

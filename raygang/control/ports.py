@@ -30,9 +30,10 @@ class ReservationTimeout(Exception):
 class MemberFailure(Exception):
     """A member failed (raised, died, its node was lost, or did not start in time)."""
 
-    def __init__(self, error: GangError):
+    def __init__(self, error: GangError, final: bool = False):
         super().__init__(error.summary)
         self.error = error
+        self.final = final  # fail the gang, whatever restarts it has left
 
 
 class GangRun(Protocol):

@@ -29,7 +29,9 @@ ALLOWED: Mapping[GangState, frozenset[GangState]] = {
     S.PENDING: frozenset({S.ADMITTED, S.CANCELLED}),
     S.ADMITTED: frozenset({S.RESERVED, S.PENDING} | _HOLDING_TO),
     S.RESERVED: frozenset({S.STARTING} | _HOLDING_TO),
-    S.STARTING: frozenset({S.RUNNING} | _HOLDING_TO),
+    # STARTING -> PENDING: a hand-off gang whose library could not place its own group
+    # where raygang reserved (work outside raygang took the nodes) requeues.
+    S.STARTING: frozenset({S.RUNNING, S.PENDING} | _HOLDING_TO),
     S.RUNNING: frozenset({S.SUCCEEDED} | _HOLDING_TO),
     S.RESTARTING: frozenset({S.PENDING, S.CANCELLED}),
     S.PREEMPTED: frozenset({S.PENDING, S.CANCELLED}),
@@ -95,6 +97,7 @@ class ReservationTimedOut:
 @dataclass(frozen=True, slots=True)
 class MemberFailed:
     summary: str  # which member, and what it raised ("member w-0 (rank 0) raised ...")
+    final: bool = False  # no restart whatever is left (e.g. the library's run ended badly)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,8 +165,8 @@ def decide(life: Life, event: Event, policy: RestartPolicy, now: float) -> Outco
             return _to(S.SUCCEEDED, "all members finished")
         case ReservationTimedOut(message):
             return _to(S.PENDING, f"requeued: {message}")
-        case MemberFailed(summary):
-            return _failed(life, summary, policy, now)
+        case MemberFailed(summary, final):
+            return _to(S.FAILED, summary) if final else _failed(life, summary, policy, now)
         case PreemptionSignalled(stopping, why, grace):
             return Outcome((Move(life.state, f"{stopping}: {why}; grace {grace:g}s"),),
                            stopping=stopping)

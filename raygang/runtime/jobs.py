@@ -198,6 +198,8 @@ class JobLaunch:
             status = await self._status()
             if status == "SUCCEEDED":
                 return []
+            if self._stopping:  # stopped by raygang (preempted): the driver halts this run
+                await asyncio.Event().wait()
             if status in ("FAILED", "STOPPED") or status is None:
                 why = await asyncio.to_thread(self._why, status)
                 raise MemberFailure(GangError(member="driver", rank=0,

@@ -104,9 +104,15 @@ def actor_state(actor_id_hex: str) -> str | None:
 
 
 def dashboard_url() -> str | None:
-    """The dashboard's address (the Job Submission API's) of the connected cluster, or None
-    if it runs without a dashboard."""
-    import ray
+    """The dashboard's address (the Job Submission API's) of the connected cluster, as the
+    dashboard registers it in the GCS (any process of the cluster can read it), or None if
+    the cluster runs without a dashboard."""
+    from ray._private import ray_constants
+    from ray.experimental.internal_kv import _internal_kv_get
 
-    url = ray._private.worker.global_worker.node.address_info.get("webui_url")
-    return f"http://{url}" if url and not url.startswith("http") else url
+    address = _internal_kv_get(ray_constants.DASHBOARD_ADDRESS,
+                               namespace=ray_constants.KV_NAMESPACE_DASHBOARD)
+    if not address:
+        return None
+    address = address.decode()
+    return address if address.startswith("http") else f"http://{address}"

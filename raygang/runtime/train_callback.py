@@ -62,7 +62,7 @@ class RaygangTrain(ControllerCallback, WorkerGroupCallback):
         self._finishing = False  # Train is shutting down for good (not restarting)
 
     def __reduce__(self):  # sent to the controller: no client, thread or session
-        return (RaygangTrain, (self.queue, self.priority, self.name, self.preemption_grace_s,
+        return (type(self), (self.queue, self.priority, self.name, self.preemption_grace_s,
                                self.parent))
 
     @property

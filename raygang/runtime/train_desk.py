@@ -18,9 +18,11 @@ from raygang.core.gang import GangState
 from raygang.core.spec import GangSpec
 from raygang.runtime.cluster import RayCluster
 from raygang.runtime.handoff import HandoffFailed
+from raygang.runtime.ray_private import actor_state
 from raygang.runtime.trainrun import TrainSession
 
 POLL_S = 0.2
+SWEEP_S = 5.0  # how often queued runs are checked for a dead controller
 
 
 class TrainDesk:
@@ -28,10 +30,29 @@ class TrainDesk:
         self._plane = plane
         self._cluster = cluster
         self._names: dict[str, int] = {}  # job id -> Train runs it opened
+        self._sweeper: asyncio.Task | None = None
+
+    def _sweep_soon(self) -> None:
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+
+    async def _sweep(self) -> None:
+        """A run waiting in the queue whose controller died (its driver was stopped) will
+        never claim: cancel it rather than admit it (an admitted one fails by itself)."""
+        while True:
+            await asyncio.sleep(SWEEP_S)
+            for record in self._plane.registry.unfinished():
+                controller = (record.workload or {}).get("controller") \
+                    if record.kind == "train" else None
+                if controller and record.state is GangState.PENDING \
+                        and actor_state(controller) == "DEAD":
+                    await self._plane.cancel(record.gang_id,
+                                             "the Ray Train controller died while it waited")
 
     async def open(self, spec: GangSpec, parent: str | None, controller: str | None,
                    key: str) -> str:
         """Queue the run (or, inside job `parent`, open a session in its budget)."""
+        self._sweep_soon()
         if parent is None:
             return await self._plane.submit_train(spec, controller, idempotency_key=key)
         launch = self._cluster.launches.get(parent)

@@ -155,9 +155,13 @@ class TrainSession:
         """Wait for the claim (up to `claim_timeout`) and then the adopt (within the
         lease); ReservationTimeout if either does not come or the hand-off fails."""
         self.claimable.set()
-        if not await _first(self.claimed, self.handoff_failed, timeout=claim_timeout):
-            raise ReservationTimeout(f"the Train run did not claim its reserved nodes within "
-                                     f"{claim_timeout:g}s")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + claim_timeout
+        while not await _first(self.claimed, self.handoff_failed, timeout=WATCH_INTERVAL_S):
+            self.check_controller()
+            if loop.time() > deadline:
+                raise ReservationTimeout(f"the Train run did not claim its reserved nodes "
+                                         f"within {claim_timeout:g}s")
         if not await _first(self.adopted, self.handoff_failed, timeout=self.lease_s):
             self._fail(f"Train's worker group was not placed on the reserved nodes within "
                        f"the {self.lease_s:g}s lease")
@@ -174,7 +178,8 @@ class TrainSession:
                 ok, error = self.finished
                 if ok:
                     return
-                raise MemberFailure(GangError(error_type="TrainingFailed", message=error or ""))
+                raise MemberFailure(GangError(error_type="TrainingFailed", message=error or ""),
+                                    final=True)
             if self.released.is_set() and not self.final:
                 if self.preempting.is_set():  # preempted: the gang's driver stops it now
                     await asyncio.Event().wait()
@@ -182,14 +187,19 @@ class TrainSession:
                     error_type="TrainRestart",
                     message="Ray Train restarts its worker group (a worker failed); the run "
                             "waits in the queue again"))
-            if self.controller_id and actor_state(self.controller_id) == "DEAD":
-                raise MemberFailure(GangError(error_type="ControllerDied",
-                                              message="the Ray Train controller died"))
+            self.check_controller()
             try:
                 events = (self.ended,) if self.final else (self.ended, self.released)
                 await asyncio.wait_for(_any(*events), WATCH_INTERVAL_S)
             except asyncio.TimeoutError:
                 pass
+
+    def check_controller(self) -> None:
+        """MemberFailure (final) if the run's controller is dead: nothing will claim,
+        adopt or release for it any more."""
+        if self.controller_id and actor_state(self.controller_id) == "DEAD":
+            raise MemberFailure(GangError(error_type="ControllerDied",
+                                          message="the Ray Train controller died"), final=True)
 
     async def wait_released(self, timeout: float) -> None:
         await _first(self.released, self.ended, timeout=timeout)

@@ -1,0 +1,137 @@
+"""Ray Jobs queued by raygang (`raygang.submit_job`), started through Ray's Job Submission
+API on the shared real cluster (its head runs the dashboard, which serves that API)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import ray
+from ray.job_submission import JobStatus, JobSubmissionClient
+
+import raygang
+from raygang import GangState
+from raygang.runtime.ray_private import dashboard_url
+from tests.integration.helpers import wait_state
+
+PY = sys.executable
+
+
+@pytest.fixture
+def jobs(ray_cluster):
+    """Jobs a test submits: stopped afterwards; then no Ray job of raygang's may run."""
+    refs: list = []
+    yield refs
+    for ref in refs:
+        ref.stop()
+    client = JobSubmissionClient(dashboard_url())
+    running = [j.submission_id for j in client.list_jobs()
+               if (j.submission_id or "").startswith("raygang-")
+               and not JobStatus(j.status).is_terminal()]
+    assert running == []
+
+
+@raygang.gang_task(num_gpus=1, priority=500)
+def preemptor(seconds: float):
+    time.sleep(seconds)
+    return "done"
+
+
+def test_a_job_queued_behind_another_runs_after_it_and_a_stopped_one_never_starts(
+        jobs, tmp_path):
+    marks = tmp_path / "order.txt"
+    line = "import sys, time; time.sleep({}); open({!r}, 'a').write(sys.argv[1] + chr(10))"
+    first = raygang.submit_job(f"{PY} -c \"{line.format(3, str(marks))}\" first",
+                               gpus=1, queue="load", name="first")
+    jobs.append(first)
+    wait_state(first, GangState.RUNNING, timeout=60)
+    second = raygang.submit_job(f"{PY} -c \"{line.format(0, str(marks))}\" second",
+                                gpus=1, queue="load", name="second")
+    third = raygang.submit_job(f"{PY} -c \"{line.format(0, str(marks))}\" third",
+                               gpus=1, queue="load", name="third")
+    jobs.extend([second, third])
+    status = second.status()
+    assert status.state is GangState.PENDING and status.queue_position == 1
+    assert status.ray_job_id is None and "limit" in status.reason
+    assert third.status().queue_position == 2
+
+    stopped = third.stop()
+    assert stopped.state is GangState.CANCELLED and stopped.ray_job_id is None
+
+    assert second.wait(timeout=90).state is GangState.SUCCEEDED
+    assert first.status().state is GangState.SUCCEEDED
+    assert marks.read_text().split() == ["first", "second"]  # third never started
+    listed = {s.gang_id: s for s in raygang.list_jobs()}
+    assert listed[second.gang_id].entrypoint.endswith("second")
+    assert listed[second.gang_id].ray_job_id == f"raygang-{second.gang_id}-0"
+
+
+def test_a_job_s_output_and_failure_are_reported(jobs):
+    failing = raygang.submit_job(f"{PY} -c \"print('about to fail'); raise SystemExit(3)\"",
+                                 gpus=1, name="failing")
+    jobs.append(failing)
+    status = failing.wait(timeout=90)
+    assert status.state is GangState.FAILED
+    assert status.error.error_type == "JobFailed" and "about to fail" in status.error.message
+    assert "about to fail" in failing.logs()
+
+
+RESUMING = """
+import os, signal, sys, time
+attempt = int(os.environ["RAYGANG_ATTEMPT"])
+open(sys.argv[1], "a").write(f"attempt {attempt} job {os.environ['RAYGANG_JOB_ID']}\\n")
+signal.signal(signal.SIGTERM, lambda *a: (open(sys.argv[1], "a").write("sigterm\\n"),
+                                          sys.exit(0)))
+time.sleep(0 if attempt else 120)
+"""
+
+
+def test_a_preempted_job_gets_sigterm_requeues_and_runs_its_entrypoint_again(jobs, tmp_path):
+    script, marks = tmp_path / "resume.py", tmp_path / "attempts.txt"
+    script.write_text(RESUMING)
+    job = raygang.submit_job(f"{PY} {script} {marks}", gpus=8, name="big",
+                             preemption_grace_s=5)
+    jobs.append(job)
+    wait_state(job, GangState.RUNNING, timeout=60)
+    while not marks.exists():
+        time.sleep(0.2)
+    first_ray_job = job.status().ray_job_id
+    urgent = preemptor.remote(3)
+    assert urgent.result(timeout=90) == ["done"]
+    status = job.wait(timeout=120)
+    assert status.state is GangState.SUCCEEDED and status.preemptions == 1
+    assert marks.read_text().splitlines() == [
+        f"attempt 0 job {job.gang_id}", "sigterm", f"attempt 1 job {job.gang_id}"]
+    assert status.ray_job_id == f"raygang-{job.gang_id}-1" != first_ray_job
+    client = JobSubmissionClient(dashboard_url())
+    assert client.get_job_status(first_ray_job) == JobStatus.STOPPED
+
+
+TRAIN_IN_JOB = """
+import sys, time
+import ray, ray.train
+from ray.train import RunConfig, ScalingConfig
+from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+
+def train_func():
+    ray.train.report({"node": ray.get_runtime_context().get_node_id()})
+
+ray.init()
+result = DataParallelTrainer(train_func, scaling_config=ScalingConfig(num_workers=2, use_gpu=True),
+                             run_config=RunConfig(name="in-job", storage_path=sys.argv[1])).fit()
+print("TRAIN DONE", result.error)
+"""
+
+
+def test_a_train_run_inside_a_job_is_placed_in_the_job_s_budget(jobs, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN_IN_JOB)
+    job = raygang.submit_job(f"{PY} {script} {tmp_path / 'storage'}", gpus=2, name="trainjob")
+    jobs.append(job)
+    status = job.wait(timeout=180)
+    assert status.state is GangState.SUCCEEDED, job.logs()
+    assert "TRAIN DONE None" in job.logs()
+    # The run was not queued as a gang of its own: it used the job's two bundles.
+    assert not [g for g in raygang.list_gangs() if g.kind == "train" and g.name == "in-job"]
