@@ -7,9 +7,10 @@ import os
 import ray
 
 
-def connect(num_cpus: int = 4, num_gpus: int = 4) -> None:
+def connect(num_cpus: int = 4, num_gpus: int = 4, dashboard: bool = False) -> None:
+    """`dashboard`: Ray Jobs need it (it serves the Job Submission API)."""
     if os.environ.get("RAY_ADDRESS"):
         ray.init()  # an existing cluster, e.g. RAY_ADDRESS=auto
     else:  # a new local one (even if /tmp/ray remembers another); the GPUs are virtual
         ray.init(address="local", num_cpus=num_cpus, num_gpus=num_gpus,
-                 include_dashboard=False)
+                 include_dashboard=dashboard, **({"dashboard_port": 0} if dashboard else {}))

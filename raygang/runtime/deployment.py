@@ -1,10 +1,10 @@
 """A Ray Serve application driven as a gang ("deployment").
 
-Admission is the same as for any gang: the core chooses a node per replica (preempting
-training if it must) and raygang reserves those bundles with its own placement group — so
-admission is all-or-nothing and waits until preempted victims are really gone. Then the
-reservation is handed to Serve: raygang removes its placement group and deploys the app
-with Serve's gang scheduling pinned to exactly those nodes (`serving.deployment_options`).
+A hand-off gang (`handoff.py`): the core chooses a node per replica (preempting training
+if it must) and raygang holds those bundles — so admission is all-or-nothing and waits
+until preempted victims are really gone. Then the budget is handed to Serve whole: the
+holds go and the app is deployed with Serve's gang scheduling pinned to exactly those
+nodes (`serving.deployment_options`).
 The scheduler keeps counting the replicas' bundles on those nodes while the app runs, so
 nothing raygang admits can take them in between; work started outside raygang could, in
 which case Serve's own gang placement group waits and the startup timeout fails the gang.
@@ -20,7 +20,7 @@ from raygang.control.ports import MemberFailure
 from raygang.control.status import GangError
 from raygang.control.tasks import run_to_completion
 from raygang.core.spec import DeploymentSpec, GangSpec
-from raygang.runtime.launcher import GangLaunch
+from raygang.runtime.handoff import Budget
 
 WATCH_INTERVAL_S = 2.0
 
@@ -44,7 +44,7 @@ class ServeLaunch:
         self.app = app
         self.nodes = tuple(nodes)
         self.http_port = http_port
-        self._reservation = GangLaunch(gang_id, spec, {}, nodes, attempt=0)
+        self._budget = Budget(gang_id, spec.bundles, nodes, spec.reservation_timeout_s)
         self._deployed = False
 
     @classmethod
@@ -57,7 +57,7 @@ class ServeLaunch:
         return launch
 
     async def reserve(self) -> None:
-        await self._reservation.reserve()
+        await self._budget.hold()
 
     # `serving` imports ray.serve (~0.7 s): only the scheduler pays for it, when it first
     # runs a deployment, not every driver that imports the scheduler module.
@@ -76,7 +76,8 @@ class ServeLaunch:
             await asyncio.to_thread(serving.ensure_serve_started, self.http_port)
         except Exception as error:
             raise MemberFailure(GangError(error_type=type(error).__name__, message=str(error)))
-        self._reservation.teardown()  # Serve's own gang placement group takes its place
+        self._budget.take(self.spec.bundles)  # Serve's own gang placement group takes
+        # the holds' place
         self._deployed = True
         try:
             await serving.start_app(d.name, app, d.route, d.startup_timeout_s)
@@ -107,7 +108,7 @@ class ServeLaunch:
         """Delete the application (if it was deployed) and the reservation. Never raises."""
         from raygang.runtime import serving
 
-        await self._reservation.close()
+        await self._budget.close()
         if not self._deployed:
             return
         self._deployed = False

@@ -6,10 +6,12 @@ what to release, and applies that through exactly one `Scaler`:
 
 - `KubeRayScaler` (mode `kuberay`) patches the RayCluster: a worker group's `replicas` to
   grow it, `scaleStrategy.workersToDelete` (naming pods) to remove specific idle nodes.
-- `AutoscalerScaler` (mode `autoscaler`) calls `ray.autoscaler.sdk.request_resources` with
-  the whole desired cluster as node-shaped bundles (the call replaces the last request, and
-  Ray's autoscaler packs requested bundles onto node *totals*, so busy nodes count), and
-  clears it when no gang waits for a node; Ray's autoscaler then removes idle nodes itself.
+- `AutoscalerScaler` (mode `autoscaler`) requests the whole desired cluster as node-shaped
+  bundles (Ray's autoscaler packs requested bundles onto node *totals*, so busy nodes
+  count), and clears it when no gang waits for a node; Ray's autoscaler then removes idle
+  nodes itself. `request_resources` replaces the last request, and Ray Train and Ray Data
+  call it every 20 s through their AutoscalingCoordinator, so raygang's request goes through
+  that coordinator too (as requester "raygang"), which merges every requester's bundles.
 
 Ray nodes map to groups by the `ray.io/node-group` label (Ray sets it from the
 `RAY_NODE_TYPE_NAME` that KubeRay and the autoscaler's providers put on each node) and to

@@ -61,6 +61,13 @@ CASES = [
              restarts=4, not_before=NOW + 8)),
     ("failed-restarts-used-up", Life(S.RUNNING, restarts=2, max_restarts=2),
      MemberFailed("w-0 died"), Outcome((Move(S.FAILED, "w-0 died"),))),
+    # The library of a hand-off gang ended its run badly: no restart, whatever is left.
+    ("failed-for-good", Life(S.RUNNING, restarts=0, max_restarts=5),
+     MemberFailed("the Ray Train controller died", final=True),
+     Outcome((Move(S.FAILED, "the Ray Train controller died"),))),
+    # A hand-off gang whose library could not place its group where raygang reserved.
+    ("hand-off-failed", Life(S.STARTING), ReservationTimedOut("hand-off failed: taken"),
+     Outcome((Move(S.PENDING, "requeued: hand-off failed: taken"),))),
     ("preemption-signalled", Life(S.RUNNING), PreemptionSignalled(BY, "priority 1000 > 100", 30),
      Outcome((Move(S.RUNNING, f"{BY}: priority 1000 > 100; grace 30s"),), stopping=BY)),
     ("preempted", Life(S.RUNNING, stopping=BY), Interrupted(),

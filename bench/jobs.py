@@ -1,0 +1,386 @@
+"""Bursts of small Ray Jobs through raygang vs straight to Ray's Job Submission API, and a
+Ray Train V2 run's start latency through raygang vs unmanaged; same cluster, same run.
+
+A local cluster (started here; `--address` joins an existing one instead): a head with the
+dashboard (2 CPUs, no GPU) and 2 workers of 4 CPUs and 4 virtual GPUs each.
+
+Jobs: N jobs submitted one after the other as fast as one client can, each
+`python -c "import time; time.sleep(0.5)"` needing 1 GPU, so on both sides at most 8 run
+at once (the GPUs):
+
+- raw: `JobSubmissionClient.submit_job(..., entrypoint_num_gpus=1)`. Ray creates every
+  job's supervisor actor at once; those without a GPU wait as pending actors (ray#41241
+  asks for a job queue instead);
+- raygang: `raygang.submit_job(..., gpus=1)`. The job waits in raygang's queue; its Ray
+  job is submitted only once its GPU is reserved.
+
+Per run: completed, failed (by how), unfinished after the timeout (counted as failures),
+submission time, seconds from the first submission to the last job's end as each side
+records it, jobs/s, and the peak RSS of the cluster's processes sampled every 0.5 s
+(the whole local cluster, and the head node's processes alone). Each burst size runs
+raw, raygang, raygang, raw (ABBA) after a warm-up; `--order ab` runs raw then raygang.
+
+Train: `fit()` until rank 0 first calls `ray.train.report` (a timestamp it writes), for a
+`DataParallelTrainer` of 2 workers with `use_gpu=True`, unmanaged vs `raygang.train(...)`,
+alternating; medians, the ratio, and how often raygang's hand-off failed.
+
+    python bench/jobs.py            # bursts 50 and 200, 3 Train runs each
+    python bench/jobs.py --quick    # burst 4, 1 Train run each, for tests
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
+
+import ray  # noqa: E402
+import ray.train  # noqa: E402
+from ray.cluster_utils import Cluster  # noqa: E402
+from ray.job_submission import JobStatus, JobSubmissionClient  # noqa: E402
+from ray.train import RunConfig, ScalingConfig  # noqa: E402
+from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer  # noqa: E402
+
+import psutil  # noqa: E402  (Ray ships it: ray/thirdparty_files, on the path after `import ray`)
+
+import raygang  # noqa: E402
+from raygang.runtime.ray_private import dashboard_url  # noqa: E402
+from raygang.runtime.train_callback import _gang_name  # noqa: E402
+
+ENTRYPOINT = f"{sys.executable} -c \"import time; time.sleep(0.5)\""
+MIB = 1024 * 1024
+
+
+# Memory -----------------------------------------------------------------------------------
+class MemorySampler(threading.Thread):
+    """Peak summed RSS of the processes under `roots` (and under `head_roots` alone),
+    sampled every `period` seconds until `stop()`. Roots are the nodes' own processes
+    (gcs_server, raylet, dashboard...); workers and job drivers are their descendants."""
+
+    def __init__(self, roots: set[int], head_roots: set[int] | None, period: float = 0.5):
+        super().__init__(daemon=True)
+        self.roots, self.head_roots, self.period = roots, head_roots, period
+        self.peak = self.head_peak = 0
+        self._done = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        while True:
+            self.sample()
+            if self._done.wait(self.period):
+                return
+
+    def sample(self) -> None:
+        children: dict[int, list[int]] = {}
+        rss: dict[int, int] = {}
+        for p in psutil.process_iter(["ppid", "memory_info"]):
+            if p.info["memory_info"] is not None:
+                children.setdefault(p.info["ppid"], []).append(p.pid)
+                rss[p.pid] = p.info["memory_info"].rss
+        self.peak = max(self.peak, _tree_rss(self.roots, children, rss))
+        if self.head_roots is not None:
+            self.head_peak = max(self.head_peak, _tree_rss(self.head_roots, children, rss))
+
+    def stop(self) -> tuple[float, float | None]:
+        self._done.set()
+        self.join()
+        return self.peak / MIB, (self.head_peak / MIB if self.head_roots is not None else None)
+
+
+def _tree_rss(roots: set[int], children: dict[int, list[int]], rss: dict[int, int]) -> int:
+    seen, todo = set(), [pid for pid in roots if pid in rss]
+    while todo:
+        pid = todo.pop()
+        if pid not in seen:
+            seen.add(pid)
+            todo.extend(children.get(pid, []))
+    return sum(rss[pid] for pid in seen)
+
+
+def node_roots(node) -> set[int]:
+    """The processes a `ray._private.node.Node` of `Cluster` started (raylet, gcs_server,
+    dashboard, log monitor...)."""
+    return {info.process.pid for infos in node.all_processes.values() for info in infos}
+
+
+def machine_roots() -> set[int]:
+    """With `--address`: every Ray node process on this machine (any cluster)."""
+    marks = ("ray/dashboard/", "log_monitor.py", "autoscaler/_private/monitor.py")
+    roots = set()
+    for p in psutil.process_iter(["name", "cmdline"]):
+        cmd = " ".join(p.info["cmdline"] or [])
+        if p.info["name"] in ("raylet", "gcs_server") or any(m in cmd for m in marks):
+            roots.add(p.pid)
+    return roots - {os.getpid()}
+
+
+# Bursts -----------------------------------------------------------------------------------
+@dataclass
+class Outcome:
+    side: str
+    burst: int
+    completed: int = 0
+    failures: Counter = field(default_factory=Counter)  # how -> count
+    unfinished: int = 0
+    submit_s: float = 0.0
+    seconds: float = 0.0
+    peak_mib: float = 0.0
+    head_mib: float | None = None
+
+    @property
+    def failed(self) -> int:
+        return sum(self.failures.values()) + self.unfinished
+
+
+def first_line(text: str | None) -> str:
+    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
+    return line[:110]
+
+
+def run_raw(client: JobSubmissionClient, n: int, run: str, timeout: float,
+            sampler: MemorySampler) -> Outcome:
+    out, ids = Outcome("raw", n), [f"rawbench-{run}-{i}" for i in range(n)]
+    started = time.time()
+    for job_id in ids:
+        try:
+            client.submit_job(entrypoint=ENTRYPOINT, submission_id=job_id,
+                              entrypoint_num_gpus=1)
+        except Exception as error:  # noqa: BLE001 - a failure of raw Ray, counted
+            out.failures[f"submit: {type(error).__name__}: {first_line(str(error))}"] += 1
+    out.submit_s = time.time() - started
+    deadline, last = started + timeout, {}
+    while time.time() < deadline:
+        last = {j.submission_id: j for j in client.list_jobs() if j.submission_id in ids}
+        if all(JobStatus(j.status).is_terminal() for j in last.values()):
+            break
+        time.sleep(0.5)
+    out.peak_mib, out.head_mib = sampler.stop()
+    ends = [j.end_time / 1000 for j in last.values() if j.end_time]
+    out.seconds = (max(ends) if ends else time.time()) - started
+    for job in last.values():
+        status = JobStatus(job.status)
+        if status == JobStatus.SUCCEEDED:
+            out.completed += 1
+        elif status.is_terminal():
+            out.failures[f"{status.value}: {first_line(job.message)}"] += 1
+        else:
+            out.unfinished += 1
+    clean_raw(client, ids)
+    return out
+
+
+def clean_raw(client: JobSubmissionClient, ids: list[str]) -> None:
+    """Stop what still runs or waits, then delete every job of the run (its record and
+    logs), so that later runs list no more jobs than earlier ones."""
+    for job_id in ids:
+        try:
+            if not client.get_job_status(job_id).is_terminal():
+                client.stop_job(job_id)
+        except RuntimeError:  # never submitted
+            pass
+    for job_id in ids:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if client.get_job_status(job_id).is_terminal():
+                    client.delete_job(job_id)
+                    break
+            except RuntimeError:
+                break
+            time.sleep(0.2)
+
+
+def run_raygang(n: int, run: str, timeout: float, sampler: MemorySampler) -> Outcome:
+    out = Outcome("raygang", n)
+    started = time.time()
+    refs = [raygang.submit_job(ENTRYPOINT, gpus=1, name=f"{run}-{i}") for i in range(n)]
+    out.submit_s = time.time() - started
+    ids, deadline, last = {r.gang_id for r in refs}, started + timeout, {}
+    while time.time() < deadline:
+        last = {s.gang_id: s for s in raygang.list_jobs() if s.gang_id in ids}
+        if len(last) == n and all(s.finished for s in last.values()):
+            break
+        time.sleep(0.5)
+    out.peak_mib, out.head_mib = sampler.stop()
+    ends = [s.finished_at for s in last.values() if s.finished_at]
+    out.seconds = (max(ends) if ends else time.time()) - started
+    for status in last.values():
+        if status.state is raygang.GangState.SUCCEEDED:
+            out.completed += 1
+        elif status.finished:
+            why = status.error.message if status.error else status.reason
+            out.failures[f"{status.state.value}: {first_line(why)}"] += 1
+        else:
+            out.unfinished += 1
+    out.unfinished += n - len(last)
+    for ref in refs:  # stop what still waits or runs (a no-op for finished jobs)
+        if ref.gang_id not in last or not last[ref.gang_id].finished:
+            ref.stop()
+    return out
+
+
+def wait_idle(gpus: float, timeout: float = 60) -> None:
+    """Until every GPU is free again, then a moment for exiting workers to go."""
+    deadline = time.time() + timeout
+    while ray.available_resources().get("GPU", 0) < gpus and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)
+
+
+# Train ------------------------------------------------------------------------------------
+def train_func(config):
+    """Mark when rank 0 first reports; no torch, virtual GPUs."""
+    if ray.train.get_context().get_world_rank() == 0:
+        Path(config["mark"]).write_text(repr(time.time()))
+    ray.train.report({"step": 0})
+
+
+def train_once(managed: bool, name: str, storage: Path) -> tuple[float, int]:
+    """Seconds from `fit()` to rank 0's first report; hand-off failures (raygang)."""
+    mark = storage / f"{name}.mark"
+    trainer = DataParallelTrainer(
+        train_func, train_loop_config={"mark": str(mark)},
+        scaling_config=ScalingConfig(num_workers=2, use_gpu=True),
+        run_config=RunConfig(name=name, storage_path=str(storage)))
+    started = time.time()
+    result = raygang.train(trainer) if managed else trainer.fit()
+    if result.error is not None:
+        raise RuntimeError(f"Train run {name} failed: {result.error}")
+    latency = float(mark.read_text()) - started
+    if not managed:
+        return latency, 0
+    gangs = [g for g in raygang.list_gangs() if g.kind == "train" and g.name == _gang_name(name)]
+    events = raygang.GangRef(gangs[-1].gang_id).status().events
+    return latency, sum("hand-off failed" in (e.reason or "") for e in events)
+
+
+def bench_train(runs: int, warmup: bool, gpus: float) -> None:
+    storage = Path(tempfile.mkdtemp(prefix="raygang-bench-train-"))
+    if warmup:
+        for managed in (False, True):
+            train_once(managed, f"warm-{int(managed)}", storage)
+            wait_idle(gpus)
+    times: dict[str, list[float]] = {"unmanaged": [], "raygang": []}
+    handoff_failed = 0
+    for i in range(runs):
+        for managed in ((False, True) if i % 2 == 0 else (True, False)):
+            side = "raygang" if managed else "unmanaged"
+            latency, failed = train_once(managed, f"{side}-{i}", storage)
+            times[side].append(latency)
+            handoff_failed += failed
+            wait_idle(gpus)
+    print(f"train: DataParallelTrainer, 2 workers, use_gpu=True, no torch; fit() -> rank 0's "
+          f"first ray.train.report; {runs} run(s) each, alternating"
+          f"{' after a warm-up' if warmup else ''}")
+    for side, values in times.items():
+        print(f"  {side:<9}  start s: {' '.join(f'{v:.2f}' for v in values)}  "
+              f"median {statistics.median(values):.2f}")
+    ratio = statistics.median(times["raygang"]) / statistics.median(times["unmanaged"])
+    print(f"train start latency raygang/unmanaged (medians): {ratio:.2f}x")
+    print(f"raygang hand-off failed: {handoff_failed} time(s) in {runs} raygang run(s)")
+
+
+# Main -------------------------------------------------------------------------------------
+def bench_jobs(bursts: list[int], order: str, timeout: float, roots, gpus: float) -> None:
+    client = JobSubmissionClient(dashboard_url())
+    sides = ("raw", "raygang", "raygang", "raw") if order == "abba" else ("raw", "raygang")
+    warm = []
+    for side in ("raw", "raygang"):  # warm-up: dashboard, job agent, worker processes
+        warm.append(run_side(side, client, 2, f"warm-{side}", timeout, roots))
+        wait_idle(gpus)
+    print(f"jobs: each `python -c 'time.sleep(0.5)'` with 1 GPU; {gpus:g} GPUs, so at most "
+          f"{gpus:g} run at once on both sides; runs {', '.join(sides)} per burst; "
+          f"timeout {timeout:g} s a run (unfinished jobs count as failed)")
+    print(f"memory: peak RSS sum, every 0.5 s, of {roots[2]}; head = the head node's "
+          f"processes alone")
+    print(f"{'burst':>6}  {'side':<8} {'completed':>9} {'failed':>6} {'submit s':>8} "
+          f"{'seconds':>8} {'jobs/s':>7} {'peak MiB':>8} {'head MiB':>8}")
+    outcomes = []
+    print("warm-up (not counted): " + ", ".join(
+        f"{w.side} {w.completed}/{w.burst} in {w.seconds:.1f} s" for w in warm))
+    for n in bursts:
+        rate = {"raw": [0, 0.0], "raygang": [0, 0.0]}
+        for k, side in enumerate(sides):
+            out = run_side(side, client, n, f"b{n}r{k}", timeout, roots)
+            outcomes.append(out)
+            rate[side][0] += out.completed
+            rate[side][1] += out.seconds
+            head = f"{out.head_mib:>8.0f}" if out.head_mib is not None else f"{'-':>8}"
+            print(f"{n:>6}  {side:<8} {out.completed:>9} {out.failed:>6} {out.submit_s:>8.2f} "
+                  f"{out.seconds:>8.2f} {out.completed / out.seconds:>7.2f} "
+                  f"{out.peak_mib:>8.0f} {head}", flush=True)
+            wait_idle(gpus)
+        raw, rg = (rate[s][0] / rate[s][1] for s in ("raw", "raygang"))
+        ratio = f"{rg / raw:.2f}x" if raw else "n/a (raw completed none)"
+        print(f"{n:>6}  raygang/raw jobs/s: {ratio} (raw {raw:.2f}, raygang {rg:.2f})")
+    for out in warm + outcomes:
+        for how, count in sorted(out.failures.items()):
+            print(f"  failed: burst {out.burst} {out.side}: {count} x {how}")
+        if out.unfinished:
+            print(f"  failed: burst {out.burst} {out.side}: {out.unfinished} x unfinished "
+                  f"after {timeout:g} s (stopped)")
+
+
+def run_side(side: str, client, n: int, run: str, timeout: float, roots) -> Outcome:
+    sampler = MemorySampler(roots[0], roots[1])
+    if side == "raw":
+        return run_raw(client, n, run, timeout, sampler)
+    return run_raygang(n, run, timeout, sampler)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bursts", default="50,200", help="jobs per burst, comma-separated")
+    parser.add_argument("--order", choices=["abba", "ab"], default="abba")
+    parser.add_argument("--train-runs", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per burst run")
+    parser.add_argument("--address", help="an existing cluster (with the dashboard)")
+    parser.add_argument("--quick", action="store_true",
+                        help="burst 4, raw then raygang, 1 Train run each (for tests)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.bursts, args.order, args.train_runs, args.timeout = "4", "ab", 1, 120
+    bursts = [int(b) for b in args.bursts.split(",")]
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # Cluster() nodes start without it
+    cluster = None
+    if args.address:
+        ray.init(address=args.address, log_to_driver=False, logging_level="ERROR")
+        roots = (machine_roots(), None, "every Ray process on this machine")
+    else:
+        # Free ports for the dashboard and the head's agent: another cluster on this
+        # machine holds the defaults, and without its agent the head takes no job.
+        cluster = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 2, "num_gpus": 0, "include_dashboard": True, "dashboard_port": 0,
+            "dashboard_agent_listen_port": None})
+        workers = [cluster.add_node(num_cpus=4, num_gpus=4) for _ in range(2)]
+        ray.init(address=cluster.address, log_to_driver=False, logging_level="ERROR")
+        cluster.wait_for_nodes()
+        head = node_roots(cluster.head_node)
+        roots = (head.union(*(node_roots(w) for w in workers)), head,
+                 "the whole local cluster (head and 2 workers share this machine)")
+    try:
+        raygang.start()
+        gpus = ray.cluster_resources().get("GPU", 0)
+        bench_jobs(bursts, args.order, args.timeout, roots, gpus)
+        bench_train(args.train_runs, warmup=not args.quick, gpus=gpus)
+    finally:
+        if cluster is not None:  # a joined cluster keeps its scheduler
+            raygang.shutdown()
+        ray.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
