@@ -18,7 +18,8 @@ Per run: completed, failed (by how), unfinished after the timeout (counted as fa
 submission time, seconds from the first submission to the last job's end as each side
 records it, jobs/s, and the peak RSS of the cluster's processes sampled every 0.5 s
 (the whole local cluster, and the head node's processes alone). Each burst size runs
-raw, raygang, raygang, raw (ABBA) after a warm-up; `--order ab` runs raw then raygang.
+raw, raygang, raygang, raw (ABBA) after a warm-up, up to `--abba-up-to` jobs (50); a larger
+burst runs raw then raygang once (a 200-job run takes ~3 minutes here).
 
 Train: `fit()` until rank 0 first calls `ray.train.report` (a timestamp it writes), for a
 `DataParallelTrainer` of 2 workers with `use_gpu=True`, unmanaged vs `raygang.train(...)`,
@@ -202,12 +203,17 @@ def clean_raw(client: JobSubmissionClient, ids: list[str]) -> None:
 def run_raygang(n: int, run: str, timeout: float, sampler: MemorySampler) -> Outcome:
     out = Outcome("raygang", n)
     started = time.time()
-    refs = [raygang.submit_job(ENTRYPOINT, gpus=1, name=f"{run}-{i}") for i in range(n)]
+    refs = []
+    for i in range(n):
+        try:
+            refs.append(raygang.submit_job(ENTRYPOINT, gpus=1, name=f"{run}-{i}"))
+        except Exception as error:  # noqa: BLE001 - counted like raw Ray's
+            out.failures[f"submit: {type(error).__name__}: {first_line(str(error))}"] += 1
     out.submit_s = time.time() - started
     ids, deadline, last = {r.gang_id for r in refs}, started + timeout, {}
     while time.time() < deadline:
         last = {s.gang_id: s for s in raygang.list_jobs() if s.gang_id in ids}
-        if len(last) == n and all(s.finished for s in last.values()):
+        if len(last) == len(ids) and all(s.finished for s in last.values()):
             break
         time.sleep(0.5)
     out.peak_mib, out.head_mib = sampler.stop()
@@ -221,7 +227,7 @@ def run_raygang(n: int, run: str, timeout: float, sampler: MemorySampler) -> Out
             out.failures[f"{status.state.value}: {first_line(why)}"] += 1
         else:
             out.unfinished += 1
-    out.unfinished += n - len(last)
+    out.unfinished += len(ids) - len(last)
     for ref in refs:  # stop what still waits or runs (a no-op for finished jobs)
         if ref.gang_id not in last or not last[ref.gang_id].finished:
             ref.stop()
@@ -290,18 +296,20 @@ def bench_train(runs: int, warmup: bool, gpus: float) -> None:
 
 
 # Main -------------------------------------------------------------------------------------
-def bench_jobs(bursts: list[int], order: str, timeout: float, roots, gpus: float) -> None:
+def bench_jobs(bursts: list[int], abba_up_to: int, timeout: float, roots, gpus: float) -> None:
     client = JobSubmissionClient(dashboard_url())
-    sides = ("raw", "raygang", "raygang", "raw") if order == "abba" else ("raw", "raygang")
     warm = []
     for side in ("raw", "raygang"):  # warm-up: dashboard, job agent, worker processes
         warm.append(run_side(side, client, 2, f"warm-{side}", timeout, roots))
         wait_idle(gpus)
     print(f"jobs: each `python -c 'time.sleep(0.5)'` with 1 GPU; {gpus:g} GPUs, so at most "
-          f"{gpus:g} run at once on both sides; runs {', '.join(sides)} per burst; "
+          f"{gpus:g} run at once on both sides; runs raw, raygang, raygang, raw (ABBA) for "
+          f"bursts up to {abba_up_to}, raw then raygang above; "
           f"timeout {timeout:g} s a run (unfinished jobs count as failed)")
     print(f"memory: peak RSS sum, every 0.5 s, of {roots[2]}; head = the head node's "
-          f"processes alone")
+          f"processes alone (GCS, dashboard, raylet and its workers: raygang's scheduler "
+          f"and its jobs' drivers, which need no resource; raw drivers hold a GPU and "
+          f"run on the workers)")
     print(f"{'burst':>6}  {'side':<8} {'completed':>9} {'failed':>6} {'submit s':>8} "
           f"{'seconds':>8} {'jobs/s':>7} {'peak MiB':>8} {'head MiB':>8}")
     outcomes = []
@@ -309,6 +317,7 @@ def bench_jobs(bursts: list[int], order: str, timeout: float, roots, gpus: float
         f"{w.side} {w.completed}/{w.burst} in {w.seconds:.1f} s" for w in warm))
     for n in bursts:
         rate = {"raw": [0, 0.0], "raygang": [0, 0.0]}
+        sides = ("raw", "raygang") + (("raygang", "raw") if n <= abba_up_to else ())
         for k, side in enumerate(sides):
             out = run_side(side, client, n, f"b{n}r{k}", timeout, roots)
             outcomes.append(out)
@@ -337,10 +346,21 @@ def run_side(side: str, client, n: int, run: str, timeout: float, roots) -> Outc
     return run_raygang(n, run, timeout, sampler)
 
 
+def connect(address: str) -> None:
+    """`ray.init`, with RAY_ADDRESS in the env of this job's workers: a worker that asks
+    the State API without an address (Ray Train's placement-group cleaner does) otherwise
+    reaches the newest cluster on this machine, and with another one running here it
+    takes the Train controller for dead and removes a healthy run's placement group."""
+    env = {} if address == "auto" else {"env_vars": {"RAY_ADDRESS": address}}
+    ray.init(address=address, runtime_env=env or None, log_to_driver=False,
+             logging_level="ERROR")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bursts", default="50,200", help="jobs per burst, comma-separated")
-    parser.add_argument("--order", choices=["abba", "ab"], default="abba")
+    parser.add_argument("--abba-up-to", type=int, default=50,
+                        help="bursts up to this size run ABBA, larger ones raw then raygang")
     parser.add_argument("--train-runs", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=900, help="seconds per burst run")
     parser.add_argument("--address", help="an existing cluster (with the dashboard)")
@@ -348,13 +368,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="burst 4, raw then raygang, 1 Train run each (for tests)")
     args = parser.parse_args(argv)
     if args.quick:
-        args.bursts, args.order, args.train_runs, args.timeout = "4", "ab", 1, 120
+        args.bursts, args.abba_up_to, args.train_runs, args.timeout = "4", 0, 1, 120
     bursts = [int(b) for b in args.bursts.split(",")]
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # Cluster() nodes start without it
     cluster = None
     if args.address:
-        ray.init(address=args.address, log_to_driver=False, logging_level="ERROR")
+        connect(args.address)
         roots = (machine_roots(), None, "every Ray process on this machine")
     else:
         # Free ports for the dashboard and the head's agent: another cluster on this
@@ -363,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
             "num_cpus": 2, "num_gpus": 0, "include_dashboard": True, "dashboard_port": 0,
             "dashboard_agent_listen_port": None})
         workers = [cluster.add_node(num_cpus=4, num_gpus=4) for _ in range(2)]
-        ray.init(address=cluster.address, log_to_driver=False, logging_level="ERROR")
+        connect(cluster.address)
         cluster.wait_for_nodes()
         head = node_roots(cluster.head_node)
         roots = (head.union(*(node_roots(w) for w in workers)), head,
@@ -371,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         raygang.start()
         gpus = ray.cluster_resources().get("GPU", 0)
-        bench_jobs(bursts, args.order, args.timeout, roots, gpus)
+        bench_jobs(bursts, args.abba_up_to, args.timeout, roots, gpus)
         bench_train(args.train_runs, warmup=not args.quick, gpus=gpus)
     finally:
         if cluster is not None:  # a joined cluster keeps its scheduler

@@ -14,6 +14,7 @@ job starts its script again, and the run resumes from that checkpoint.
 
 from __future__ import annotations
 
+import re
 import sys
 import tempfile
 import time
@@ -44,11 +45,18 @@ def wait_for(job: raygang.JobRef, text: str, timeout: float = 240) -> str:
     return logs
 
 
+def said(logs: str, text: str) -> str:
+    """The last output line with `text`, without Ray's colour codes and process prefix."""
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in logs.splitlines() if text in line]
+    return lines[-1].split(") ", 1)[-1] if lines else f"({text!r} not in the output)"
+
+
 def main() -> None:
     connect(num_cpus=4, num_gpus=4, dashboard=True)
     storage = tempfile.mkdtemp(prefix="raygang-train-")
     job = raygang.submit_job(f"{sys.executable} {SCRIPT} {storage} 40", gpus=2,
-                             name="resumable", preemption_grace_s=8)
+                             name="resumable", preemption_grace_s=8,
+                             max_restarts=2)  # a failed attempt runs the script again
     wait_for(job, "worker 0 starts at step 0")
     status = job.status()
     print(f"job {status.name} {status.state.value} as Ray job {status.ray_job_id}: "
@@ -59,18 +67,15 @@ def main() -> None:
     status = job.status()
     print(f"deployment chat RUNNING on 3 GPUs; job {status.state.value} "
           f"(preemptions {status.preemptions}): {status.reason}")
-    for line in job.logs().splitlines():
-        if "checkpoint saved" in line:
-            print(f"  attempt 0 said: {line.split('] ')[-1]}")
+    saved = wait_for(job, "checkpoint saved", timeout=60)
+    print(f"  attempt 0 said: {said(saved, 'checkpoint saved')}")
 
     chat.undeploy()
     final = job.wait(timeout=180)
     logs = job.logs()
-    resumed = [line for line in logs.splitlines() if "starts at step" in line] or [logs]
     print(f"job {final.state.value} as Ray job {final.ray_job_id}, same id "
-          f"{final.gang_id == job.gang_id}; attempt 1 said: {resumed[-1].split('] ')[-1]}")
-    done = [line for line in logs.splitlines() if "training done" in line]
-    print(f"  {done[-1] if done else logs}")
+          f"{final.gang_id == job.gang_id}; attempt 1 said: {said(logs, 'starts at step')}")
+    print(f"  {said(logs, 'training done')}")
     raygang.shutdown()
 
 

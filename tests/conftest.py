@@ -1,7 +1,8 @@
 """One multi-node Ray cluster per test session (starting Ray costs seconds here), shared
 by the integration and end-to-end tiers; unit tests never touch it.
 
-Head: 2 CPUs, no GPU (the scheduler actor and drivers live there).
+Head: 2 CPUs, no GPU (the scheduler actor and drivers live there), and the dashboard (it
+serves Ray's Job Submission API, which raygang's job queue uses).
 Two workers: 4 CPUs and 4 virtual GPUs each (8 GPUs in all).
 The scheduler has two team queues next to `default` (GPU quota 2 each) for queue tests;
 with nothing in them they change nothing for the other tests (half the GPUs are guaranteed
@@ -43,8 +44,10 @@ def cluster():
     c = Cluster(
         initialize_head=True,
         # The dashboard serves Ray's Job Submission API (raygang's job queue uses it).
+        # Its agent on a free port: examples started beside it (ray.init of a local cluster)
+        # take the default 52365, and a second agent there cannot serve jobs.
         head_node_args={"num_cpus": 2, "num_gpus": 0, "include_dashboard": True,
-                        "dashboard_port": 0},
+                        "dashboard_port": 0, "dashboard_agent_listen_port": None},
     )
     workers = [c.add_node(num_cpus=4, num_gpus=WORKER_GPUS) for _ in range(2)]
     ray.init(address=c.address)

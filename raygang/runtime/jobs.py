@@ -43,6 +43,12 @@ def ray_job_id(gang_id: str, attempt: int) -> str:
     return f"raygang-{gang_id}-{attempt}"
 
 
+def _transient(error: Exception) -> bool:
+    text = str(error)
+    return isinstance(error, ConnectionError) or "try again later" in text \
+        or "No available agent" in text
+
+
 class JobClient:
     """Ray's Job Submission API, made once per address; every call blocks (run it in a
     thread)."""
@@ -169,18 +175,24 @@ class JobLaunch:
             "RAY_TRAIN_CALLBACKS": TRAIN_CALLBACK,
             "RAY_JOB_STOP_WAIT_TIME_S": str(max(1, int(job.preemption_grace_s))),
         }
-        try:
-            await asyncio.to_thread(
-                self.client.submit, entrypoint=job.entrypoint, submission_id=self.job_id,
-                runtime_env=runtime_env,
-                metadata={**job.metadata, "raygang_gang_id": self.gang_id},
-                entrypoint_num_cpus=0)
-        except Exception as error:
-            raise MemberFailure(GangError(error_type="JobSubmissionFailed",
-                                          message=f"{type(error).__name__}: {error}"))
+        deadline = time.monotonic() + self.spec.startup_timeout_s
+        while True:
+            try:
+                await asyncio.to_thread(
+                    self.client.submit, entrypoint=job.entrypoint, submission_id=self.job_id,
+                    runtime_env=runtime_env,
+                    metadata={**job.metadata, "raygang_gang_id": self.gang_id},
+                    entrypoint_num_cpus=0)
+                break
+            except Exception as error:
+                # The dashboard's job agent answers "No available agent ... try again
+                # later" for a while after the cluster starts: retry that, not the rest.
+                if not _transient(error) or time.monotonic() > deadline:
+                    raise MemberFailure(GangError(error_type="JobSubmissionFailed",
+                                                  message=f"{type(error).__name__}: {error}"))
+                await asyncio.sleep(POLL_S)
         self._submitted = True
         self._started(self.job_id)
-        deadline = time.monotonic() + self.spec.startup_timeout_s
         while (status := await self._status()) in (None, "PENDING"):
             if time.monotonic() > deadline:
                 raise MemberFailure(GangError(

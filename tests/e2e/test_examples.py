@@ -28,6 +28,15 @@ EXPECTED = {
         "training-a RUNNING",
         "training-b RUNNING again, same id True, resumed from steps",
     ],
+    "train_job.py": [
+        "job resumable RUNNING as Ray job raygang-resumable-",
+        "worker 0 starts at step 0",
+        "deployment chat RUNNING on 3 GPUs; job PENDING (preemptions 1): preempted by "
+        "deployment chat",
+        "attempt 0 said: preempted: checkpoint saved at step",
+        "same id True; attempt 1 said: worker 0 starts at step",
+        "training done: error=None",
+    ],
     "all_or_nothing.py": [
         "job A has 2/3 members, job B 2/3, 0 GPUs free -> DEADLOCK",
         "PENDING, holding nothing: needs {GPU: 3} in all", "never both, never half",
@@ -62,4 +71,12 @@ def router_ready_last(out: str) -> None:
     assert ready[-1][0] > max(at for at, role in ready[:-1]), out
 
 
-CHECKS = {"disaggregated_serving.py": router_ready_last}
+def resumed_from_the_checkpoint(out: str) -> None:
+    saved = int(re.search(r"checkpoint saved at step (\d+)", out).group(1))
+    resumed = int(re.search(r"attempt 1 said: worker 0 starts at step (\d+)", out).group(1))
+    assert resumed == saved > 0, out
+    assert re.search(r"as Ray job raygang-resumable-\w+-[1-9], same id True", out), out
+
+
+CHECKS = {"disaggregated_serving.py": router_ready_last,
+          "train_job.py": resumed_from_the_checkpoint}
