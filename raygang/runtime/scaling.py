@@ -211,8 +211,17 @@ class CoordinatorRequest:
         self._given = self._coordinator = coordinator  # an actor handle; None: Ray's named one
         self._expire_after_s = expire_after_s
         self._timeout_s = timeout_s
+        self._direct: list[dict[str, float]] | None = None  # last sent straight to Ray
 
     def __call__(self, bundles: list[dict[str, float]]) -> None:
+        if bundles and bundles != self._direct:
+            # A new request goes out at once, before the coordinator is reached (the first
+            # call creates it: a new process importing Ray Data, ~1 s); the coordinator then
+            # sends the merge of every requester's bundles, raygang's included.
+            from ray.autoscaler.sdk import request_resources
+
+            request_resources(bundles=bundles)
+            self._direct = bundles
         actor = self._actor(create=bool(bundles))
         if actor is None:  # no coordinator, so no request of raygang's to cancel
             return
