@@ -71,6 +71,7 @@ class MemorySampler(threading.Thread):
         super().__init__(daemon=True)
         self.roots, self.head_roots, self.period = roots, head_roots, period
         self.peak = self.head_peak = 0
+        self.load, self.others = 0.0, 0  # 1-min load average; other clusters' GCS here
         self._done = threading.Event()
         self.start()
 
@@ -87,14 +88,17 @@ class MemorySampler(threading.Thread):
             if p.info["memory_info"] is not None:
                 children.setdefault(p.info["ppid"], []).append(p.pid)
                 rss[p.pid] = p.info["memory_info"].rss
+        self.load = max(self.load, os.getloadavg()[0])
+        self.others = max(self.others, other_clusters(self.roots))
         self.peak = max(self.peak, _tree_rss(self.roots, children, rss))
         if self.head_roots is not None:
             self.head_peak = max(self.head_peak, _tree_rss(self.head_roots, children, rss))
 
-    def stop(self) -> tuple[float, float | None]:
+    def stop(self, out: Outcome) -> None:
         self._done.set()
         self.join()
-        return self.peak / MIB, (self.head_peak / MIB if self.head_roots is not None else None)
+        out.peak_mib, out.load, out.others = self.peak / MIB, self.load, self.others
+        out.head_mib = self.head_peak / MIB if self.head_roots is not None else None
 
 
 def _tree_rss(roots: set[int], children: dict[int, list[int]], rss: dict[int, int]) -> int:
@@ -109,8 +113,14 @@ def _tree_rss(roots: set[int], children: dict[int, list[int]], rss: dict[int, in
 
 def node_roots(node) -> set[int]:
     """The processes a `ray._private.node.Node` of `Cluster` started (raylet, gcs_server,
-    dashboard, log monitor...)."""
+    dashboard, log monitor...): `all_processes` is private Ray, fine for a benchmark."""
     return {info.process.pid for infos in node.all_processes.values() for info in infos}
+
+
+def other_clusters(roots: set[int]) -> int:
+    """How many other Ray clusters run on this machine now (their GCS servers)."""
+    return sum(p.info["name"] == "gcs_server" and p.pid not in roots
+               for p in psutil.process_iter(["name"]))
 
 
 def machine_roots() -> set[int]:
@@ -136,6 +146,8 @@ class Outcome:
     seconds: float = 0.0
     peak_mib: float = 0.0
     head_mib: float | None = None
+    load: float = 0.0
+    others: int = 0
 
     @property
     def failed(self) -> int:
@@ -143,8 +155,8 @@ class Outcome:
 
 
 def first_line(text: str | None) -> str:
-    line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
-    return line[:110]
+    lines = (text or "").strip().splitlines()
+    return lines[0][:110] if lines else ""
 
 
 def run_raw(client: JobSubmissionClient, n: int, run: str, timeout: float,
@@ -164,7 +176,7 @@ def run_raw(client: JobSubmissionClient, n: int, run: str, timeout: float,
         if all(JobStatus(j.status).is_terminal() for j in last.values()):
             break
         time.sleep(0.5)
-    out.peak_mib, out.head_mib = sampler.stop()
+    sampler.stop(out)
     ends = [j.end_time / 1000 for j in last.values() if j.end_time]
     out.seconds = (max(ends) if ends else time.time()) - started
     for job in last.values():
@@ -216,7 +228,7 @@ def run_raygang(n: int, run: str, timeout: float, sampler: MemorySampler) -> Out
         if len(last) == len(ids) and all(s.finished for s in last.values()):
             break
         time.sleep(0.5)
-    out.peak_mib, out.head_mib = sampler.stop()
+    sampler.stop(out)
     ends = [s.finished_at for s in last.values() if s.finished_at]
     out.seconds = (max(ends) if ends else time.time()) - started
     for status in last.values():
@@ -269,24 +281,26 @@ def train_once(managed: bool, name: str, storage: Path) -> tuple[float, int]:
     return latency, sum("hand-off failed" in (e.reason or "") for e in events)
 
 
-def bench_train(runs: int, warmup: bool, gpus: float) -> None:
+def bench_train(runs: int, warmup: bool, gpus: float, roots: set[int]) -> None:
     storage = Path(tempfile.mkdtemp(prefix="raygang-bench-train-"))
     if warmup:
         for managed in (False, True):
             train_once(managed, f"warm-{int(managed)}", storage)
             wait_idle(gpus)
     times: dict[str, list[float]] = {"unmanaged": [], "raygang": []}
-    handoff_failed = 0
+    handoff_failed, others = 0, other_clusters(roots)
     for i in range(runs):
         for managed in ((False, True) if i % 2 == 0 else (True, False)):
             side = "raygang" if managed else "unmanaged"
             latency, failed = train_once(managed, f"{side}-{i}", storage)
             times[side].append(latency)
             handoff_failed += failed
+            others = max(others, other_clusters(roots))
             wait_idle(gpus)
     print(f"train: DataParallelTrainer, 2 workers, use_gpu=True, no torch; fit() -> rank 0's "
           f"first ray.train.report; {runs} run(s) each, alternating"
-          f"{' after a warm-up' if warmup else ''}")
+          f"{' after a warm-up' if warmup else ''}; other Ray clusters seen on this machine "
+          f"meanwhile: up to {others}")
     for side, values in times.items():
         print(f"  {side:<9}  start s: {' '.join(f'{v:.2f}' for v in values)}  "
               f"median {statistics.median(values):.2f}")
@@ -302,16 +316,17 @@ def bench_jobs(bursts: list[int], abba_up_to: int, timeout: float, roots, gpus: 
     for side in ("raw", "raygang"):  # warm-up: dashboard, job agent, worker processes
         warm.append(run_side(side, client, 2, f"warm-{side}", timeout, roots))
         wait_idle(gpus)
+    order = (f"runs raw, raygang, raygang, raw (ABBA) for bursts up to {abba_up_to}, raw "
+             f"then raygang above" if abba_up_to else "runs raw then raygang")
     print(f"jobs: each `python -c 'time.sleep(0.5)'` with 1 GPU; {gpus:g} GPUs, so at most "
-          f"{gpus:g} run at once on both sides; runs raw, raygang, raygang, raw (ABBA) for "
-          f"bursts up to {abba_up_to}, raw then raygang above; "
-          f"timeout {timeout:g} s a run (unfinished jobs count as failed)")
+          f"{gpus:g} run at once on both sides; {order}; timeout {timeout:g} s a run "
+          f"(unfinished jobs count as failed)")
     print(f"memory: peak RSS sum, every 0.5 s, of {roots[2]}; head = the head node's "
           f"processes alone (GCS, dashboard, raylet and its workers: raygang's scheduler "
           f"and its jobs' drivers, which need no resource; raw drivers hold a GPU and "
           f"run on the workers)")
     print(f"{'burst':>6}  {'side':<8} {'completed':>9} {'failed':>6} {'submit s':>8} "
-          f"{'seconds':>8} {'jobs/s':>7} {'peak MiB':>8} {'head MiB':>8}")
+          f"{'seconds':>8} {'jobs/s':>7} {'peak MiB':>8} {'head MiB':>8} {'load':>5}")
     outcomes = []
     print("warm-up (not counted): " + ", ".join(
         f"{w.side} {w.completed}/{w.burst} in {w.seconds:.1f} s" for w in warm))
@@ -326,11 +341,14 @@ def bench_jobs(bursts: list[int], abba_up_to: int, timeout: float, roots, gpus: 
             head = f"{out.head_mib:>8.0f}" if out.head_mib is not None else f"{'-':>8}"
             print(f"{n:>6}  {side:<8} {out.completed:>9} {out.failed:>6} {out.submit_s:>8.2f} "
                   f"{out.seconds:>8.2f} {out.completed / out.seconds:>7.2f} "
-                  f"{out.peak_mib:>8.0f} {head}", flush=True)
+                  f"{out.peak_mib:>8.0f} {head} {out.load:>5.1f}", flush=True)
             wait_idle(gpus)
         raw, rg = (rate[s][0] / rate[s][1] for s in ("raw", "raygang"))
         ratio = f"{rg / raw:.2f}x" if raw else "n/a (raw completed none)"
         print(f"{n:>6}  raygang/raw jobs/s: {ratio} (raw {raw:.2f}, raygang {rg:.2f})")
+    others = max(out.others for out in warm + outcomes)
+    print(f"load: peak 1-min load average during the run ({os.cpu_count()} cores); other "
+          f"Ray clusters seen on this machine meanwhile: up to {others}")
     for out in warm + outcomes:
         for how, count in sorted(out.failures.items()):
             print(f"  failed: burst {out.burst} {out.side}: {count} x {how}")
@@ -392,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
         raygang.start()
         gpus = ray.cluster_resources().get("GPU", 0)
         bench_jobs(bursts, args.abba_up_to, args.timeout, roots, gpus)
-        bench_train(args.train_runs, warmup=not args.quick, gpus=gpus)
+        bench_train(args.train_runs, warmup=not args.quick, gpus=gpus, roots=roots[0])
     finally:
         if cluster is not None:  # a joined cluster keeps its scheduler
             raygang.shutdown()

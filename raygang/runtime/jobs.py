@@ -26,6 +26,7 @@ from typing import Any
 
 from raygang.control.ports import MemberFailure
 from raygang.control.status import GangError
+from raygang.control.tasks import run_to_completion
 from raygang.core.budget import never_fits
 from raygang.core.resources import Resources
 from raygang.core.spec import GangSpec, JobSpec
@@ -264,7 +265,11 @@ class JobLaunch:
 
     async def close(self) -> None:
         """Stop the job (SIGTERM, then Ray's SIGKILL after the grace), wait until Ray says
-        it ended, and leave no group behind: Train's inside it, the holds."""
+        it ended, and leave no group behind: Train's inside it, the holds. Runs to the end
+        even if cancelled meanwhile (the driver's halt cancels the drive every second)."""
+        await run_to_completion(self._close())
+
+    async def _close(self) -> None:
         try:
             if self._submitted:
                 await self._stop()
