@@ -25,7 +25,7 @@ Train: `fit()` until rank 0 first calls `ray.train.report` (a timestamp it write
 `DataParallelTrainer` of 2 workers with `use_gpu=True`, unmanaged vs `raygang.train(...)`,
 alternating; medians, the ratio, and how often raygang's hand-off failed.
 
-    python bench/jobs.py            # bursts 50 and 200, 3 Train runs each
+    python bench/jobs.py            # bursts 50 and 200, 3 Train runs each: ~11 min here
     python bench/jobs.py --quick    # burst 4, 1 Train run each, for tests
 """
 
@@ -281,8 +281,8 @@ def train_once(managed: bool, name: str, storage: Path) -> tuple[float, int]:
     return latency, sum("hand-off failed" in (e.reason or "") for e in events)
 
 
-def bench_train(runs: int, warmup: bool, gpus: float, roots: set[int]) -> None:
-    storage = Path(tempfile.mkdtemp(prefix="raygang-bench-train-"))
+def train_runs(runs: int, warmup: bool, gpus: float, roots: set[int], storage: Path):
+    """Start latencies by side, hand-off failures, other clusters seen meanwhile."""
     if warmup:
         for managed in (False, True):
             train_once(managed, f"warm-{int(managed)}", storage)
@@ -297,6 +297,12 @@ def bench_train(runs: int, warmup: bool, gpus: float, roots: set[int]) -> None:
             handoff_failed += failed
             others = max(others, other_clusters(roots))
             wait_idle(gpus)
+    return times, handoff_failed, others
+
+
+def bench_train(runs: int, warmup: bool, gpus: float, roots: set[int]) -> None:
+    with tempfile.TemporaryDirectory(prefix="raygang-bench-train-") as storage:
+        times, handoff_failed, others = train_runs(runs, warmup, gpus, roots, Path(storage))
     print(f"train: DataParallelTrainer, 2 workers, use_gpu=True, no torch; fit() -> rank 0's "
           f"first ray.train.report; {runs} run(s) each, alternating"
           f"{' after a warm-up' if warmup else ''}; other Ray clusters seen on this machine "
@@ -321,10 +327,10 @@ def bench_jobs(bursts: list[int], abba_up_to: int, timeout: float, roots, gpus: 
     print(f"jobs: each `python -c 'time.sleep(0.5)'` with 1 GPU; {gpus:g} GPUs, so at most "
           f"{gpus:g} run at once on both sides; {order}; timeout {timeout:g} s a run "
           f"(unfinished jobs count as failed)")
-    print(f"memory: peak RSS sum, every 0.5 s, of {roots[2]}; head = the head node's "
-          f"processes alone (GCS, dashboard, raylet and its workers: raygang's scheduler "
-          f"and its jobs' drivers, which need no resource; raw drivers hold a GPU and "
-          f"run on the workers)")
+    head = ("; head = the head node's processes alone (GCS, dashboard, raylet and its "
+            "workers: raygang's scheduler and its jobs' drivers, which need no resource; raw "
+            "drivers hold a GPU and run on the workers)") if roots[1] is not None else ""
+    print(f"memory: peak RSS sum, every 0.5 s, of {roots[2]}{head}")
     print(f"{'burst':>6}  {'side':<8} {'completed':>9} {'failed':>6} {'submit s':>8} "
           f"{'seconds':>8} {'jobs/s':>7} {'peak MiB':>8} {'head MiB':>8} {'load':>5}")
     outcomes = []
@@ -346,10 +352,18 @@ def bench_jobs(bursts: list[int], abba_up_to: int, timeout: float, roots, gpus: 
         raw, rg = (rate[s][0] / rate[s][1] for s in ("raw", "raygang"))
         ratio = f"{rg / raw:.2f}x" if raw else "n/a (raw completed none)"
         print(f"{n:>6}  raygang/raw jobs/s: {ratio} (raw {raw:.2f}, raygang {rg:.2f})")
-    others = max(out.others for out in warm + outcomes)
+    print_after(client, warm + outcomes, timeout)
+
+
+def print_after(client: JobSubmissionClient, outcomes: list[Outcome], timeout: float) -> None:
+    """What is left in Ray, how busy the machine was, and every failure by how."""
+    left = [j.submission_id for j in client.list_jobs()  # not drivers (this script is one)
+            if j.submission_id and not JobStatus(j.status).is_terminal()]
+    print(f"left pending or running after the bursts: {len(left)} Ray job(s)")
+    others = max(out.others for out in outcomes)
     print(f"load: peak 1-min load average during the run ({os.cpu_count()} cores); other "
           f"Ray clusters seen on this machine meanwhile: up to {others}")
-    for out in warm + outcomes:
+    for out in outcomes:
         for how, count in sorted(out.failures.items()):
             print(f"  failed: burst {out.burst} {out.side}: {count} x {how}")
         if out.unfinished:
