@@ -156,7 +156,10 @@ def holds_of(gang_id: str) -> dict[int, PlacementGroup]:
 
 
 def selector(nodes: Sequence[str]) -> dict[str, str]:
-    """The label selector confining a library's bundles to `nodes`."""
+    """The label selector confining a library's bundles to `nodes` (Ray accepts
+    `in(a,b)`): Serve's replicas, Train's workers."""
+    if not nodes:
+        raise ValueError("nodes: at least one Ray node id is needed")
     unique = sorted(set(nodes))
     return {NODE_ID_LABEL: unique[0] if len(unique) == 1 else f"in({','.join(unique)})"}
 

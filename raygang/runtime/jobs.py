@@ -109,6 +109,7 @@ class JobLaunch:
         self.job = job
         self.client = client
         self.lease_s = lease_s
+        self.attempt = attempt
         self.job_id = ray_job_id(gang_id, attempt)
         self.budget = Budget(gang_id, spec.bundles, nodes, spec.reservation_timeout_s)
         self._sessions = sessions
@@ -172,7 +173,7 @@ class JobLaunch:
         runtime_env["env_vars"] = {
             **(runtime_env.get("env_vars") or {}), **job.env_vars,
             "RAYGANG_JOB_ID": self.gang_id,
-            "RAYGANG_ATTEMPT": self.job_id.rsplit("-", 1)[1],
+            "RAYGANG_ATTEMPT": str(self.attempt),
             "RAY_TRAIN_CALLBACKS": TRAIN_CALLBACK,
             "RAY_JOB_STOP_WAIT_TIME_S": str(max(1, int(job.preemption_grace_s))),
         }
@@ -223,9 +224,9 @@ class JobLaunch:
     def _why(self, status: str | None) -> str:
         if status is None:
             return f"Ray job {self.job_id} is gone"
-        message = self.client.message(self.job_id)
         if status == "STOPPED":
             return f"Ray job {self.job_id} was stopped outside raygang"
+        message = self.client.message(self.job_id)
         tail = self.client.logs(self.job_id)[-LOG_TAIL_CHARS:].strip()
         return f"{message}\n{tail}".strip()
 

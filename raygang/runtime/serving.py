@@ -23,7 +23,8 @@ from ray.serve import Application
 from ray.serve.exceptions import RayServeException
 
 from raygang.core.resources import Resources
-from raygang.runtime.launcher import NODE_ID_LABEL, actor_resource_options
+from raygang.runtime.handoff import selector
+from raygang.runtime.launcher import actor_resource_options
 from raygang.runtime.ray_private import (
     import_attr,  # as Serve resolves `import_path`
     serve_forget_controller,
@@ -69,14 +70,6 @@ def resolve_app(app: Any) -> Application:
     return target
 
 
-def node_selector(nodes: Sequence[str]) -> str:
-    """Label selector value matching any of `nodes` (Ray accepts `in(a,b)`)."""
-    if not nodes:
-        raise ValueError("nodes: at least one Ray node id is needed")
-    unique = sorted(set(nodes))
-    return unique[0] if len(unique) == 1 else f"in({','.join(unique)})"
-
-
 def deployment_options(
     replicas: int, bundle: Mapping[str, float], nodes: Sequence[str], strategy: str
 ) -> dict[str, Any]:
@@ -101,7 +94,7 @@ def deployment_options(
         "placement_group_strategy": None,
         "ray_actor_options": actor_resource_options(resources),
         "placement_group_bundles": [resources.to_dict()],
-        "placement_group_bundle_label_selector": [{NODE_ID_LABEL: node_selector(nodes)}],
+        "placement_group_bundle_label_selector": [selector(nodes)],
         "gang_scheduling_config": {
             "gang_size": replicas,
             "gang_placement_strategy": _GANG_STRATEGY[name],
