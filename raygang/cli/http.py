@@ -30,11 +30,14 @@ def one_line(text: object) -> str:
 
 
 class CliError(click.ClickException):
-    """An error the user caused or must fix: one line on stderr, then `exit_code`."""
+    """An error the user caused or must fix: one line on stderr, then `exit_code`.
+    `fields`: the API's (field, message) pairs when it refused invalid fields."""
 
-    def __init__(self, message: object, exit_code: int = EXIT_API):
+    def __init__(self, message: object, exit_code: int = EXIT_API,
+                 fields: tuple[tuple[str, str], ...] = ()):
         super().__init__(one_line(message))
         self.exit_code = exit_code
+        self.fields = fields
 
     def show(self, file: Any = None) -> None:
         click.echo(f"error: {self.message}", err=True)
@@ -112,21 +115,26 @@ class ApiClient:
             except ValueError:
                 raise CliError(f"{self.address} answered {response.request.url.path} with "
                                "something other than JSON: is it a raygang API?") from None
-        detail = _detail(response)
+        detail, fields = _problem(response)
         if response.status_code == 401 and not self._token_given:
             detail += " (no token given: set RAYGANG_TOKEN or pass --token)"
-        raise CliError(detail, EXIT_API)
+        raise CliError(detail, EXIT_API, fields)
 
 
-def _detail(response: httpx.Response) -> str:
+def _problem(response: httpx.Response) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The error body's `detail`, and its `errors` as (field, message) pairs."""
     try:
         body = response.json()
     except ValueError:
         body = None
     if isinstance(body, dict) and isinstance(body.get("detail"), str):
-        return body["detail"]
+        errors = body.get("errors") if isinstance(body.get("errors"), list) else []
+        fields = tuple((str(e.get("field", "")), str(e.get("message", "")))
+                       for e in errors if isinstance(e, dict))
+        return body["detail"], fields
     text = one_line(response.text)[:200]
-    return f"HTTP {response.status_code} {response.reason_phrase}" + (f": {text}" if text else "")
+    status = f"HTTP {response.status_code} {response.reason_phrase}"
+    return status + (f": {text}" if text else ""), ()
 
 
 def _why(error: Exception) -> str:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import uuid
 from collections.abc import Callable
@@ -21,13 +20,15 @@ from raygang.cli.http import (
     CliError,
     one_line,
 )
-
-# GangState's values, spelled out: importing raygang.core would load pydantic
-# (tests/e2e/test_cli.py checks that they agree).
-STATES = ("PENDING", "ADMITTED", "RESERVED", "STARTING", "RUNNING", "SUCCEEDED", "FAILED",
-          "CANCELLED", "PREEMPTED", "RESTARTING")
-SUBMIT_ATTEMPTS = 3
-STOP_TIMEOUT_S = 300.0  # DELETE answers once the members are stopped (grace periods)
+from raygang.cli.jobs import job
+from raygang.cli.options import (
+    STATES,
+    STOP_TIMEOUT_S,
+    SUBMIT_ATTEMPTS,
+    api_options,
+    emit,
+    output_option,
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -39,41 +40,10 @@ STOP_TIMEOUT_S = 300.0  # DELETE answers once the members are stopped (grace per
 @click.pass_context
 def cli(ctx: click.Context, address: str, token: str | None) -> None:
     """Gang scheduling inside a Ray cluster: queues, priorities, preemption."""
-    ctx.obj = {"address": address, "token": token}
+    ctx.obj = {"address": address, "token": token, "connect": ApiClient}
 
 
-def api_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """`--address`/`--token` after the command too (`raygang list --token T`); they
-    override the ones given before it. Passes an `ApiClient` as `client`."""
-    command = click.option("--token", "token_here", default=None,
-                           help="Overrides `raygang --token`.")(command)
-    command = click.option("--address", "address_here", default=None,
-                           help="Overrides `raygang --address`.")(command)
-
-    def wrapper(address_here: str | None, token_here: str | None, **kwargs: Any) -> Any:
-        obj = click.get_current_context().find_root().obj
-        client = ApiClient(address_here or obj["address"], token_here or obj["token"])
-        return command(client=client, **kwargs)
-
-    wrapper.__name__, wrapper.__doc__ = command.__name__, command.__doc__
-    return _copy_params(command, wrapper)
-
-
-def _copy_params(source: Callable[..., Any], target: Callable[..., Any]) -> Callable[..., Any]:
-    target.__click_params__ = getattr(source, "__click_params__", [])  # type: ignore[attr-defined]
-    return target
-
-
-def output_option(command: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table",
-                        show_default=True, help="json: the API's answer, for scripts.")(command)
-
-
-def emit(data: Any, output: str, table: Callable[[Any], Any]) -> None:
-    if output == "json":
-        click.echo(json.dumps(data, indent=2))
-    else:
-        render.console().print(table(data))
+cli.add_command(job)
 
 
 def read_yaml(path: str) -> dict[str, Any]:

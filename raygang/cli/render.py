@@ -114,6 +114,7 @@ def gang_details(g: Mapping[str, Any]) -> RenderableType:
     error = g.get("error")
     rows: list[tuple[str, Any]] = [
         ("gang", g["gang_id"]), ("name", g["name"]), ("kind", g.get("kind", "gang")),
+        *_job_rows(g),
         ("queue", g["queue"]), ("priority", str(g["priority"])), ("state", state(g["state"])),
         ("reason", g.get("reason") or "-"),
         ("queue position", _or_dash(g.get("queue_position"))),
@@ -135,6 +136,30 @@ def gang_details(g: Mapping[str, Any]) -> RenderableType:
         parts.append(members)
     parts.append(events_table(g.get("events", []), g["submitted_at"]))
     return Group(*parts)
+
+
+def _job_rows(g: Mapping[str, Any]) -> list[tuple[str, str]]:
+    if g.get("kind") != "job":
+        return []
+    return [("entrypoint", g.get("entrypoint") or "-"),
+            ("ray job", g.get("ray_job_id") or "- (not started)")]
+
+
+def jobs_table(page: Mapping[str, Any]) -> RenderableType:
+    """Jobs: like gangs, with the Ray job of the last attempt and the command."""
+    table = _table("ID", "QUEUE", "STATE", "POSITION", "AGE", "RAY JOB", "ENTRYPOINT", "REASON")
+    table.columns[0].no_wrap = True
+    now = page["now"]
+    for g in page["items"]:
+        table.add_row(g["gang_id"], g["queue"], state(g["state"]),
+                      _or_dash(g.get("queue_position")), age(now - g["submitted_at"]),
+                      g.get("ray_job_id") or "-", g.get("entrypoint") or "",
+                      g.get("reason") or "")
+    shown, total = len(page["items"]), page["total"]
+    if shown < total:
+        more = Text(f"{shown} of {total} jobs (use --limit to see more)", style="dim")
+        return Group(table, more)
+    return table
 
 
 def events_table(events: Iterable[Mapping[str, Any]], since: float,

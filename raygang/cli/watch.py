@@ -1,4 +1,5 @@
-"""`raygang submit --wait`: follow a gang until it finishes.
+"""`raygang submit --wait` (and `raygang job submit --wait`): follow a gang (a job) until
+it finishes.
 
 On a terminal a live spinner shows the state, reason and queue position, with a line
 above it per state change; otherwise (a pipe, CI logs) only the state-change lines.
@@ -19,6 +20,7 @@ from raygang.cli.http import EXIT_API, EXIT_UNREACHABLE, ApiClient, CliError
 POLL_S = 0.5
 UNREACHABLE_POLLS = 20  # tolerate ~10 s of API restarts (Serve replica, uvicorn reload)
 FINISHED = ("SUCCEEDED", "FAILED", "CANCELLED")
+STOP_COMMAND = {"gang": "cancel", "job": "job stop"}  # how to stop one: `raygang <this> ID`
 
 
 def describe(g: Mapping[str, Any]) -> str:
@@ -36,17 +38,17 @@ def describe(g: Mapping[str, Any]) -> str:
 
 def wait(client: ApiClient, gang_id: str, out: Console,
          sleep: Callable[[float], None] = time.sleep,
-         clock: Callable[[], float] = time.monotonic) -> Mapping[str, Any]:
-    """Poll until the gang finishes; returns its last status. Interrupting only stops
-    watching: the gang goes on (cancel it with `raygang cancel`)."""
+         clock: Callable[[], float] = time.monotonic, kind: str = "gang") -> Mapping[str, Any]:
+    """Poll `/v1/{kind}s/{id}` until it finishes; returns its last status. Interrupting
+    only stops watching: the gang goes on (cancel it with `raygang cancel`)."""
     started = clock()
     shown: str | None = None
-    live = out.status(f"gang {gang_id}: submitted") if out.is_terminal else None
+    live = out.status(f"{kind} {gang_id}: submitted") if out.is_terminal else None
     try:
         if live is not None:
             live.start()
         while True:
-            g = _poll(client, gang_id, sleep)
+            g = _poll(client, f"/v1/{kind}s/{gang_id}", sleep)
             line = f"{g['state']:<10} {describe(g)}".rstrip()
             if line != shown:
                 shown = line
@@ -56,20 +58,20 @@ def wait(client: ApiClient, gang_id: str, out: Console,
             if g["state"] in FINISHED:
                 return g
             if live is not None:
-                live.update(f"gang {gang_id}: {g['state']} {describe(g)}")
+                live.update(f"{kind} {gang_id}: {g['state']} {describe(g)}")
             sleep(POLL_S)
     except KeyboardInterrupt:
-        raise CliError(f"stopped watching; gang {gang_id} goes on "
-                       f"(raygang cancel {gang_id} to stop it)", EXIT_API) from None
+        raise CliError(f"stopped watching; {kind} {gang_id} goes on "
+                       f"(raygang {STOP_COMMAND[kind]} {gang_id} to stop it)", EXIT_API) from None
     finally:
         if live is not None:
             live.stop()
 
 
-def _poll(client: ApiClient, gang_id: str, sleep: Callable[[float], None]) -> Mapping[str, Any]:
+def _poll(client: ApiClient, path: str, sleep: Callable[[float], None]) -> Mapping[str, Any]:
     for attempt in range(UNREACHABLE_POLLS):
         try:
-            return client.get(f"/v1/gangs/{gang_id}")
+            return client.get(path)
         except CliError as error:
             if error.exit_code != EXIT_UNREACHABLE or attempt == UNREACHABLE_POLLS - 1:
                 raise
@@ -77,9 +79,10 @@ def _poll(client: ApiClient, gang_id: str, sleep: Callable[[float], None]) -> Ma
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def outcome(g: Mapping[str, Any]) -> CliError | None:
-    """None if the gang succeeded, else the error to exit with."""
+def outcome(g: Mapping[str, Any], kind: str = "gang") -> CliError | None:
+    """None if the gang (job) succeeded, else the error to exit with."""
     if g["state"] == "SUCCEEDED":
         return None
     why = render.error_summary(g["error"]) if g.get("error") else (g.get("reason") or "")
-    return CliError(f"gang {g['gang_id']} {g['state']}" + (f": {why}" if why else ""), EXIT_API)
+    return CliError(f"{kind} {g['gang_id']} {g['state']}" + (f": {why}" if why else ""),
+                    EXIT_API)

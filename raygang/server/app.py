@@ -16,11 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import Depends, FastAPI, Header, Query, Request, Response
+from fastapi import FastAPI, Header, Query, Request, Response
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 
@@ -37,17 +36,25 @@ from raygang.control.errors import (
     UnschedulableError,
 )
 from raygang.control.status import ClusterStatus, DryRunResult, GangStatus, QueueStatus
-from raygang.server.auth import AuthConfig, Principal
 from raygang.runtime.client import SchedulerClient, SchedulerUnavailable
+from raygang.server.access import Access, ApiError
+from raygang.server.auth import AuthConfig
+from raygang.server.jobs import job_routes
 from raygang.server.limits import BodyLimit
-from raygang.server.models import GangCreated, GangPage, GangSubmission, Health, Problem
+from raygang.server.models import (
+    IDEMPOTENCY_KEY,
+    MAX_PAGE,
+    GangCreated,
+    GangPage,
+    GangSubmission,
+    Health,
+    Problem,
+)
 
 log = logging.getLogger(__name__)
 
 STATIC = Path(__file__).parent / "static"
 MAX_BODY_BYTES = 1 << 20  # a gang spec is a few KiB; arguments belong in object storage
-MAX_PAGE = 1000
-IDEMPOTENCY_KEY = r"^[\x21-\x7e]{1,255}$"  # printable ASCII, as Stripe's keys
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": Problem, "description": text}
@@ -60,11 +67,6 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         (503, "the scheduler does not answer, is recovering, or could not store the request"),
     )
 }
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, detail: str, headers: dict[str, str] | None = None):
-        self.status, self.detail, self.headers = status, detail, headers
 
 
 def create_app(
@@ -87,9 +89,10 @@ def create_app(
     )
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     _install_error_handlers(app)
-    access = _Access(auth, scheduler)
+    access = Access(auth, scheduler)
     _health_routes(app, scheduler)
     _gang_routes(app, scheduler, access, clock)
+    job_routes(app, scheduler, access, clock)
     _deployment_routes(app, scheduler, access)
     _queue_and_cluster_routes(app, scheduler, access)
 
@@ -99,50 +102,6 @@ def create_app(
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app
-
-
-class _Access:
-    """Who calls (the bearer token's principal, as a route dependency: `Caller`), and what
-    it may see and use."""
-
-    def __init__(self, auth: AuthConfig, scheduler: Any):
-        self._scheduler = scheduler
-        bearer = HTTPBearer(auto_error=False,
-                            description="a token from RAYGANG_AUTH_TOKENS_FILE")
-
-        def principal(
-            credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-        ) -> Principal:
-            header = f"Bearer {credentials.credentials}" if credentials else None
-            who = auth.authenticate(header)
-            if who is None:
-                raise ApiError(401, "missing or unknown bearer token",
-                               {"WWW-Authenticate": 'Bearer realm="raygang"'})
-            return who
-
-        self.Caller = Annotated[Principal, Depends(principal)]
-
-    @staticmethod
-    def check_queue(who: Principal, queue: str) -> None:
-        if not who.may_use_queue(queue):
-            raise ApiError(403, f"token {who.name!r} may not use queue {queue!r}")
-
-    def authorize_submission(self, who: Principal, queue: str, priority: int | str) -> None:
-        self.check_queue(who, queue)
-        if not who.may_use_priority(priority):
-            raise ApiError(403, f"token {who.name!r} may not use priority {priority!r}")
-
-    async def visible_gang(self, who: Principal, gang_id: str) -> GangStatus:
-        status = await self._scheduler.status(gang_id)
-        self.check_queue(who, status.queue)
-        return status
-
-    async def visible_deployment(self, who: Principal, name: str) -> GangStatus:
-        for status in await self._scheduler.list_deployments():
-            if status.name == name:
-                self.check_queue(who, status.queue)
-                return status
-        raise GangNotFoundError(f"no deployment named {name!r}")
 
 
 def _health_routes(app: FastAPI, scheduler: Any) -> None:
@@ -167,7 +126,7 @@ def _health_routes(app: FastAPI, scheduler: Any) -> None:
         return Health(status="ready", scheduler={k: ping[k] for k in ("gangs", "cycles")})
 
 
-def _gang_routes(app: FastAPI, scheduler: Any, access: _Access,
+def _gang_routes(app: FastAPI, scheduler: Any, access: Access,
                  clock: Callable[[], float]) -> None:
     Caller = access.Caller
     check_queue, visible_gang = access.check_queue, access.visible_gang
@@ -238,7 +197,7 @@ def _gang_routes(app: FastAPI, scheduler: Any, access: _Access,
         return await scheduler.cancel(gang_id, f"cancelled by {who.name} (REST)")
 
 
-def _deployment_routes(app: FastAPI, scheduler: Any, access: _Access) -> None:
+def _deployment_routes(app: FastAPI, scheduler: Any, access: Access) -> None:
     Caller = access.Caller
     authorize_submission, visible_deployment = (access.authorize_submission,
                                                 access.visible_deployment)
@@ -272,7 +231,7 @@ def _deployment_routes(app: FastAPI, scheduler: Any, access: _Access) -> None:
         return await scheduler.undeploy(name)
 
 
-def _queue_and_cluster_routes(app: FastAPI, scheduler: Any, access: _Access) -> None:
+def _queue_and_cluster_routes(app: FastAPI, scheduler: Any, access: Access) -> None:
     Caller = access.Caller
 
     @app.get("/v1/queues", response_model=list[QueueStatus], tags=["queues"])

@@ -12,11 +12,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from raygang.core.gang import GangState
 from raygang.core.spec import GangSpec, RoleSpec
 from raygang.control.program import RoleProgram
 from raygang.control.status import GangStatus
 
 IMPORT_PATH = r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$"
+IDEMPOTENCY_KEY = r"^[\x21-\x7e]{1,255}$"  # printable ASCII, as Stripe's keys
+MAX_PAGE = 1000
 
 
 class RoleSubmission(RoleSpec):
@@ -61,7 +64,7 @@ class GangCreated(BaseModel):
 
 
 class GangPage(BaseModel):
-    """One page of `GET /v1/gangs`, in submission order."""
+    """One page of `GET /v1/gangs` (or `GET /v1/jobs`), in submission order."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -71,6 +74,15 @@ class GangPage(BaseModel):
     limit: int
     next_offset: int | None = Field(None, description="offset of the next page; null on the last")
     now: float = Field(description="the server's clock (seconds since the epoch), for ages")
+
+
+class JobLogs(BaseModel):
+    """`GET /v1/jobs/{id}/logs`: the output of the job's Ray job (its last attempt's)."""
+
+    gang_id: str
+    state: GangState
+    ray_job_id: str | None = Field(None, description="null until the job first started")
+    logs: str = Field(description="the driver's output so far; empty before it started")
 
 
 class Health(BaseModel):

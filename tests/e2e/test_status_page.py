@@ -1,10 +1,11 @@
 """The status page at `/`, in a real (headless) Chromium against the real API server: a gang
 submitted over REST shows up, goes RUNNING with its queue's usage and its GPU slots drawn,
 then SUCCEEDED; the page loads nothing from outside the server; without a token it asks
-for one."""
+for one; Ray jobs are listed with their state, queue position, Ray job id and command."""
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -25,6 +26,7 @@ CHROMIUM_ARGS = (
     "--disable-component-update", "--disable-sync", "--window-size=1400,1300",
 )
 PAGE_TIMEOUT = 60  # actors start slowly on a 2-core machine
+FINISHED = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 DEMO_GANG = {
     "name": "page-demo",
@@ -175,3 +177,63 @@ def test_page_without_a_token_asks_for_one(api_server, browser):
     queues = [e.get_attribute("data-queue")
               for e in browser.find_elements("css selector", "[data-queue]")]
     assert queues == ["team-a"]
+
+
+JOBS_JS = """
+return [...document.querySelectorAll('#job-rows tr[data-job-id]')].map((row) => ({
+  id: row.dataset.jobId,
+  state: row.querySelector('td.state').textContent,
+  queue: row.querySelector('td.queue').textContent,
+  position: row.querySelector('td.position').textContent,
+  ray_job: row.querySelector('td.ray-job').textContent,
+  entrypoint: row.querySelector('td.entrypoint').textContent,
+  reason: row.querySelector('td.reason').textContent,
+}));
+"""
+
+
+def test_page_shows_jobs_running_and_waiting_then_stopped(ray_cluster, api_server, browser):
+    """Two jobs in `load` (one GPU at a time): one runs with its Ray job, one waits first
+    in line with its reason; both stopped, both CANCELLED. One Ray job in all."""
+    sleep = f"{sys.executable} -c \"import time; time.sleep(60)\""
+    client = api_server.client("admin")
+    ids: list[str] = []
+    try:
+        for name in ("page-job-long", "page-job-next"):
+            created = client.post("/v1/jobs", json={"entrypoint": sleep, "gpus": 1,
+                                                    "queue": "load", "name": name})
+            assert created.status_code == 201, created.text
+            ids.append(created.json()["gang_id"])
+            if name == "page-job-long":
+                wait_until_running(client, ids[0])
+        browser.get(f"{api_server.url}/#token={api_server.token('admin')}")
+
+        def rows(d) -> dict:
+            return {r["id"]: r for r in d.execute_script(JOBS_JS) if r["id"] in ids}
+
+        seen = wait_for(browser, "both jobs", lambda d: len(rows(d)) == 2 and rows(d))
+        long, waiting = seen[ids[0]], seen[ids[1]]
+        assert (long["state"], long["queue"], long["ray_job"]) == \
+            ("RUNNING", "load", f"raygang-{ids[0]}-0"), long
+        assert long["entrypoint"] == sleep
+        assert (waiting["state"], waiting["position"], waiting["ray_job"]) == \
+            ("PENDING", "1", ""), waiting
+        assert "limit" in waiting["reason"], waiting
+        for job_id in reversed(ids):
+            assert client.delete(f"/v1/jobs/{job_id}", timeout=120).status_code == 200
+        stopped = wait_for(browser, "both jobs CANCELLED", lambda d: all(
+            r["state"] == "CANCELLED" for r in rows(d).values()) and rows(d))
+        assert stopped[ids[1]]["ray_job"] == ""  # it never started
+        assert browser.find_element("id", "job-count").text.startswith("(")
+    finally:
+        for job_id in ids:
+            if client.get(f"/v1/jobs/{job_id}").json()["state"] not in FINISHED:
+                client.delete(f"/v1/jobs/{job_id}", timeout=120)
+        client.close()
+
+
+def wait_until_running(client, job_id: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while (state := client.get(f"/v1/jobs/{job_id}").json()["state"]) != "RUNNING":
+        assert state not in FINISHED and time.monotonic() < deadline, state
+        time.sleep(0.2)

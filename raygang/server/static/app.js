@@ -1,5 +1,5 @@
-// The raygang status page: polls /v1/queues, /v1/gangs and /v1/cluster every 2 s and
-// draws them. Plain DOM, no dependencies, nothing loaded from outside this server.
+// The raygang status page: polls /v1/queues, /v1/gangs, /v1/jobs and /v1/cluster every
+// 2 s and draws them. Plain DOM, no dependencies, nothing loaded from outside this server.
 // Every text from the API goes in through textContent (via el()), never as markup.
 "use strict";
 
@@ -60,11 +60,13 @@
     if (inFlight) return;
     inFlight = true;
     try {
-      const [queues, gangs, cluster] = await Promise.all([
-        getJson("/v1/queues"), getJson("/v1/gangs?limit=1000&order=newest"), getJson("/v1/cluster"),
+      const [queues, gangs, jobs, cluster] = await Promise.all([
+        getJson("/v1/queues"), getJson("/v1/gangs?limit=1000&order=newest"),
+        getJson("/v1/jobs?limit=1000&order=newest"), getJson("/v1/cluster"),
       ]);
       renderQueues(queues);
       renderGangs(gangs);
+      renderJobs(jobs);
       renderNodes(cluster);
       showError(null);
       $("token-form").hidden = true;
@@ -215,19 +217,27 @@
   }
 
   // Gangs -----------------------------------------------------------------------------
-  function renderGangs(page) {
-    const gangs = [...page.items].sort((a, b) =>
+  // Unfinished first, then newest first.
+  function byActivity(items) {
+    return [...items].sort((a, b) =>
       (FINISHED.has(a.state) - FINISHED.has(b.state)) ||
       (b.submitted_at - a.submitted_at) || (a.gang_id < b.gang_id ? -1 : 1));
-    const rows = gangs.map((g) => gangRow(g, page.now));
+  }
+
+  function positionOf(g) {
+    return g.queue_position === null || g.queue_position === undefined
+      ? "" : String(g.queue_position);
+  }
+
+  function renderGangs(page) {
+    const rows = byActivity(page.items).map((g) => gangRow(g, page.now));
     if (!rows.length) rows.push(el("tr", { class: "empty" }, el("td", { colspan: "8" }, "no gangs yet")));
     $("gang-rows").replaceChildren(...rows);
     $("gang-count").textContent = "(" + page.total + ")";
   }
 
   function gangRow(g, now) {
-    const position = g.queue_position === null || g.queue_position === undefined
-      ? "" : String(g.queue_position);
+    const position = positionOf(g);
     const submitted = "submitted " + new Date(g.submitted_at * 1000).toLocaleString();
     return el("tr", { data: { gangId: g.gang_id, state: g.state } },
       el("td", { class: "id mono", title: g.gang_id }, g.gang_id),
@@ -239,6 +249,27 @@
       el("td", { class: "position num" }, position),
       el("td", { class: "age num", title: submitted }, age(now - g.submitted_at)),
       el("td", { class: "reason" }, g.reason || "", historyOf(g)));
+  }
+
+  // Ray Jobs: a job is also a gang (its row above); here with its Ray job and command.
+  function renderJobs(page) {
+    const rows = byActivity(page.items).map((j) => jobRow(j, page.now));
+    if (!rows.length) rows.push(el("tr", { class: "empty" }, el("td", { colspan: "8" }, "no jobs yet")));
+    $("job-rows").replaceChildren(...rows);
+    $("job-count").textContent = "(" + page.total + ")";
+  }
+
+  function jobRow(j, now) {
+    const submitted = "submitted " + new Date(j.submitted_at * 1000).toLocaleString();
+    return el("tr", { data: { jobId: j.gang_id, state: j.state } },
+      el("td", { class: "id mono", title: j.gang_id }, j.gang_id),
+      el("td", { class: "queue" }, j.queue),
+      el("td", { class: "state" }, el("span", { class: "pill state-" + j.state }, j.state)),
+      el("td", { class: "position num" }, positionOf(j)),
+      el("td", { class: "ray-job mono", title: j.ray_job_id || "not started" }, j.ray_job_id || ""),
+      el("td", { class: "entrypoint mono", title: j.entrypoint || "" }, j.entrypoint || ""),
+      el("td", { class: "age num", title: submitted }, age(now - j.submitted_at)),
+      el("td", { class: "reason" }, j.reason || ""));
   }
 
   // Every state change of the gang (time since submission, from -> to, why): folded; a
