@@ -26,7 +26,7 @@ from raygang.core.gang import GangState
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
 from raygang.runtime.deployment import ServeLaunch
 from raygang.runtime.handoff import holds_of
-from raygang.runtime.jobs import JobClient, JobLaunch
+from raygang.runtime.jobs import JOB_ACTOR, JobClient, JobLaunch
 from raygang.runtime.trainrun import TrainLaunch, TrainSession
 from raygang.runtime.launcher import NAMESPACE, SCHEDULER_NAME, GangLaunch
 from raygang.runtime.observe import observe
@@ -57,6 +57,11 @@ class RayCluster:
         if record.kind == "job":
             def started(job_id: str) -> None:
                 record.ray_job_id = job_id
+                # Its one member is the driver (Ray's job supervisor actor), on the node
+                # of the job's first bundle.
+                on_member_ready(MemberStatus(role="driver", index=0, rank=0,
+                                             actor_name=JOB_ACTOR.format(job_id),
+                                             node_id=nodes[0]))
 
             launch = JobLaunch(record.gang_id, record.spec, record.workload, nodes, attempt,
                                self.jobs, self.lease_s, self.sessions, started)

@@ -30,7 +30,7 @@ from raygang.control.tasks import run_to_completion
 from raygang.core.budget import never_fits
 from raygang.core.resources import Resources
 from raygang.core.spec import GangSpec, JobSpec
-from raygang.runtime.handoff import Budget
+from raygang.runtime.handoff import Budget, selector
 from raygang.runtime.trainrun import TrainSession
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,7 @@ POLL_S = 1.0
 TRAIN_CALLBACK = "raygang.runtime.train_callback.RaygangTrain"
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 LOG_TAIL_CHARS = 2000
+JOB_ACTOR = "_ray_internal_job_actor_{}"  # the name Ray gives a job's supervisor actor
 
 
 def ray_job_id(gang_id: str, attempt: int) -> str:
@@ -184,7 +185,12 @@ class JobLaunch:
                     self.client.submit, entrypoint=job.entrypoint, submission_id=self.job_id,
                     runtime_env=runtime_env,
                     metadata={**job.metadata, "raygang_gang_id": self.gang_id},
-                    entrypoint_num_cpus=0)
+                    # The driver takes none of the job's capacity (its Train run does),
+                    # and runs on the node of the job's first bundle, not on the head:
+                    # Ray puts drivers given no resources on the head, where hundreds of
+                    # them exhaust its memory (ray#41241).
+                    entrypoint_num_cpus=0,
+                    entrypoint_label_selector=selector(self.budget.nodes[:1]))
                 break
             except Exception as error:
                 # The dashboard's job agent answers "No available agent ... try again

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import ray
 from ray.job_submission import JobStatus, JobSubmissionClient
+from ray.util.state import list_actors
 
 import raygang
 from raygang import GangState
@@ -132,6 +133,13 @@ def test_a_train_run_inside_a_job_is_placed_in_the_job_s_budget(jobs, tmp_path):
     jobs.append(job)
     status = job.wait(timeout=180)
     assert status.state is GangState.SUCCEEDED, job.logs()
-    assert "TRAIN DONE None" in job.logs()
+    logs = job.logs()
+    assert "TRAIN DONE None" in logs
+    # The driver (Ray's supervisor actor) ran on the node of the job's first bundle, not
+    # on the head, where Ray puts drivers given no resources.
+    driver = status.members[0]
+    supervisor = list_actors(filters=[("name", "=", driver.actor_name)], detail=True)
+    assert [a.node_id for a in supervisor] == [driver.node_id]
+    assert driver.node_id != ray.get_runtime_context().get_node_id()
     # The run was not queued as a gang of its own: it used the job's two bundles.
     assert not [g for g in raygang.list_gangs() if g.kind == "train" and g.name == "in-job"]
