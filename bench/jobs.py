@@ -25,8 +25,14 @@ Train: `fit()` until rank 0 first calls `ray.train.report` (a timestamp it write
 `DataParallelTrainer` of 2 workers with `use_gpu=True`, unmanaged vs `raygang.train(...)`,
 alternating; medians, the ratio, and how often raygang's hand-off failed.
 
-    python bench/jobs.py            # bursts 50 and 200, 3 Train runs each: ~11 min here
-    python bench/jobs.py --quick    # burst 4, 1 Train run each, for tests
+The hand-off window: Train runs through raygang one after another, quiet and then beside
+a neighbour starting 1-GPU tasks outside raygang; how long the window is (the claim's
+return -> Train's group placed) and how often the neighbour took the capacity in it.
+
+    python bench/jobs.py            # bursts 50 and 200, 3 Train runs each, 10 hand-offs
+                                    # per condition: ~13 min here
+    python bench/jobs.py --quick    # burst 4, 1 run of each, for tests
+    python bench/jobs.py --bursts 1000 --abba-up-to 0 --train-runs 0 --handoff-runs 0
 """
 
 from __future__ import annotations
@@ -55,7 +61,8 @@ import psutil  # noqa: E402  (Ray ships it: ray/thirdparty_files, on the path af
 
 import raygang  # noqa: E402
 from raygang.runtime.ray_private import dashboard_url  # noqa: E402
-from raygang.runtime.train_callback import _gang_name  # noqa: E402
+from raygang.runtime.train_callback import RaygangTrain, _gang_name  # noqa: E402
+from ray.util.placement_group import placement_group_table  # noqa: E402
 
 ENTRYPOINT = f"{sys.executable} -c \"import time; time.sleep(0.5)\""
 MIB = 1024 * 1024
@@ -315,6 +322,130 @@ def bench_train(runs: int, warmup: bool, gpus: float, roots: set[int]) -> None:
     print(f"raygang hand-off failed: {handoff_failed} time(s) in {runs} raygang run(s)")
 
 
+# The hand-off window ----------------------------------------------------------------------
+class TimedTrain(RaygangTrain):
+    """raygang's Train callback, timing the hand-off window of each worker group: from the
+    claim's return in the controller (raygang has removed the holds) to Train's placement
+    group placed (the time until Train creates it, plus Ray's own creation latency of that
+    group). Appends "<window s>" per worker group to `marks`."""
+
+    def __init__(self, marks: str, *args):
+        super().__init__(*args)
+        self.marks = marks
+        self._claimed = self._creating = 0.0
+
+    def __reduce__(self):
+        cls, args = super().__reduce__()
+        return cls, (self.marks, *args)
+
+    def on_controller_start_worker_group(self, **kwargs):
+        selector = super().on_controller_start_worker_group(**kwargs)
+        self._claimed = time.time()
+        return selector
+
+    def before_worker_group_start(self, worker_group_context) -> None:
+        self._creating = time.time()
+
+    def after_worker_group_start(self, worker_group) -> None:
+        group = worker_group.get_worker_group_state().placement_group_handle.placement_group
+        stats = placement_group_table(group).get("stats") or {}
+        window = self._creating - self._claimed + stats["end_to_end_creation_latency_ms"] / 1e3
+        with open(self.marks, "a") as out:
+            out.write(f"{window:.4f}\n")
+        super().after_worker_group_start(worker_group)
+
+
+@ray.remote(num_gpus=1, num_cpus=0)
+def outside_task(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+class Neighbour(threading.Thread):
+    """Work started outside raygang: 1-GPU tasks of `seconds` each, arriving as a Poisson
+    stream sized to keep `busy` GPUs busy on average. When the GPUs outside raygang's are
+    all taken, arrivals wait in Ray's queue, and one that waits while raygang hands a
+    Train run's GPUs over takes one of them: the hand-off window hit."""
+
+    def __init__(self, busy: float, seconds: float = 4.0):
+        super().__init__(daemon=True)
+        self.rate, self.seconds = busy / seconds, seconds
+        self.refs: list = []
+        self._done = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        import random
+        rng = random.Random(7)
+        while not self._done.wait(rng.expovariate(self.rate)):
+            self.refs.append(outside_task.remote(self.seconds))
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join()
+        for ref in self.refs:
+            ray.cancel(ref)
+        ray.wait(self.refs, num_returns=len(self.refs), timeout=60)
+
+
+def handoff_runs(runs: int, busy: float, storage: Path) -> dict:
+    """`runs` Train runs through raygang, one after the other, beside a neighbour keeping
+    `busy` GPUs busy on average (0: none)."""
+    neighbour = Neighbour(busy) if busy else None
+    marks = storage / f"windows-{busy:g}.txt"
+    hits = requeues = 0
+    latencies = []
+    try:
+        for i in range(runs):
+            name = f"handoff-{busy:g}-{i}"
+            trainer = DataParallelTrainer(
+                train_func, train_loop_config={"mark": str(storage / f"{name}.mark")},
+                scaling_config=ScalingConfig(num_workers=2, use_gpu=True),
+                run_config=RunConfig(name=name, storage_path=str(storage),
+                                     callbacks=[TimedTrain(str(marks))]))
+            started = time.time()
+            print(f"  {name} ...", end=" ", flush=True)
+            result = trainer.fit()
+            print(f"{time.time() - started:.1f} s", flush=True)
+            if result.error is not None:
+                raise RuntimeError(f"Train run {name} failed: {result.error}")
+            latencies.append(float((storage / f"{name}.mark").read_text()) - started)
+            gang = [g for g in raygang.list_gangs() if g.name == _gang_name(name)][-1]
+            reasons = [e.reason or "" for e in raygang.GangRef(gang.gang_id).status().events]
+            hits += sum("hand-off failed" in r for r in reasons)
+            requeues += sum(e.startswith("requeued") for e in reasons)
+    finally:
+        if neighbour is not None:
+            neighbour.stop()
+    windows = [float(w) for w in marks.read_text().split()] if marks.exists() else []
+    return {"busy": busy, "runs": runs, "hits": hits, "requeues": requeues,
+            "windows": windows, "latencies": latencies,
+            "outside": len(neighbour.refs) if neighbour else 0}
+
+
+def bench_handoff(runs: int, gpus: float) -> None:
+    """How long the hand-off window is, and how often work started outside raygang takes
+    the capacity in it: quiet, and beside a busy neighbour."""
+    with tempfile.TemporaryDirectory(prefix="raygang-bench-handoff-") as storage:
+        rows = [handoff_runs(runs, busy, Path(storage)) for busy in (0, (gpus - 2) / 2)]
+    print(f"hand-off window: {runs} Train run(s) of 2 workers (use_gpu=True) through raygang, "
+          f"one after another, quiet and beside a neighbour: 1-GPU tasks of 4 s started "
+          f"outside raygang (Poisson arrivals) keeping on average {(gpus - 2) / 2:g} of the "
+          f"{gpus - 2:g} GPUs the run does not need busy, so some arrivals wait for a GPU; "
+          f"window = the "
+          f"claim's return in Train's controller (holds removed) -> Train's placement group "
+          f"placed")
+    print(f"{'neighbour':>10} {'runs':>5} {'outside':>8} {'hits':>5} {'requeues':>9} "
+          f"{'window med ms':>14} {'max ms':>7} {'start med s':>12}")
+    for row in rows:
+        w = row["windows"] or [float("nan")]
+        label = f"{row['busy']:g} GPUs" if row["busy"] else "none"
+        print(f"{label:>10} {row['runs']:>5} {row['outside']:>8} {row['hits']:>5} "
+              f"{row['requeues']:>9} {statistics.median(w) * 1e3:>14.0f} "
+              f"{max(w) * 1e3:>7.0f} {statistics.median(row['latencies']):>12.2f}")
+    print("hits: hand-offs that failed (Train's group not placed on the handed-over nodes; "
+          "the run was requeued and started again); every run above completed")
+
+
 # Main -------------------------------------------------------------------------------------
 def bench_jobs(bursts: list[int], abba_up_to: int, timeout: float, roots, gpus: float) -> None:
     client = JobSubmissionClient(dashboard_url())
@@ -328,8 +459,9 @@ def bench_jobs(bursts: list[int], abba_up_to: int, timeout: float, roots, gpus: 
           f"{gpus:g} run at once on both sides; {order}; timeout {timeout:g} s a run "
           f"(unfinished jobs count as failed)")
     head = ("; head = the head node's processes alone (GCS, dashboard, raylet and its "
-            "workers: raygang's scheduler and its jobs' drivers, which need no resource; raw "
-            "drivers hold a GPU and run on the workers)") if roots[1] is not None else ""
+            "workers, raygang's scheduler among them; the drivers run on the workers: raw "
+            "ones hold a GPU there, raygang's on the node of their held GPU)"
+            ) if roots[1] is not None else ""
     print(f"memory: peak RSS sum, every 0.5 s, of {roots[2]}{head}")
     print(f"{'burst':>6}  {'side':<8} {'completed':>9} {'failed':>6} {'submit s':>8} "
           f"{'seconds':>8} {'jobs/s':>7} {'peak MiB':>8} {'head MiB':>8} {'load':>5}")
@@ -394,6 +526,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--abba-up-to", type=int, default=50,
                         help="bursts up to this size run ABBA, larger ones raw then raygang")
     parser.add_argument("--train-runs", type=int, default=3)
+    parser.add_argument("--handoff-runs", type=int, default=10,
+                        help="Train runs per condition of the hand-off window (0: skip)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per burst run")
     parser.add_argument("--address", help="an existing cluster (with the dashboard)")
     parser.add_argument("--quick", action="store_true",
@@ -401,7 +535,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick:
         args.bursts, args.abba_up_to, args.train_runs, args.timeout = "4", 0, 1, 120
-    bursts = [int(b) for b in args.bursts.split(",")]
+        args.handoff_runs = 1
+    bursts = [int(b) for b in args.bursts.split(",") if b]
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # Cluster() nodes start without it
     cluster = None
@@ -423,8 +558,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         raygang.start()
         gpus = ray.cluster_resources().get("GPU", 0)
-        bench_jobs(bursts, args.abba_up_to, args.timeout, roots, gpus)
-        bench_train(args.train_runs, warmup=not args.quick, gpus=gpus, roots=roots[0])
+        if bursts:
+            bench_jobs(bursts, args.abba_up_to, args.timeout, roots, gpus)
+        if args.train_runs:
+            bench_train(args.train_runs, warmup=not args.quick, gpus=gpus, roots=roots[0])
+        if args.handoff_runs:
+            bench_handoff(args.handoff_runs, gpus)
     finally:
         if cluster is not None:  # a joined cluster keeps its scheduler
             raygang.shutdown()

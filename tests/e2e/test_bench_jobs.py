@@ -1,0 +1,31 @@
+"""bench/jobs.py runs end to end (--quick): both sides of the job burst, no raygang job
+failed, the jobs/s ratio, the Train start latencies with their ratio, and the hand-off
+window's table (quiet, and beside a neighbour started outside raygang)."""
+
+from __future__ import annotations
+
+import re
+
+from tests.scripts import run_script
+
+
+def test_jobs_benchmark_quick():
+    out = run_script("bench/jobs.py", "--quick", timeout=420)
+    rows = re.findall(r"^ +(\d+) +(raw|raygang) +(\d+) +(\d+) +([\d.]+) +([\d.]+) +([\d.]+) "
+                      r"+(\d+) +(\d+|-) +[\d.]+$", out, re.MULTILINE)
+    assert [(r[0], r[1]) for r in rows] == [("4", "raw"), ("4", "raygang")], out
+    raygang_row = rows[1]
+    assert raygang_row[2:4] == ("4", "0"), out  # all 4 completed, none failed
+    assert all(float(r[6]) > 0 and int(r[7]) > 0 for r in rows), out
+    assert re.search(r"^ +4 +raygang/raw jobs/s: [\d.]+x", out, re.MULTILINE), out
+    assert re.search(r"^  unmanaged +start s: [\d.]+ +median [\d.]+$", out, re.MULTILINE), out
+    assert re.search(r"^  raygang +start s: [\d.]+ +median [\d.]+$", out, re.MULTILINE), out
+    assert re.search(r"^train start latency raygang/unmanaged \(medians\): [\d.]+x$", out,
+                     re.MULTILINE), out
+    assert "raygang hand-off failed: 0 time(s) in 1 raygang run(s)" in out, out
+    handoff = re.findall(r"^ +(none|3 GPUs) +1 +(\d+) +(\d+) +(\d+) +(\d+) +(\d+) +[\d.]+$",
+                         out, re.MULTILINE)
+    assert [h[0] for h in handoff] == ["none", "3 GPUs"], out
+    quiet, busy = handoff
+    assert quiet[1:4] == ("0", "0", "0"), out  # no neighbour, no hit, no requeue
+    assert int(busy[1]) > 0 and 0 < int(quiet[4]) <= int(quiet[5]), out
