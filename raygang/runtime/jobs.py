@@ -239,11 +239,14 @@ class JobLaunch:
     async def resume(self) -> list[Any]:
         return await self.run()
 
+    def _running(self) -> list[TrainSession]:
+        return [s for s in self._mine.values() if s.adopted.is_set()
+                and not s.released.is_set()]
+
     async def signal_preempt(self, grace_s: float) -> list[dict]:
         """Train runs inside the job: through Train's preemption path. A job without
         one: SIGTERM now, and Ray's hard stop after the grace period."""
-        running = [s for s in self._mine.values() if s.adopted.is_set()
-                   and not s.released.is_set()]
+        running = self._running()
         for session in running:
             session.preempt(grace_s)
         if not running:
@@ -271,13 +274,21 @@ class JobLaunch:
             await asyncio.sleep(POLL_S / 4)
 
     async def close(self) -> None:
-        """Stop the job (SIGTERM, then Ray's SIGKILL after the grace), wait until Ray says
+        """Stop the job (Train runs inside through Train's path, then SIGTERM, then Ray's
+        SIGKILL after the grace), wait until Ray says
         it ended, and leave no group behind: Train's inside it, the holds. Runs to the end
         even if cancelled meanwhile (the driver's halt cancels the drive every second)."""
         await run_to_completion(self._close())
 
     async def _close(self) -> None:
         try:
+            if self._submitted and not self._stopping and (running := self._running()):
+                # Stopped, not preempted (a preemption told them already): Train runs
+                # inside still stop through Train's path first, so they checkpoint.
+                grace = self.job.preemption_grace_s
+                for session in running:
+                    session.preempt(grace)
+                await self.wait_bodies([0], grace)
             if self._submitted:
                 await self._stop()
                 await self._ended(self.job.preemption_grace_s + 15)

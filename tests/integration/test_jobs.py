@@ -143,3 +143,23 @@ def test_a_train_run_inside_a_job_is_placed_in_the_job_s_budget(jobs, tmp_path):
     assert driver.node_id != ray.get_runtime_context().get_node_id()
     # The run was not queued as a gang of its own: it used the job's two bundles.
     assert not [g for g in raygang.list_gangs() if g.kind == "train" and g.name == "in-job"]
+
+
+def test_stopping_a_job_stops_its_train_run_through_train_s_path_first(jobs, tmp_path):
+    script = Path(__file__).parents[2] / "examples" / "jobs" / "train.py"
+    job = raygang.submit_job(f"{PY} {script} {tmp_path / 'storage'} 400", gpus=2,
+                             name="stopped", preemption_grace_s=10)
+    jobs.append(job)
+    deadline = time.time() + 120
+    while "starts at step" not in job.logs():
+        assert time.time() < deadline and job.status().state in (
+            GangState.PENDING, GangState.ADMITTED, GangState.RESERVED, GangState.STARTING,
+            GangState.RUNNING), job.logs()
+        time.sleep(0.5)
+    status = job.stop()
+    assert status.state is GangState.CANCELLED
+    # The workers were told through Train's preemption path and checkpointed before the
+    # driver got SIGTERM.
+    logs = job.logs()
+    assert "preempted: checkpoint saved at step" in logs, logs
+    assert list((tmp_path / "storage" / "resumable").glob("checkpoint_*")), logs
