@@ -66,7 +66,7 @@ class GangRecord:
     def life(self) -> Life:
         """What the lifecycle's decisions read of this gang."""
         return Life(self.state, self.restarts, self.spec.max_restarts, self.stopping,
-                    self.cancel_reason)
+                    self.cancel_reason, self.kind)
 
     def apply(self, outcome: Outcome, now: float) -> None:
         """Carry out a lifecycle decision: its moves in order (one to the state the gang is

@@ -65,6 +65,32 @@ class Life:
     max_restarts: int = 0
     stopping: str | None = None  # being preempted: "preempted by gang x" (how it requeues)
     cancel_reason: str | None = None  # a cancellation was asked for (it wins)
+    kind: str = "gang"  # what its run is: the words its history uses (PHASES)
+
+
+@dataclass(frozen=True, slots=True)
+class Phases:
+    """How a kind of run says its steps in a gang's history: a job's reason should
+    speak of its Ray job, not of members and a launch barrier it does not have."""
+
+    reserved: str
+    starting: str
+    running: str
+    finished: str
+
+
+PHASES = {
+    "gang": Phases("placement group ready", "starting members in role order",
+                   "all members ready: released past the launch barrier",
+                   "all members finished"),
+    "deployment": Phases("capacity held on its nodes", "deploying the Serve app there",
+                         "every replica running", "the Serve app ended"),
+    "job": Phases("capacity held on its nodes", "submitting the Ray job",
+                  "the Ray job is running", "the Ray job succeeded"),
+    "train": Phases("capacity held on its nodes",
+                    "handing the nodes over to Ray Train's worker group",
+                    "Train's worker group placed on them", "the Train run finished"),
+}
 
 
 # Events ------------------------------------------------------------------------------
@@ -155,14 +181,15 @@ def decide(life: Life, event: Event, policy: RestartPolicy, now: float) -> Outco
             note = f"; waiting for {waits} preempted gang(s) to stop" if waits else ""
             return _to(S.ADMITTED, f"placed on {nodes} node(s){note}")
         case Reserved():
-            return Outcome((Move(S.RESERVED, "placement group ready"),
-                            Move(S.STARTING, "starting members in role order")))
+            words = PHASES.get(life.kind, PHASES["gang"])
+            return Outcome((Move(S.RESERVED, words.reserved),
+                            Move(S.STARTING, words.starting)))
         case Released():
-            return _to(S.RUNNING, "all members ready: released past the launch barrier")
+            return _to(S.RUNNING, PHASES.get(life.kind, PHASES["gang"]).running)
         case Finished():
             if life.stopping:  # it returned after being told it is preempted
                 return decide(life, Interrupted(), policy, now)
-            return _to(S.SUCCEEDED, "all members finished")
+            return _to(S.SUCCEEDED, PHASES.get(life.kind, PHASES["gang"]).finished)
         case ReservationTimedOut(message):
             return _to(S.PENDING, f"requeued: {message}")
         case MemberFailed(summary, final):

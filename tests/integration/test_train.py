@@ -139,7 +139,7 @@ def test_a_train_run_waits_for_raygang_then_runs_on_exactly_the_reserved_nodes(g
     assert len(reserved) == 2
     assert sorted(entry["node"] for entry in logged(tmp_path, "waits")) == reserved
     events = [e.reason for e in status.events]
-    assert any(r.startswith("all members ready") for r in events)
+    assert "Train's worker group placed on them" in events
 
 
 def test_a_train_run_preempted_by_a_deployment_checkpoints_requeues_and_resumes(

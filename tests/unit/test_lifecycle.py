@@ -43,6 +43,14 @@ CASES = [
      Outcome((Move(S.RUNNING, "all members ready: released past the launch barrier"),))),
     ("finished", Life(S.RUNNING), Finished(),
      Outcome((Move(S.SUCCEEDED, "all members finished"),))),
+    # A Ray job's history speaks of its Ray job, not of members and a launch barrier.
+    ("job-reserved", Life(S.ADMITTED, kind="job"), Reserved(),
+     Outcome((Move(S.RESERVED, "capacity held on its nodes"),
+              Move(S.STARTING, "submitting the Ray job")))),
+    ("job-released", Life(S.STARTING, kind="job"), Released(),
+     Outcome((Move(S.RUNNING, "the Ray job is running"),))),
+    ("job-finished", Life(S.RUNNING, kind="job"), Finished(),
+     Outcome((Move(S.SUCCEEDED, "the Ray job succeeded"),))),
     # A body that returns once told it is preempted goes back in line, it did not succeed.
     ("finished-while-preempted", Life(S.RUNNING, stopping=BY), Finished(),
      Outcome((Move(S.PREEMPTED, BY), Move(S.PENDING, BY)), preempted_by=BY)),
