@@ -146,15 +146,16 @@ def _job_rows(g: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def jobs_table(page: Mapping[str, Any]) -> RenderableType:
-    """Jobs: like gangs, with the Ray job of the last attempt and the command."""
-    table = _table("ID", "QUEUE", "STATE", "POSITION", "AGE", "RAY JOB", "ENTRYPOINT", "REASON")
-    table.columns[0].no_wrap = True
+    """Jobs: like gangs, with the Ray job of the last attempt (`job status` shows the
+    command: here it would leave the reason no room)."""
+    table = _table("ID", "QUEUE", "STATE", "POSITION", "AGE", "RAY JOB", "REASON")
+    for column in table.columns[:-1]:
+        column.no_wrap = True
     now = page["now"]
     for g in page["items"]:
         table.add_row(g["gang_id"], g["queue"], state(g["state"]),
                       _or_dash(g.get("queue_position")), age(now - g["submitted_at"]),
-                      g.get("ray_job_id") or "-", g.get("entrypoint") or "",
-                      g.get("reason") or "")
+                      g.get("ray_job_id") or "-", g.get("reason") or "")
     shown, total = len(page["items"]), page["total"]
     if shown < total:
         more = Text(f"{shown} of {total} jobs (use --limit to see more)", style="dim")

@@ -50,7 +50,7 @@ def test_submit_wait_then_list_status_and_logs(api_server, jobs):  # noqa: F811
     listed = ok(run_cli("job", "list", "--queue", "team-a", api=api_server, token="team-a"))
     header, row = listed.splitlines()[0], next(r for r in listed.splitlines() if job_id in r)
     assert header.split() == ["ID", "QUEUE", "STATE", "POSITION", "AGE", "RAY", "JOB",
-                              "ENTRYPOINT", "REASON"], header
+                              "REASON"], header
     assert row.split()[:4] == [job_id, "team-a", "SUCCEEDED", "-"] and ray_job in row, row
     page = json.loads(ok(run_cli("job", "list", "--state", "succeeded", "-o", "json",
                                  api=api_server)))
