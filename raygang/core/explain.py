@@ -39,9 +39,12 @@ def why_not(bundles: Sequence[Resources], strategy: Strategy, capacity: Capacity
     missing = total.shortfall(cluster_free)
     if missing:
         name = missing.names_by_scarcity()[0]
+        # A node can be booked beyond its total while a preempted gang still stops there
+        # (its successor is booked already): it has none free, not a negative amount.
+        free = sum(max(0.0, vector.get(name)) * len(ids) for vector, ids in capacity.classes())
         return (
             f"needs {total} in all ({shape}); free in the cluster is "
-            f"{name} {format_amount(name, cluster_free.get(name))}{_by_node(name, capacity)}"
+            f"{name} {format_amount(name, free)}{_by_node(name, capacity)}"
         )
     for bundle in sorted(set(bundles), key=lambda b: [-b.units(n) for n in capacity.resource_names]):
         if capacity.best_node(bundle) is None:

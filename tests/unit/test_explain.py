@@ -6,7 +6,11 @@ import pytest
 
 from raygang.core import Strategy, describe_bundles, place, unschedulable_reason, why_not
 
-from tests.unit.builders import bundles, capacity, cluster, spec
+from raygang.core.capacity import Capacity
+from raygang.core.resources import Resources
+from raygang.core.snapshot import NodeState
+
+from tests.unit.builders import bundles, capacity, cluster, node, spec
 
 
 @pytest.mark.parametrize(
@@ -128,3 +132,14 @@ def test_many_nodes_are_summarised():
     assert "only 0 nodes can hold {GPU: 2}" in reason
     reason = why_not(bundles("8xGPU=1"), Strategy.STRICT_SPREAD, cap)
     assert "only 7 nodes can hold {GPU: 1}: w-1, w-2, w-3, w-4 and 3 more" in reason
+
+
+def test_a_node_booked_beyond_its_total_shows_none_free_not_a_negative_amount():
+    # w-1 is booked twice while a preempted gang still stops there: free GPU -1 (what
+    # observe computes: its total minus raygang's bookings on it).
+    over = node("w-1: GPU=4")
+    over = NodeState(node_id="w-1", total=over.total, free=over.total - Resources(GPU=5),
+                     name="w-1")
+    cap = Capacity((over, node("w-2: GPU=4 free GPU=1")))
+    reason = why_not(bundles("4xGPU=1"), Strategy.PACK, cap)
+    assert "free in the cluster is GPU 1 (w-2: 1, 1 node with none)" in reason, reason
