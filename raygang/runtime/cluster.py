@@ -110,7 +110,7 @@ class RayCluster:
 
     def _adopt_job(self, record: GangRecord) -> JobLaunch | None:
         """A job whose Ray job still runs (Ray Jobs outlive the scheduler)."""
-        if record.ray_job_id is None or self.jobs.status(record.ray_job_id) != "RUNNING":
+        if record.ray_job_id is None or self.jobs.status_now(record.ray_job_id) != "RUNNING":
             return None
         launch = JobLaunch.adopted(record.gang_id, record.spec, record.workload, record.nodes,
                                    record.ray_job_id, self.jobs, self.lease_s, self.sessions,

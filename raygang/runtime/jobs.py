@@ -31,6 +31,7 @@ from raygang.core.budget import never_fits
 from raygang.core.resources import Resources
 from raygang.core.spec import GangSpec, JobSpec
 from raygang.runtime.handoff import Budget, selector
+from raygang.runtime.ray_private import job_status, job_status_now
 from raygang.runtime.trainrun import TrainSession
 
 log = logging.getLogger(__name__)
@@ -76,13 +77,12 @@ class JobClient:
     def submit(self, **kwargs: Any) -> str:
         return self._sdk().submit_job(**kwargs)
 
-    def status(self, job_id: str) -> str | None:
-        try:
-            return str(getattr(self._sdk().get_job_status(job_id), "value", None))
-        except RuntimeError as error:  # the SDK's "job does not exist"
-            if "does not exist" in str(error):
-                return None
-            raise
+    async def status(self, job_id: str) -> str | None:
+        """From the GCS, where the dashboard reads it too (no HTTP request per poll)."""
+        return await job_status(job_id)
+
+    def status_now(self, job_id: str) -> str | None:
+        return job_status_now(job_id)
 
     def message(self, job_id: str) -> str:
         info = self._sdk().get_job_info(job_id)
@@ -210,7 +210,7 @@ class JobLaunch:
             await asyncio.sleep(POLL_S / 4)
 
     async def _status(self) -> str | None:
-        return await asyncio.to_thread(self.client.status, self.job_id)
+        return await self.client.status(self.job_id)
 
     async def run(self) -> list[Any]:
         """Until the entrypoint ends: SUCCEEDED returns, anything else fails the gang."""

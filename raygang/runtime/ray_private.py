@@ -41,6 +41,37 @@ def gcs_kv_client() -> Any:
     return internal_kv_get_gcs_client()
 
 
+async def job_status(submission_id: str, timeout_s: float = 30) -> str | None:
+    """A Ray job's status ("PENDING", "RUNNING", "SUCCEEDED"...; None: no such job) as Ray's
+    job manager keeps it in the GCS: what `JobSubmissionClient.get_job_status` reads
+    through the dashboard, without an HTTP connection per call (polling every running job
+    that way cost the scheduler more than everything else it does under a burst of jobs)."""
+    key, namespace = _job_info_key(submission_id)
+    info = await gcs_kv_client().async_internal_kv_get(key, namespace=namespace,
+                                                       timeout=timeout_s)
+    return _status_of(info)
+
+
+def job_status_now(submission_id: str) -> str | None:
+    """`job_status`, blocking (for code that is not async)."""
+    key, namespace = _job_info_key(submission_id)
+    return _status_of(gcs_kv_client().internal_kv_get(key, namespace))
+
+
+def _job_info_key(submission_id: str) -> tuple[bytes, bytes]:
+    from ray._private.ray_constants import KV_NAMESPACE_JOB
+    from ray.dashboard.modules.job.common import JobInfoStorageClient
+
+    return JobInfoStorageClient.JOB_DATA_KEY.format(job_id=submission_id).encode(), \
+        KV_NAMESPACE_JOB
+
+
+def _status_of(info: bytes | None) -> str | None:
+    import json
+
+    return None if info is None else str(json.loads(info)["status"])
+
+
 def canonicalize_bootstrap_address(address: str) -> str | None:
     """`auto` or host:port as the GCS address `ray.init` would use (None: no cluster)."""
     from ray._private.services import canonicalize_bootstrap_address as canonical
