@@ -32,7 +32,8 @@ return -> Train's group placed) and how often the neighbour took the capacity in
     python bench/jobs.py            # bursts 50 and 200, 3 Train runs each, 10 hand-offs
                                     # per condition: ~13 min here
     python bench/jobs.py --quick    # burst 4, 1 run of each, for tests
-    python bench/jobs.py --bursts 1000 --abba-up-to 0 --train-runs 0 --handoff-runs 0
+    python bench/jobs.py --bursts 1000 --sides raygang --train-runs 0 --handoff-runs 0 \
+        --timeout 2400              # 1,000 jobs at once, all accepted, listed and run
 """
 
 from __future__ import annotations
@@ -447,14 +448,20 @@ def bench_handoff(runs: int, gpus: float) -> None:
 
 
 # Main -------------------------------------------------------------------------------------
-def bench_jobs(bursts: list[int], abba_up_to: int, timeout: float, roots, gpus: float) -> None:
+def bench_jobs(bursts: list[int], abba_up_to: int, timeout: float, roots, gpus: float,
+               sides: tuple[str, ...] = ("raw", "raygang")) -> None:
     client = JobSubmissionClient(dashboard_url())
     warm = []
-    for side in ("raw", "raygang"):  # warm-up: dashboard, job agent, worker processes
+    for side in sides:  # warm-up: dashboard, job agent, worker processes
         warm.append(run_side(side, client, 2, f"warm-{side}", timeout, roots))
         wait_idle(gpus)
-    order = (f"runs raw, raygang, raygang, raw (ABBA) for bursts up to {abba_up_to}, raw "
-             f"then raygang above" if abba_up_to else "runs raw then raygang")
+    if len(sides) == 1:
+        order = f"{sides[0]} only"
+    elif abba_up_to:
+        order = (f"runs raw, raygang, raygang, raw (ABBA) for bursts up to {abba_up_to}, raw "
+                 f"then raygang above")
+    else:
+        order = "runs raw then raygang"
     print(f"jobs: each `python -c 'time.sleep(0.5)'` with 1 GPU; {gpus:g} GPUs, so at most "
           f"{gpus:g} run at once on both sides; {order}; timeout {timeout:g} s a run "
           f"(unfinished jobs count as failed)")
@@ -470,8 +477,8 @@ def bench_jobs(bursts: list[int], abba_up_to: int, timeout: float, roots, gpus: 
         f"{w.side} {w.completed}/{w.burst} in {w.seconds:.1f} s" for w in warm))
     for n in bursts:
         rate = {"raw": [0, 0.0], "raygang": [0, 0.0]}
-        sides = ("raw", "raygang") + (("raygang", "raw") if n <= abba_up_to else ())
-        for k, side in enumerate(sides):
+        runs = sides + (sides[::-1] if n <= abba_up_to and len(sides) == 2 else ())
+        for k, side in enumerate(runs):
             out = run_side(side, client, n, f"b{n}r{k}", timeout, roots)
             outcomes.append(out)
             rate[side][0] += out.completed
@@ -481,9 +488,10 @@ def bench_jobs(bursts: list[int], abba_up_to: int, timeout: float, roots, gpus: 
                   f"{out.seconds:>8.2f} {out.completed / out.seconds:>7.2f} "
                   f"{out.peak_mib:>8.0f} {head} {out.load:>5.1f}", flush=True)
             wait_idle(gpus)
-        raw, rg = (rate[s][0] / rate[s][1] for s in ("raw", "raygang"))
-        ratio = f"{rg / raw:.2f}x" if raw else "n/a (raw completed none)"
-        print(f"{n:>6}  raygang/raw jobs/s: {ratio} (raw {raw:.2f}, raygang {rg:.2f})")
+        if len(sides) == 2:
+            raw, rg = (rate[s][0] / rate[s][1] for s in ("raw", "raygang"))
+            ratio = f"{rg / raw:.2f}x" if raw else "n/a (raw completed none)"
+            print(f"{n:>6}  raygang/raw jobs/s: {ratio} (raw {raw:.2f}, raygang {rg:.2f})")
     print_after(client, warm + outcomes, timeout)
 
 
@@ -530,6 +538,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="Train runs per condition of the hand-off window (0: skip)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per burst run")
     parser.add_argument("--address", help="an existing cluster (with the dashboard)")
+    parser.add_argument("--sides", default="raw,raygang",
+                        help="which sides run the bursts: raw,raygang or one of them")
     parser.add_argument("--quick", action="store_true",
                         help="burst 4, raw then raygang, 1 Train run each (for tests)")
     args = parser.parse_args(argv)
@@ -559,7 +569,8 @@ def main(argv: list[str] | None = None) -> int:
         raygang.start()
         gpus = ray.cluster_resources().get("GPU", 0)
         if bursts:
-            bench_jobs(bursts, args.abba_up_to, args.timeout, roots, gpus)
+            bench_jobs(bursts, args.abba_up_to, args.timeout, roots, gpus,
+                       tuple(args.sides.split(",")))
         if args.train_runs:
             bench_train(args.train_runs, warmup=not args.quick, gpus=gpus, roots=roots[0])
         if args.handoff_runs:
