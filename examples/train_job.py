@@ -76,6 +76,10 @@ def main() -> None:
     print(f"job {final.state.value} as Ray job {final.ray_job_id}, same id "
           f"{final.gang_id == job.gang_id}; attempt 1 said: {said(logs, 'starts at step')}")
     print(f"  {said(logs, 'training done')}")
+    if final.error is not None:  # what went wrong, and the events that led there
+        print(f"  error: {final.error.summary}")
+        for event in final.events[-8:]:
+            print(f"    {event.to_state.value}: {event.reason}")
     raygang.shutdown()
 
 

@@ -105,7 +105,12 @@ class RayCluster:
 
     def _job(self, gang_id: str, launch: JobLaunch) -> JobLaunch:
         self.launches[gang_id] = launch
-        launch.on_close = lambda: self.launches.pop(gang_id, None)
+
+        def closed() -> None:  # this attempt's, not a later attempt's already registered
+            if self.launches.get(gang_id) is launch:
+                del self.launches[gang_id]
+
+        launch.on_close = closed
         return launch
 
     def _adopt_job(self, record: GangRecord) -> JobLaunch | None:
