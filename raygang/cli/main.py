@@ -29,6 +29,7 @@ from raygang.cli.options import (
     emit,
     output_option,
 )
+from raygang.sim.cli import sim
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -44,6 +45,7 @@ def cli(ctx: click.Context, address: str, token: str | None) -> None:
 
 
 cli.add_command(job)
+cli.add_command(sim)
 
 
 def read_yaml(path: str) -> dict[str, Any]:

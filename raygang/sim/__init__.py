@@ -1,0 +1,33 @@
+"""`raygang sim`: replay a cluster trace through raygang's control plane in virtual time.
+
+Light on import (the `raygang` command line loads this package for its `sim` command):
+the Python API is loaded when first used.
+
+    from raygang.sim import load_philly, simulate
+    trace = load_philly("philly_jobs_sep_oct.csv.gz", start="2017-10-02", days=7)
+    result = simulate(trace, policies=["raygang", "fifo"], nodes=80)
+    print(result.table())
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_API = {
+    "simulate": "raygang.sim.api", "Comparison": "raygang.sim.api",
+    "load_csv": "raygang.sim.trace", "Trace": "raygang.sim.trace",
+    "TraceError": "raygang.sim.trace", "TraceJob": "raygang.sim.trace",
+    "load_philly": "raygang.sim.philly", "SimSettings": "raygang.sim.settings",
+    "POLICIES": "raygang.sim.policies",
+}
+
+__all__ = sorted(_API)
+
+
+def __getattr__(name: str) -> Any:
+    module = _API.get(name)
+    if module is None:
+        raise AttributeError(f"module 'raygang.sim' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,152 @@
+"""`raygang sim`: the command. Only click is imported here (the `raygang` command loads
+this module for its help); the simulator is imported when the command runs."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+import click
+
+EXIT_USAGE = 2
+SHIPPED_WEEK = Path(__file__).parent / "data" / "philly_2017-10-02_week.csv.gz"
+
+
+class SimUsageError(click.ClickException):
+    exit_code = EXIT_USAGE
+
+
+def _policies(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
+              ) -> list[str]:
+    names = [n.strip() for v in value for n in v.split(",") if n.strip()]
+    return names or ["raygang"]
+
+
+@click.command("sim")
+@click.argument("trace")
+@click.option("--config", "config_paths", type=click.Path(exists=True, dir_okay=False,
+              path_type=Path), multiple=True,
+              help="Scheduler config (YAML) whose policy is replayed: queues, priority "
+              "classes, actions, backfill. Its queues must name the trace's tenants.")
+@click.option("--nodes", type=click.IntRange(1), default=80, show_default=True,
+              help="Nodes in the simulated cluster.")
+@click.option("--gpus-per-node", type=click.IntRange(1), default=8, show_default=True)
+@click.option("--policy", "policies", multiple=True, callback=_policies,
+              help="Policies to compare, comma-separated or repeated: raygang, fifo, "
+              "static, sjf, kueue, kai [default: raygang].")
+@click.option("--start", help="Philly traces: first submission time kept "
+              "(YYYY-MM-DD[ HH:MM:SS]).")
+@click.option("--end", help="Philly traces: submissions before this time are kept.")
+@click.option("--days", type=click.FloatRange(0, min_open=True),
+              help="Philly traces: keep this many days from --start (instead of --end).")
+@click.option("--vc-nodes", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Philly traces: nodes per VC, for quotas [default: philly_vc_nodes.csv "
+              "beside the trace].")
+@click.option("--checkpoint", "checkpoint_s", type=click.FloatRange(0), default=1800.0,
+              show_default=True, help="Seconds of running between a job's checkpoints.")
+@click.option("--grace", "grace_s", type=click.FloatRange(0), default=30.0,
+              show_default=True, help="Each gang's preemption grace period (seconds).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path),
+              help="Write report.json, report.txt and the plots here.")
+@click.option("--no-plots", is_flag=True, help="With --out: no PNG plots.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
+def sim(trace: str, config_paths: tuple[Path, ...], nodes: int, gpus_per_node: int,
+        policies: list[str], start: str | None, end: str | None, days: float | None,
+        vc_nodes: Path | None, checkpoint_s: float, grace_s: float, out: Path | None,
+        no_plots: bool, quiet: bool) -> None:
+    """Replay TRACE through raygang's scheduler in simulated time and compare policies.
+
+    TRACE is a trace CSV (submit_s, duration_s, gpus or shape, queue, priority, name:
+    see raygang.sim.trace) or the Philly job file (philly_jobs_sep_oct.csv.gz), gzipped
+    or not; `philly-week` is the week of Philly shipped with raygang (Oct 2-9 2017,
+    CC BY 4.0, see raygang/sim/data/SOURCE.txt). Prints a table of JCT, queueing, allocation, preemptions and fairness per
+    policy; with --out also writes it as JSON and draws plots.
+    """
+    from pydantic import ValidationError
+
+    from raygang.sim.api import simulate
+    from raygang.sim.policies import POLICIES
+    from raygang.sim.settings import SimSettings
+    from raygang.sim.trace import TraceError
+
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        raise SimUsageError(f"unknown policy {unknown[0]!r} (known: {', '.join(POLICIES)})")
+    path = SHIPPED_WEEK if trace == "philly-week" else Path(trace)
+    if not path.is_file():
+        raise SimUsageError(f"{trace}: no such trace file")
+    try:
+        config = _config(config_paths)
+        loaded = _trace(path, config, nodes, gpus_per_node, start, end, days, vc_nodes)
+        settings = SimSettings(nodes=nodes, gpus_per_node=gpus_per_node,
+                               checkpoint_s=checkpoint_s, preemption_grace_s=grace_s)
+    except TraceError as error:
+        raise SimUsageError(str(error)) from None
+    except (ValidationError, ValueError, OSError) as error:
+        raise SimUsageError(" ".join(str(error).split())) from None
+    with _progress(quiet, policies) as tick:
+        comparison = simulate(loaded, policies, settings, config, tick)
+    click.echo(comparison.table())
+    if out is not None:
+        for path in comparison.write(out, plots=not no_plots):
+            click.echo(f"wrote {path}")
+
+
+def _config(paths: tuple[Path, ...]) -> Any:
+    from raygang.control.config import SchedulerConfig
+
+    return SchedulerConfig.from_files(list(paths)) if paths else SchedulerConfig()
+
+
+def _is_philly(path: Path) -> bool:
+    from raygang.sim.trace import open_text
+
+    with open_text(path) as text:
+        header = next(csv.reader(text), [])
+    return "num_gpus" in header and "cluster" in header
+
+
+def _trace(path: Path, config: Any, nodes: int, gpus_per_node: int, start: str | None,
+           end: str | None, days: float | None, vc_nodes: Path | None) -> Any:
+    from raygang.sim.philly import load_philly
+    from raygang.sim.trace import load_csv
+
+    if _is_philly(path):
+        return load_philly(path, vc_nodes, start=start, end=end, days=days, nodes=nodes,
+                           gpus_per_node=gpus_per_node)
+    if start or end or days or vc_nodes:
+        raise SimUsageError("--start, --end, --days and --vc-nodes are for Philly traces; "
+                            "a trace CSV is replayed whole")
+    named = [q.name for q in config.queues if q.name != "default"]
+    return load_csv(path, gpus_per_node, queues=(named + ["default"]) if named else None)
+
+
+class _progress:
+    """One rich progress bar per policy (jobs finished), or nothing when quiet."""
+
+    def __init__(self, quiet: bool, policies: list[str]):
+        self.quiet, self.policies = quiet, policies
+        self.bars: Any = None
+        self.tasks: dict[str, Any] = {}
+
+    def __enter__(self) -> Any:
+        if self.quiet:
+            return None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self.bars = Progress(TextColumn("{task.description:>10}"), BarColumn(),
+                             MofNCompleteColumn(), TextColumn("jobs, {task.fields[at]}"),
+                             transient=False)
+        self.bars.__enter__()
+        return self.tick
+
+    def tick(self, policy: str, now: float, done: int, total: int) -> None:
+        if policy not in self.tasks:
+            self.tasks[policy] = self.bars.add_task(policy, total=total, at="")
+        self.bars.update(self.tasks[policy], completed=done,
+                         at=f"{now / 3600:,.0f} h simulated")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bars is not None:
+            self.bars.__exit__(*exc)

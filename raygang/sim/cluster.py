@@ -1,0 +1,235 @@
+"""The simulated cluster: the control plane's `Cluster` and `GangRun` ports in virtual time.
+
+It does what `control.memory.MemoryCluster` does for the test tier (nodes with resources,
+a run books its bundles on the nodes its admission chose, members run for as long as
+their work says), but it is driven by events instead of polling: a member's body ends on
+a timer set for the moment its work is done, so a run costs a few callbacks whatever it
+lasts (polling every few milliseconds of simulated time would cost millions over a
+week). Free resources per node are kept as bookings come and go, not summed per read.
+
+Work and checkpoints: a job needs `duration_s` seconds of work. An attempt that is
+stopped keeps the work up to its last checkpoint (every `checkpoint_s` of running, from
+its start) and loses the rest, which it must do again. Told of a preemption, a member
+runs no hook (trace jobs have none): its body keeps running through the gang's grace
+period and is then stopped, as `control.driver` does on Ray.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable, Collection, Iterable, Sequence
+from typing import Any
+
+from raygang.control.ports import GangRun, ReservationTimeout
+from raygang.control.records import GangRecord
+from raygang.control.status import MemberStatus
+from raygang.core.gang import GangState
+from raygang.core.resources import Resources
+from raygang.core.snapshot import ClusterSnapshot, NodeState, PlacedGang
+from raygang.sim.ledger import JobLog, Stop, TenantUsage
+
+
+class SimCluster:
+    """Nodes, what is booked on them, and the jobs' work (the `Cluster` port)."""
+
+    def __init__(self, nodes: Iterable[tuple[str, Resources]], jobs: dict[str, JobLog],
+                 usage: TenantUsage, clock: Callable[[], float], checkpoint_s: float):
+        self.total = dict(nodes)
+        self.free = dict(self.total)
+        self.jobs = jobs  # gang name -> its job's log
+        self.usage = usage
+        self.clock = clock
+        self.checkpoint_s = checkpoint_s
+        self.booked: dict[str, list[tuple[str, Resources]]] = {}  # gang id -> bundles
+        self._freed: asyncio.Event | None = None  # set when something is unbooked
+        # Called when a gang starts running: the scheduler's view changed without an event
+        # of its own (a resync on Ray finds it; here the loop is woken at once).
+        self.on_change: Callable[[], None] = lambda: None
+
+    # The port ------------------------------------------------------------------------
+    def observe(self, held: Iterable[PlacedGang], draining: Collection[str]) -> ClusterSnapshot:
+        """Free = what nothing is booked on, less what held gangs not yet booked will take
+        (admitted, waiting for their victims to go): `MemoryCluster.observe`'s
+        min(free, total - held), computed without summing every held gang per node (a
+        booked gang is always held: its driver unbooks before it lets go)."""
+        held = tuple(held)
+        coming: dict[str, Resources] = {}
+        booked = self.booked
+        for gang in held:
+            if gang.gang_id not in booked:
+                for node_id, bundle in gang.bundles:
+                    coming[node_id] = coming[node_id] + bundle if node_id in coming else bundle
+        nodes = []
+        free_now = self.free
+        for node_id, total in self.total.items():
+            if node_id in draining:
+                free = Resources()
+            elif node_id in coming:
+                free = free_now[node_id] - coming[node_id]
+            else:
+                free = free_now[node_id]
+            nodes.append(NodeState(node_id, total, free, name=node_id))
+        return ClusterSnapshot(tuple(nodes), held)
+
+    def new_run(self, record: GangRecord, nodes: Sequence[str], attempt: int,
+                on_member_ready: Callable[[MemberStatus], None]) -> GangRun:
+        return SimRun(self, record, tuple(nodes), on_member_ready)
+
+    def leftovers(self, known: set[str]) -> _NoLeftovers:
+        return _NoLeftovers()  # a replay starts on an empty cluster, and never restarts
+
+    def adopt(self, record: GangRecord, leftovers: Any) -> GangRun | None:
+        return None
+
+    async def fetch(self, results: list[Any]) -> list[Any]:
+        return list(results)
+
+    def restore_results(self, values: list[Any]) -> list[Any]:
+        return list(values)
+
+    # Booking -------------------------------------------------------------------------
+    def fits(self, bundles: Sequence[tuple[str, Resources]]) -> bool:
+        need: dict[str, Resources] = {}
+        for node, bundle in bundles:
+            need[node] = need[node] + bundle if node in need else bundle
+        return all(amount.fits_in(self.free[node]) for node, amount in need.items())
+
+    def book(self, gang_id: str, bundles: list[tuple[str, Resources]]) -> None:
+        for node, bundle in bundles:
+            self.free[node] = self.free[node] - bundle
+        self.booked[gang_id] = bundles
+
+    def unbook(self, gang_id: str) -> None:
+        for node, bundle in self.booked.pop(gang_id, ()):
+            self.free[node] = self.free[node] + bundle
+        if self._freed is not None:
+            self._freed.set()
+            self._freed = None
+
+    async def freed(self) -> None:
+        """Until the next unbooking."""
+        if self._freed is None:
+            self._freed = asyncio.Event()
+        await self._freed.wait()
+
+
+class SimRun:
+    """One attempt of one job (the `GangRun` port). Its body ends when its work is done."""
+
+    def __init__(self, cluster: SimCluster, record: GangRecord, nodes: tuple[str, ...],
+                 on_member_ready: Callable[[MemberStatus], None]):
+        self.cluster = cluster
+        self.record = record
+        self.log = cluster.jobs[record.spec.name]
+        self.bundles = list(zip(nodes, record.spec.bundles))
+        self.on_member_ready = on_member_ready
+        self.gpus = self.log.job.gpus
+        self.started: float | None = None
+        self._body: asyncio.Future | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._closed = False
+
+    async def reserve(self) -> None:
+        """Book the bundles once they are free (the victims waited for are gone by now;
+        only a plan decided on a stale view would wait), within the reservation timeout."""
+        cluster = self.cluster
+        try:
+            async with asyncio.timeout(self.record.spec.reservation_timeout_s):
+                while not cluster.fits(self.bundles):
+                    await cluster.freed()
+        except TimeoutError:
+            raise ReservationTimeout(
+                f"the reservation of gang {self.record.gang_id} was not ready within "
+                f"{self.record.spec.reservation_timeout_s:g}s") from None
+        cluster.book(self.record.gang_id, self.bundles)
+
+    async def start_members(self) -> None:
+        now = self.cluster.clock()
+        for slot in self.record.spec.slots:
+            self.on_member_ready(MemberStatus(
+                role=slot.role, index=slot.index, rank=slot.rank,
+                actor_name=f"sim-{self.record.gang_id}-{slot.role}-{slot.index}",
+                node_id=self.bundles[slot.rank][0], ready_at=now))
+
+    async def run(self) -> list[Any]:
+        cluster, log = self.cluster, self.log
+        now = cluster.clock()
+        self.started = log.attempt_start = now
+        log.attempts += 1
+        if log.first_start is None:
+            log.first_start = now
+        queue = log.job.queue
+        cluster.usage.change(now, queue, running=self.gpus, pending=-self.gpus,
+                             pending_jobs=-1)
+        cluster.on_change()
+        loop = asyncio.get_running_loop()
+        self._body = loop.create_future()
+        self._timer = loop.call_at(now + log.remaining_s, _finish, self._body)
+        await self._body
+        return [None] * self.record.spec.world_size
+
+    async def resume(self) -> list[Any]:
+        raise NotImplementedError("the simulated scheduler never restarts")
+
+    async def signal_preempt(self, grace_s: float) -> list[dict]:
+        running = self._body is not None and not self._body.done()
+        return [{"member": f"{s.role}-{s.index}", "rank": s.rank, "hooks": 0, "error": None,
+                 "running": running} for s in self.record.spec.slots]
+
+    async def wait_bodies(self, ranks: Sequence[int], timeout: float) -> None:
+        if self._body is not None and not self._body.done():
+            await asyncio.wait([self._body], timeout=max(0.0, timeout))
+
+    async def close(self) -> None:
+        """Free the nodes; account for the attempt: done, or stopped (work lost since the
+        last checkpoint, the job pending again)."""
+        if self._closed:
+            return
+        self._closed = True
+        cluster, log = self.cluster, self.log
+        cluster.unbook(self.record.gang_id)
+        if self.started is None:
+            return  # stopped before it ran: nothing done, nothing lost
+        now = cluster.clock()
+        ran = now - self.started
+        log.running_s += ran
+        log.attempt_start = None
+        queue = log.job.queue
+        if self._timer is not None:
+            self._timer.cancel()
+        if self.record.state is not GangState.PENDING:  # it ended (succeeded, or failed)
+            log.remaining_s = max(0.0, log.remaining_s - ran)
+            cluster.usage.change(now, queue, running=-self.gpus)
+            return
+        # Requeued (preempted; a body that ended during its grace period counts as
+        # stopped too, as the lifecycle has it: it runs again, with nothing left to do).
+        if ran >= log.remaining_s:
+            saved = log.remaining_s
+        else:
+            every = cluster.checkpoint_s
+            saved = math.floor(ran / every) * every if every > 0 else ran
+        lost = max(0.0, min(ran, log.remaining_s) - saved)
+        log.remaining_s -= saved
+        action, for_gpus = log.stopped_for or ("unknown", 0)
+        log.stopped_for = None
+        log.stops.append(Stop(at=now, ran_s=ran, lost_s=lost, gpus=self.gpus, action=action,
+                              started_at=self.started, for_gpus=for_gpus))
+        cluster.usage.change(now, queue, running=-self.gpus, pending=self.gpus,
+                             pending_jobs=1)
+
+
+class _NoLeftovers:
+    def take(self, gang_id: str) -> None:
+        pass
+
+    def clear(self, gang_id: str | None) -> int:
+        return 0
+
+    def orphans(self, unfinished: set[str]) -> int:
+        return 0
+
+
+def _finish(body: asyncio.Future) -> None:
+    if not body.done():
+        body.set_result(None)

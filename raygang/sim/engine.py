@@ -1,0 +1,270 @@
+"""One replay: a trace through raygang's control plane in virtual time, under one policy.
+
+How it runs. The real `ControlPlane` (registry, journal, fleet of gang drivers, the
+scheduling loop and `core.schedule`, the lifecycle) runs on a `VirtualTimeLoop` (clock.py)
+over a `SimCluster` (cluster.py), with the loop class of `sim.loop` (no re-check cycles for
+Ray's lagging view; `product_loop=True` keeps the product's class, which decides the same,
+more slowly). Jobs are submitted through
+`ControlPlane.submit` at their trace times; the loop wakes, decides, and the fleet's
+drivers reserve, start and run each admitted gang, whose body ends when its work is done;
+preemptions go through the drivers' real grace-period path. Whenever every task waits,
+the loop's clock jumps to the next timer (a job's end, a submission, the loop's resync, a
+restart backoff), so the replay costs what the control plane does, not how long the
+trace lasts. That is why this drives the event loop rather than calling the cycle step
+by step: the order of wake-ups, the drivers waiting for their victims, the grace periods
+and the journal's writes are the product's own code, not a re-enactment of it.
+
+Deterministic: one thread, one event loop, timers ordered by time and then by the order
+they were set, gang names fixed by trace order (`j000042`) so that no tie is broken by the
+random part of a gang id. The same trace and settings give the same ledger.
+
+A policy may run on its own partition of the cluster (a static partition: one control
+plane per tenant, each on its own nodes, all on the same loop and clock) and may decide
+with another function than `core.schedule` (a baseline: `sim.policies`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from raygang.control.config import SchedulerConfig
+from raygang.control.errors import UnschedulableError
+from raygang.control.journal import Journal
+from raygang.control.plane import ControlPlane
+from raygang.control.ports import NoMetrics
+from raygang.control.program import RoleProgram
+from raygang.control.records import GangRecord
+from raygang.control.store import Store
+from raygang.control.tasks import cancel_and_wait
+from raygang.core.gang import GangState
+from raygang.core.plan import Preemption
+from raygang.core.resources import Resources
+from raygang.core.spec import GangSpec, RoleSpec, Strategy
+from raygang.sim.clock import VirtualTimeLoop
+from raygang.sim.cluster import SimCluster
+from raygang.sim.ledger import JobLog, TenantUsage
+from raygang.sim.policies import Part, SimPolicy, tenant_quotas
+from raygang.sim.settings import SimSettings
+from raygang.sim.trace import Trace, TraceJob
+
+Progress = Callable[[float, int, int], None]  # (simulated seconds, jobs done, jobs in all)
+PROGRESS_EVERY_S = 3600.0  # of simulated time
+STUCK_AFTER_S = 7 * 86400.0  # nothing running, nothing ending, jobs waiting: a bug
+
+
+class SimulationStuck(RuntimeError):
+    """The replay can never end: jobs wait for capacity the policy never gives them."""
+
+
+@dataclass
+class Replay:
+    """What one replay produced: the ledger, per job and per tenant, and its cost."""
+
+    policy: str
+    jobs: dict[str, JobLog]  # gang name -> log, in trace order
+    usage: TenantUsage
+    end_s: float  # simulated time when the last job ended
+    wall_s: float
+    cycles: int
+    gpus: int  # of the cluster
+    quotas: dict[str, int]
+
+
+class DiscardingStore(Store):
+    """A store that keeps nothing: a replay never restarts its scheduler. The journal still
+    serializes every record it writes, as it would for a real store (that cost is real)."""
+
+    async def put(self, table: str, key: str, value: bytes) -> None:
+        pass
+
+    async def delete(self, table: str, key: str) -> None:
+        pass
+
+    async def load(self, table: str) -> dict[str, bytes]:
+        return {}
+
+    async def get(self, table: str, key: str) -> bytes | None:
+        return None
+
+    async def keys(self, table: str) -> list[str]:
+        return []
+
+
+class LedgerMetrics(NoMetrics):
+    """The metrics port, feeding the ledger: who was stopped by which action, who ended."""
+
+    def __init__(self, jobs: dict[str, JobLog], ended: Callable[[], None]):
+        self._jobs = jobs
+        self._ended = ended
+
+    def preempted(self, victim: GangRecord, preemptor: GangRecord,
+                  preemption: Preemption) -> None:
+        self._jobs[victim.spec.name].stopped_for = (preemption.action,
+                                                    int(preemptor.spec.total.get("GPU")))
+
+    def finished(self, record: GangRecord) -> None:
+        log = self._jobs[record.spec.name]
+        log.finished_at = record.finished_at
+        if record.state is not GangState.SUCCEEDED:
+            log.skipped = f"ended {record.state.value}: {record.reason}"
+        self._ended()
+
+
+def gang_of(job: TraceJob, name: str, queue: str, priority: int | str,
+            settings: SimSettings) -> GangSpec:
+    """The gang a trace job is submitted as: its members, each with its GPUs."""
+    return GangSpec(
+        name=name, queue=queue, priority=priority, strategy=Strategy.PACK,
+        roles=(RoleSpec(name="worker", replicas=job.members,
+                        resources=Resources(GPU=job.gpus_per_member)),),
+        preemption_grace_s=settings.preemption_grace_s,
+        reservation_timeout_s=settings.reservation_timeout_s,
+    )
+
+
+def replay(trace: Trace, policy: SimPolicy, settings: SimSettings,
+           config: SchedulerConfig | None = None, progress: Progress | None = None) -> Replay:
+    """Replay `trace` under `policy` on `settings.nodes` nodes; returns the ledger."""
+    loop = VirtualTimeLoop()
+    try:
+        return loop.run_until_complete(
+            _Replayer(trace, policy, settings, config or SchedulerConfig(), loop, progress)
+            .run())
+    finally:
+        loop.close()
+
+
+class _Replayer:
+    def __init__(self, trace: Trace, policy: SimPolicy, settings: SimSettings,
+                 config: SchedulerConfig, loop: VirtualTimeLoop, progress: Progress | None):
+        self.trace, self.policy, self.settings = trace, policy, settings
+        self.loop, self.progress = loop, progress
+        self.jobs = {f"j{i:06d}": JobLog(job, f"j{i:06d}", job.duration_s)
+                     for i, job in enumerate(trace.jobs)}
+        self.parts = policy.parts(trace, settings, config)
+        self.quotas = tenant_quotas(trace, config)
+        self.usage = TenantUsage(self.quotas)
+        self.left = len(self.jobs)
+        self.done = asyncio.Event()
+        self.stuck: BaseException | None = None
+
+    def _ticker_ended(self, task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self.stuck = task.exception()
+            self.done.set()  # the replay stops here, with the error
+
+    def _ended(self) -> None:
+        self.left -= 1
+        if self.left == 0:
+            self.done.set()
+
+    async def run(self) -> Replay:
+        started = time.perf_counter()
+        clock = self.loop.time
+        metrics = LedgerMetrics(self.jobs, self._ended)
+        planes: dict[str, ControlPlane] = {}  # queue -> the plane its jobs go to
+        all_planes = []
+        for part in self.parts:
+            plane = self._plane(part, metrics, clock)
+            all_planes.append(plane)
+            for queue in part.tenants:
+                planes[queue] = plane
+        for plane in all_planes:
+            await plane.ready()
+        submissions = []
+        self.feeding_done = False
+        ticker = self.loop.create_task(self._tick())
+        ticker.add_done_callback(self._ticker_ended)
+        for name, log in self.jobs.items():
+            delay = log.job.submit_s - self.loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            plane = planes.get(log.job.queue)
+            submissions.append(self.loop.create_task(self._submit(plane, name, log)))
+        await asyncio.gather(*submissions)
+        self.feeding_done = True
+        if self.left:
+            await self.done.wait()
+        if self.stuck is not None:
+            raise self.stuck
+        end = self.loop.time()
+        self.usage.close(end)
+        ticker.remove_done_callback(self._ticker_ended)
+        ticker.cancel()
+        for plane in all_planes:
+            await plane.shutdown()  # every gang has ended: this stops its loop and writer
+        # ... which asyncio may not have let go yet (a cancellation can be swallowed
+        # before 3.12): what still runs is cancelled until it ends.
+        left = asyncio.all_tasks() - {asyncio.current_task()}
+        await asyncio.gather(*map(cancel_and_wait, left))
+        if self.progress:
+            self.progress(end, len(self.jobs), len(self.jobs))
+        return Replay(self.policy.name, self.jobs, self.usage, end,
+                      time.perf_counter() - started,
+                      sum(p.loop.cycles for p in all_planes),
+                      self.settings.nodes * self.settings.gpus_per_node, self.quotas)
+
+    def _plane(self, part: Part, metrics: LedgerMetrics, clock: Callable[[], float]
+               ) -> ControlPlane:
+        gpus = Resources(GPU=self.settings.gpus_per_node)
+        width = len(str(max(part.nodes - 1, 1)))
+        nodes = [(f"{part.prefix}n{i:0{width}d}", gpus) for i in range(part.nodes)]
+        cluster = SimCluster(nodes, self.jobs, self.usage, clock, self.settings.checkpoint_s)
+        config = SchedulerConfig.model_validate({
+            **part.config.model_dump(), "resync_interval_s": self.settings.resync_s,
+            "state": {"store": "memory", "results_max_bytes": 0}})
+        plane = ControlPlane(config, cluster, Journal(DiscardingStore(), config.state),
+                             clock, metrics=metrics)
+        cluster.on_change = lambda: plane.loop.wake()
+        if not self.settings.product_loop:
+            self.policy.install(plane, cluster, metrics, clock)
+        elif self.policy.decide is not None:
+            raise ValueError(f"policy {self.policy.name} decides with its own function: "
+                             "it needs the simulator's loop (product_loop off)")
+        return plane
+
+    async def _submit(self, plane: ControlPlane | None, name: str, log: JobLog) -> None:
+        job = log.job
+        log.submitted_at = self.loop.time()
+        if plane is None:
+            log.skipped = f"no partition holds queue {job.queue!r}"
+            self._ended()
+            return
+        spec = gang_of(job, name, self.policy.queue(job), self.policy.priority(job),
+                       self.settings)
+        self.usage.change(log.submitted_at, job.queue, pending=job.gpus, pending_jobs=1)
+        try:
+            await plane.submit(spec, {"worker": _PROGRAM})
+        except UnschedulableError as error:  # larger than the cluster (or its partition)
+            self.usage.change(log.submitted_at, job.queue, pending=-job.gpus, pending_jobs=-1)
+            log.skipped = str(error)
+            self._ended()
+
+    async def _tick(self) -> None:
+        """Report progress every simulated hour, and stop a replay that can never end:
+        jobs wait while nothing runs and nothing has happened for `STUCK_AFTER_S`."""
+        last = (-1, 0)
+        since = self.loop.time()
+        while True:
+            await asyncio.sleep(PROGRESS_EVERY_S)
+            now = self.loop.time()
+            done = len(self.jobs) - self.left
+            if self.progress is not None:
+                self.progress(now, done, len(self.jobs))
+            state = (done, self.usage.total_running)
+            if state != last or self.usage.total_running:
+                last, since = state, now
+            elif now - since >= STUCK_AFTER_S and self.feeding_done:
+                waiting = [n for n, log in self.jobs.items()
+                           if log.submitted_at is not None and log.finished_at is None
+                           and log.skipped is None]
+                raise SimulationStuck(
+                    f"policy {self.policy.name}: {len(waiting)} jobs wait and nothing has "
+                    f"run for {STUCK_AFTER_S / 3600:g} simulated hours (first: "
+                    f"{', '.join(waiting[:5])})")
+
+
+_PROGRAM = RoleProgram(target="raygang.sim:trace_job")  # never run: the cluster is simulated

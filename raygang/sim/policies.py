@@ -1,0 +1,129 @@
+"""The policies a replay can compare: raygang's own, and baselines in the same simulator.
+
+Each is raygang's control plane with a config (and, for two of them, a decision function
+in place of `core.schedule`). Where a baseline is raygang's core under another config,
+its rules are the core's, documented there; the others cite the scheduler they follow.
+
+- `raygang`: today's `core.schedule` with one queue per tenant, quota = its guarantee
+  (fair share, reclaim, preempt, strict FIFO per queue unless the config backfills).
+- `fifo`: one shared queue, first come first served, nothing preempted; a job that does not
+  fit holds back every job behind it (no backfill) — the classic cluster FIFO baseline.
+- `static`: every tenant on its own nodes (its guarantee in whole nodes), FIFO inside,
+  nothing borrowed: how the Helios and Lucid simulators model Philly's VCs ("each VC an
+  isolated cluster of that many nodes", SOURCE.txt of helios-vc). A job larger than its
+  tenant's partition never runs there and is reported as skipped.
+- `sjf`: an oracle reference: one shared queue ordered by the job's true duration, shortest
+  first, non-preemptive, with backfill (a job that does not fit lets the next one try).
+- `kueue`: Kueue's rules (`sim.baselines.kueue`).
+- `kai`: KAI Scheduler's rules (`sim.baselines.kai`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from raygang.control.config import SchedulerConfig
+from raygang.control.plane import ControlPlane
+from raygang.control.ports import Cluster, Metrics
+from raygang.core.queues import DEFAULT_QUEUE, QueueSpec
+from raygang.core.schedule import schedule
+from raygang.sim.baselines import kai, kueue
+from raygang.sim.loop import Decide, install
+from raygang.sim.settings import SimSettings
+from raygang.sim.trace import Trace, TraceJob
+
+
+@dataclass(frozen=True)
+class Part:
+    """A control plane of its own on `nodes` nodes, for the jobs of `tenants`."""
+
+    prefix: str
+    nodes: int
+    tenants: tuple[str, ...]
+    config: SchedulerConfig
+
+
+@dataclass(frozen=True)
+class SimPolicy:
+    name: str
+    summary: str
+    shared_queue: bool = False  # every job in one queue (else each in its tenant's)
+    partitioned: bool = False  # every tenant on its own nodes
+    by_duration: bool = False  # ordered by true duration, shortest first (an oracle)
+    config: dict = field(default_factory=dict)  # policy keys set over the user's config
+    decide: Decide | None = None  # None: core.schedule itself (sim.loop calls either)
+
+    def queue(self, job: TraceJob) -> str:
+        return DEFAULT_QUEUE if self.shared_queue or self.partitioned else job.queue
+
+    def priority(self, job: TraceJob) -> int | str:
+        if self.by_duration:  # a higher priority goes first: the shortest job
+            return -math.ceil(job.duration_s)
+        return "training" if self.shared_queue or self.partitioned else job.priority
+
+    def parts(self, trace: Trace, settings: SimSettings, config: SchedulerConfig
+              ) -> list[Part]:
+        queues = tenant_queues(trace, config)
+        if self.partitioned:
+            out = []
+            for queue in queues:
+                nodes = int(queue.quota.get("GPU")) // settings.gpus_per_node
+                if nodes and queue.name in trace.queues:
+                    out.append(Part(f"{queue.name}-", nodes, (queue.name,), self._config(
+                        config, (QueueSpec(name=DEFAULT_QUEUE),))))
+            return out
+        if self.shared_queue:
+            queues = (QueueSpec(name=DEFAULT_QUEUE),)
+        return [Part("", settings.nodes, tuple(trace.queues), self._config(config, queues))]
+
+    def _config(self, config: SchedulerConfig, queues: tuple[QueueSpec, ...]
+                ) -> SchedulerConfig:
+        data = {**config.model_dump(), "queues": [q.model_dump() for q in queues],
+                **self.config}
+        return SchedulerConfig.model_validate(data)
+
+    def install(self, plane: ControlPlane, cluster: Cluster, metrics: Metrics,
+                clock: Callable[[], float]) -> None:
+        install(plane, cluster, metrics, clock, self.decide or schedule)
+
+
+def tenant_queues(trace: Trace, config: SchedulerConfig) -> tuple[QueueSpec, ...]:
+    """The config's queues, plus one per tenant it does not name, with the trace's quota
+    for it (in GPUs) where the trace has one."""
+    named = {q.name for q in config.queues}
+    added = tuple(QueueSpec(name=t, quota={"GPU": trace.quotas[t]} if trace.quotas.get(t)
+                            else {})
+                  for t in trace.queues if t not in named)
+    return tuple(q for q in config.queues if q.name != DEFAULT_QUEUE or not added) + added
+
+
+def tenant_quotas(trace: Trace, config: SchedulerConfig) -> dict[str, int]:
+    """Each tenant's guaranteed GPUs (its queue's GPU quota)."""
+    quotas = {q.name: int(q.quota.get("GPU")) for q in tenant_queues(trace, config)}
+    return {t: quotas.get(t, 0) for t in trace.queues}
+
+
+POLICIES: dict[str, SimPolicy] = {p.name: p for p in (
+    SimPolicy("raygang", "raygang's core.schedule: a queue per tenant, quota = guarantee"),
+    SimPolicy("fifo", "one shared FIFO queue, no preemption, no backfill", shared_queue=True,
+              config={"actions": ["allocate"], "backfill": False}),
+    SimPolicy("static", "a static partition per tenant (its guarantee in whole nodes), "
+              "FIFO inside", partitioned=True,
+              config={"actions": ["allocate"], "backfill": False}),
+    SimPolicy("sjf", "oracle: one queue, shortest true duration first, backfill, "
+              "no preemption", shared_queue=True, by_duration=True,
+              config={"actions": ["allocate"], "backfill": True}),
+    SimPolicy("kueue", "Kueue: a ClusterQueue per tenant in one cohort, nominal quota, "
+              "borrowing, BestEffortFIFO, reclaim within the cohort", decide=kueue.decide),
+    SimPolicy("kai", "KAI Scheduler: raygang's cycle, reclaim protecting only what a "
+              "queue runs within its deserved quota", decide=kai.decide),
+)}
+
+
+def policy(name: str) -> SimPolicy:
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r} (known: {', '.join(POLICIES)})") from None

@@ -1,0 +1,73 @@
+"""The comparison as a text table (rich), with the trace's attribution under it."""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Callable
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from raygang.sim.settings import SimSettings
+from raygang.sim.trace import Trace
+
+Row = tuple[str, Callable[[dict], object], str]  # label, value of a summary, format
+
+ROWS: list[Row] = [
+    ("jobs completed / skipped", lambda s: f"{s['jobs']['completed']} / {s['jobs']['skipped']}",
+     "s"),
+    ("JCT mean (h)", lambda s: s["jct_h"]["mean"], ".2f"),
+    ("JCT p50 (h)", lambda s: s["jct_h"]["p50"], ".2f"),
+    ("JCT p99 (h)", lambda s: s["jct_h"]["p99"], ".1f"),
+    ("queueing mean (h)", lambda s: s["queueing_h"]["mean"], ".2f"),
+    ("queueing p99 (h)", lambda s: s["queueing_h"]["p99"], ".1f"),
+    ("first start mean (h)", lambda s: s["first_start_h"]["mean"], ".2f"),
+    ("makespan (h)", lambda s: s["makespan_h"], ".1f"),
+    ("GPU allocation (arrivals)", lambda s: s["gpu_allocation"], ".1%"),
+    ("preemptions", lambda s: s["preemptions"]["count"], "d"),
+    ("  of them reclaims", lambda s: s["preemptions"]["by_action"].get("reclaim", 0), "d"),
+    ("  victims run < checkpoint", lambda s: s["preemptions"]["victims_ran_under_checkpoint"],
+     "d"),
+    ("  stops < 10 min after a restart",
+     lambda s: s["preemptions"]["stopped_within_10min_of_restart"], "d"),
+    ("  most stops of one job", lambda s: s["preemptions"]["most_stops_of_one_job"], "d"),
+    ("GPU-hours lost", lambda s: s["preemptions"]["gpu_hours_lost"], ".1f"),
+    ("  share from victims > preemptor",
+     lambda s: s["preemptions"]["oversized_victims_share_of_lost"], ".0%"),
+    ("Jain (share of guarantee)", lambda s: s["fairness"]["jain_share_of_guarantee"], ".3f"),
+    ("worst tenant JCT / static", lambda s: s.get("worst_tenant_jct_vs_static", math.nan),
+     ".2f"),
+    (">=32-GPU gangs: longest wait (h)", lambda s: s["large_gangs"]["queueing_max_h"], ".1f"),
+    ("simulated h / wall s", lambda s: s["speed"]["simulated_h_per_wall_s"], ",.0f"),
+    ("wall s", lambda s: s["speed"]["wall_s"], ".1f"),
+]
+
+
+def cell(value: object, fmt: str) -> str:
+    if isinstance(value, float) and math.isnan(value):
+        return "-"
+    return format(value, fmt) if fmt != "s" else str(value)
+
+
+def text_table(trace: Trace, settings: SimSettings, summaries: Sequence[dict]) -> str:
+    title = (f"{len(trace.jobs)} jobs of {Path(trace.source).name}"
+             f"{f' from {trace.start}' if trace.start else ''}, {settings.nodes} x "
+             f"{settings.gpus_per_node} GPUs, checkpoint {settings.checkpoint_s:g} s")
+    table = Table(title=title, title_justify="left")
+    table.add_column("")
+    for summary in summaries:
+        table.add_column(summary["policy"], justify="right")
+    for label, value, fmt in ROWS:
+        table.add_row(label, *(cell(value(s), fmt) for s in summaries))
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=max(60, 36 + 14 * len(summaries)),
+                      force_terminal=False, color_system=None)
+    console.print(table)
+    for note in trace.notes:
+        console.print(f"trace: {note}", soft_wrap=True)
+    if trace.attribution:
+        console.print(f"data: {trace.attribution}", soft_wrap=True)
+    return buffer.getvalue().rstrip()
