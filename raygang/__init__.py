@@ -6,8 +6,9 @@ imports Ray.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from raygang._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -65,13 +66,7 @@ _PUBLIC = {
 __all__ = sorted(_PUBLIC)
 
 
-def __getattr__(name: str) -> Any:
-    module = _PUBLIC.get(name)
-    if module is None:
-        raise AttributeError(f"module 'raygang' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, _PUBLIC, globals())
 
 
 def __dir__() -> list[str]:

@@ -18,6 +18,8 @@ from raygang.control.fleet import Fleet
 from raygang.control.ports import Cluster, Metrics, Scaling
 from raygang.control.records import GangRecord
 from raygang.control.registry import Registry
+from raygang.core.backlog import Backlog
+from raygang.core.config import PolicyConfig
 from raygang.core.gang import GangState
 from raygang.core.plan import Plan, Waitings
 from raygang.core.scale import scale_candidates
@@ -30,11 +32,15 @@ METRICS_REFRESH_S = 1.0
 NODE_WAIT_POLL_S = 0.2
 RELEASE_RECHECK_S = (0.1, 0.3, 1.0)  # wakes after a gang is released (GCS view lag)
 
+# What a cycle decides with: `core.schedule`, or a baseline's policy in the simulator.
+Decide = Callable[[ClusterSnapshot, Backlog, PolicyConfig, float], Plan]
+
 
 class SchedulingLoop:
     def __init__(self, registry: Registry, fleet: Fleet, cluster: Cluster, metrics: Metrics,
                  scaling: Scaling | None, config: Callable[[], SchedulerConfig],
-                 clock: Callable[[], float]):
+                 clock: Callable[[], float], decide: Decide = schedule,
+                 release_recheck_s: tuple[float, ...] = RELEASE_RECHECK_S):
         self._registry = registry
         self._fleet = fleet
         self._cluster = cluster
@@ -42,6 +48,8 @@ class SchedulingLoop:
         self.scaling = scaling
         self._config = config
         self._clock = clock
+        self._decide = decide
+        self._release_recheck_s = release_recheck_s  # () where the view never lags (sim)
         self._wake = asyncio.Event()
         self._scale_wake = asyncio.Event()
         self.cycles = 0
@@ -66,7 +74,7 @@ class SchedulingLoop:
         just woken may still see the GPUs taken; do not leave a waiting gang to the resync
         timer."""
         self._wake.set()
-        for delay in RELEASE_RECHECK_S:
+        for delay in self._release_recheck_s:
             self.wake_after(delay)
 
     async def _woken(self, event: asyncio.Event, timeout: float | None = None) -> None:
@@ -118,7 +126,7 @@ class SchedulingLoop:
         prepared = self._prepare()
         if prepared is not None:
             now, snapshot, backlog, policy = prepared
-            self._apply(now, schedule(snapshot, backlog, policy, now))
+            self._apply(now, self._decide(snapshot, backlog, policy, now))
 
     async def cycle_off_loop(self) -> None:
         """One cycle; the decision runs in a thread of its own, so that the event loop
@@ -127,7 +135,8 @@ class SchedulingLoop:
         prepared = self._prepare()
         if prepared is not None:
             now, snapshot, backlog, policy = prepared
-            self._apply(now, await asyncio.to_thread(schedule, snapshot, backlog, policy, now))
+            self._apply(now, await asyncio.to_thread(self._decide, snapshot, backlog, policy,
+                                                     now))
 
     def _prepare(self) -> tuple | None:
         now = self._clock()

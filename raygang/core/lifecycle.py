@@ -93,6 +93,10 @@ PHASES = {
 }
 
 
+def _phases(life: Life) -> Phases:
+    return PHASES.get(life.kind, PHASES["gang"])
+
+
 # Events ------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Admitted:
@@ -181,15 +185,15 @@ def decide(life: Life, event: Event, policy: RestartPolicy, now: float) -> Outco
             note = f"; waiting for {waits} preempted gang(s) to stop" if waits else ""
             return _to(S.ADMITTED, f"placed on {nodes} node(s){note}")
         case Reserved():
-            words = PHASES.get(life.kind, PHASES["gang"])
+            words = _phases(life)
             return Outcome((Move(S.RESERVED, words.reserved),
                             Move(S.STARTING, words.starting)))
         case Released():
-            return _to(S.RUNNING, PHASES.get(life.kind, PHASES["gang"]).running)
+            return _to(S.RUNNING, _phases(life).running)
         case Finished():
             if life.stopping:  # it returned after being told it is preempted
                 return decide(life, Interrupted(), policy, now)
-            return _to(S.SUCCEEDED, PHASES.get(life.kind, PHASES["gang"]).finished)
+            return _to(S.SUCCEEDED, _phases(life).finished)
         case ReservationTimedOut(message):
             return _to(S.PENDING, f"requeued: {message}")
         case MemberFailed(summary, final):

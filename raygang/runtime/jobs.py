@@ -53,8 +53,8 @@ def _transient(error: Exception) -> bool:
 
 
 class JobClient:
-    """Ray's Job Submission API, made once per address; every call blocks (run it in a
-    thread)."""
+    """Ray's Job Submission API, made once per address: its calls block (run them in a
+    thread), except `status`, read from the GCS."""
 
     def __init__(self, address: str | None):
         self._address = address
@@ -255,10 +255,15 @@ class JobLaunch:
 
     async def wait_bodies(self, ranks: Sequence[int], timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        for session in list(self._mine.values()):
-            await session.wait_released(max(0.0, deadline - time.monotonic()))
+        await self._sessions_released(timeout)
         await self._stop()
         await self._ended(max(0.0, deadline - time.monotonic()))
+
+    async def _sessions_released(self, timeout: float) -> None:
+        """Until Train has torn down the worker group of every run inside (or timeout)."""
+        deadline = time.monotonic() + timeout
+        for session in list(self._mine.values()):
+            await session.wait_released(max(0.0, deadline - time.monotonic()))
 
     async def _stop(self) -> None:
         self._stopping = True
@@ -275,9 +280,9 @@ class JobLaunch:
 
     async def close(self) -> None:
         """Stop the job (Train runs inside through Train's path, then SIGTERM, then Ray's
-        SIGKILL after the grace), wait until Ray says
-        it ended, and leave no group behind: Train's inside it, the holds. Runs to the end
-        even if cancelled meanwhile (the driver's halt cancels the drive every second)."""
+        SIGKILL after the grace), wait until Ray says it ended, and leave no group behind:
+        Train's inside it, the holds. Runs to the end even if cancelled meanwhile (the
+        driver's halt cancels the drive every second)."""
         await run_to_completion(self._close())
 
     async def _close(self) -> None:
@@ -288,7 +293,7 @@ class JobLaunch:
                 grace = self.job.preemption_grace_s
                 for session in running:
                     session.preempt(grace)
-                await self.wait_bodies([0], grace)
+                await self._sessions_released(grace)
             if self._submitted:
                 await self._stop()
                 await self._ended(self.job.preemption_grace_s + 15)

@@ -3,15 +3,15 @@
 Light on import (the `raygang` command line loads this package for its `sim` command):
 the Python API is loaded when first used.
 
-    from raygang.sim import load_philly, simulate
-    trace = load_philly("philly_jobs_sep_oct.csv.gz", start="2017-10-02", days=7)
-    result = simulate(trace, policies=["raygang", "fifo"], nodes=80)
+    from raygang.sim import SimSettings, load_philly, simulate
+    trace = load_philly("philly_jobs_sep_oct.csv.gz", start="2017-10-02", days=7, nodes=80)
+    result = simulate(trace, ["raygang", "fifo"], SimSettings(nodes=80))
     print(result.table())
 """
 
 from __future__ import annotations
 
-from typing import Any
+from raygang._lazy import lazy_exports
 
 _API = {
     "simulate": "raygang.sim.api", "Comparison": "raygang.sim.api",
@@ -24,10 +24,4 @@ _API = {
 __all__ = sorted(_API)
 
 
-def __getattr__(name: str) -> Any:
-    module = _API.get(name)
-    if module is None:
-        raise AttributeError(f"module 'raygang.sim' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(__name__, _API, globals())

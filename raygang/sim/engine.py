@@ -2,8 +2,8 @@
 
 How it runs. The real `ControlPlane` (registry, journal, fleet of gang drivers, the
 scheduling loop and `core.schedule`, the lifecycle) runs on a `VirtualTimeLoop` (clock.py)
-over a `SimCluster` (cluster.py), with the loop class of `sim.loop` (no re-check cycles for
-Ray's lagging view; `product_loop=True` keeps the product's class, which decides the same,
+over a `SimCluster` (cluster.py), with the product's loop set up by `sim.loop` (no re-check
+cycles for Ray's lagging view; `product_loop=True` keeps them, which decides the same,
 more slowly). Jobs are submitted through
 `ControlPlane.submit` at their trace times; the loop wakes, decides, and the fleet's
 drivers reserve, start and run each admitted gang, whose body ends when its work is done;
@@ -219,11 +219,7 @@ class _Replayer:
         plane = ControlPlane(config, cluster, Journal(DiscardingStore(), config.state),
                              clock, metrics=metrics)
         cluster.on_change = lambda: plane.loop.wake()
-        if not self.settings.product_loop:
-            self.policy.install(plane, cluster, metrics, clock)
-        elif self.policy.decide is not None:
-            raise ValueError(f"policy {self.policy.name} decides with its own function: "
-                             "it needs the simulator's loop (product_loop off)")
+        self.policy.install(plane, cluster, metrics, clock, recheck=self.settings.product_loop)
         return plane
 
     async def _submit(self, plane: ControlPlane | None, name: str, log: JobLog) -> None:

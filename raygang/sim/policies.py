@@ -85,8 +85,8 @@ class SimPolicy:
         return SchedulerConfig.model_validate(data)
 
     def install(self, plane: ControlPlane, cluster: Cluster, metrics: Metrics,
-                clock: Callable[[], float]) -> None:
-        install(plane, cluster, metrics, clock, self.decide or schedule)
+                clock: Callable[[], float], recheck: bool = False) -> None:
+        install(plane, cluster, metrics, clock, self.decide or schedule, recheck)
 
 
 def tenant_queues(trace: Trace, config: SchedulerConfig) -> tuple[QueueSpec, ...]:

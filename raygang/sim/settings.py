@@ -25,5 +25,5 @@ class SimSettings(BaseModel):
         "wakes the loop itself, and a resync only bounds how late a time-based rule "
         "(a class's min_runtime_s) is noticed")
     product_loop: bool = Field(
-        False, description="run the control plane's own loop class, with its release "
-        "re-checks for Ray's lagging view (slower; the same decisions: sim.loop)")
+        False, description="keep the control plane loop's re-checks after a release, "
+        "made for Ray's lagging view (slower; the same decisions: sim.loop)")

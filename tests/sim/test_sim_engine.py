@@ -89,8 +89,8 @@ def test_a_replay_does_not_depend_on_string_hashing():
 
 
 def test_the_simulators_loop_decides_as_the_control_planes_own_loop():
-    # The product loop re-checks 0.1, 0.3 and 1 s after each release (Ray's lagging view)
-    # and decides in a thread; the simulator's loop does neither (sim.loop).
+    # On Ray the loop re-checks 0.1, 0.3 and 1 s after each release (Ray's lagging view);
+    # the simulator leaves those out (sim.loop).
     t = busy_trace(seed=11)
     assert outcome(replay_of(t, "raygang", nodes=3)) == outcome(
         replay_of(t, "raygang", nodes=3, product_loop=True))
