@@ -14,6 +14,7 @@ return copies, and nothing touches the cluster until `.remote()`.
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
 from collections.abc import Mapping
@@ -156,7 +157,8 @@ class Gang:
     def remote(self) -> GangRef:
         programs = {name: task.program() for name, task in self._roles.items()}
         # A key of its own: if the scheduler restarts mid-call, the retry gets this gang.
-        gang_id = _call("submit", self.spec, programs, f"python:{uuid.uuid4().hex}")
+        gang_id = _call("submit", self.spec, programs, f"python:{uuid.uuid4().hex}",
+                        _inside_job())
         return GangRef(gang_id)
 
 
@@ -282,7 +284,7 @@ def deploy(
     if isinstance(app, str):
         fields["import_path"], app = app, None
     spec = deployment_spec(f"deployment {name!r}", **fields)
-    return DeploymentRef(_call("deploy", spec, app), spec.name)
+    return DeploymentRef(_call("deploy", spec, app, _inside_job()), spec.name)
 
 
 def queues() -> list[QueueStatus]:
@@ -386,6 +388,14 @@ _client = client.SchedulerClient(start_if_missing=True, restart_wait_s=RESTART_W
 def _call(method: str, *args: Any) -> Any:
     """Call the scheduler (starting it if needed); its errors come out as themselves."""
     return _client.call(method, *args)
+
+
+def _inside_job() -> str | None:
+    """The raygang job this process works for (its driver, or a task or actor it started,
+    which inherit its environment): gangs and deployments submitted here are placed inside
+    that job's budget (control/inside.py). Unset (or empty) RAYGANG_JOB_ID to queue them on
+    their own."""
+    return os.environ.get("RAYGANG_JOB_ID") or None
 
 
 def _driver_runtime_env() -> dict[str, Any] | None:

@@ -115,6 +115,7 @@ def gang_details(g: Mapping[str, Any]) -> RenderableType:
     rows: list[tuple[str, Any]] = [
         ("gang", g["gang_id"]), ("name", g["name"]), ("kind", g.get("kind", "gang")),
         *_job_rows(g),
+        *([("inside job", g["parent"])] if g.get("parent") else []),
         ("queue", g["queue"]), ("priority", str(g["priority"])), ("state", state(g["state"])),
         ("reason", g.get("reason") or "-"),
         ("queue position", _or_dash(g.get("queue_position"))),

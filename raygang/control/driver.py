@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from raygang.control.journal import Journal
 from raygang.control.ports import Cluster, GangRun, MemberFailure, ReservationTimeout
@@ -50,7 +50,8 @@ class GangDriver:
     def __init__(self, record: GangRecord, run: GangRun, *, cluster: Cluster, journal: Journal,
                  policy: Callable[[], RestartPolicy], clock: Callable[[], float],
                  wake_after: Callable[[float], None],
-                 released: Callable[[GangDriver], None]):
+                 released: Callable[[GangDriver], None],
+                 ending: Callable[[GangRecord], Awaitable[None]] | None = None):
         self.record = record
         self.run = run
         self._cluster = cluster
@@ -59,6 +60,7 @@ class GangDriver:
         self._clock = clock
         self._wake_after = wake_after
         self._released = released
+        self._ending = ending  # after the run is closed, before its capacity is let go
         self.task: asyncio.Task | None = None
         self.done = False  # released: it holds nothing any more
         self._releasing = False
@@ -125,6 +127,8 @@ class GangDriver:
         if record.state.finished:
             await run_to_completion(self._journal.write(record))
         await self.run.close()
+        if self._ending is not None:  # the gangs inside a job end with it
+            await run_to_completion(self._ending(record))
         record.nodes = ()
         record.stopping = None
         self.done = True

@@ -30,7 +30,8 @@ FORMAT = 1  # bump when the record's shape changes; older records are read by ve
 _KEPT = ("gang_id", "kind", "priority", "seq", "submitted_at", "preemptible",
          "min_runtime_s", "reason", "nodes", "restarts", "preemptions", "preempted_by",
          "cancel_reason", "error", "started_at", "finished_at", "events", "members",
-         "idempotency_key", "fingerprint", "not_before", "results_kept", "ray_job_id")
+         "idempotency_key", "fingerprint", "not_before", "results_kept", "ray_job_id",
+         "parent")
 
 
 class Pickler(Protocol):

@@ -3,7 +3,7 @@ plan's admissions and preemptions, and hands back what a gang held once it is re
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 from raygang.control.driver import GangDriver
 from raygang.control.journal import Journal
@@ -19,7 +19,8 @@ class Fleet:
     def __init__(self, registry: Registry, cluster: Cluster, journal: Journal,
                  metrics: Metrics, policy: Callable[[], RestartPolicy],
                  clock: Callable[[], float], wake_after: Callable[[float], None],
-                 released: Callable[[GangRecord], None]):
+                 released: Callable[[GangRecord], None],
+                 ending: Callable[[GangRecord], Awaitable[None]] | None = None):
         self._registry = registry
         self._cluster = cluster
         self._journal = journal
@@ -28,6 +29,7 @@ class Fleet:
         self._clock = clock
         self._wake_after = wake_after
         self._on_released = released
+        self._ending = ending
         self._drivers: dict[str, GangDriver] = {}
 
     def __contains__(self, gang_id: object) -> bool:
@@ -41,7 +43,9 @@ class Fleet:
         return self._drivers.get(gang_id)
 
     def held(self) -> list[PlacedGang]:
-        return [d.record.placed_view() for d in self._drivers.values()]
+        """What raygang's book holds: not the gangs inside a job (the job books it)."""
+        return [d.record.placed_view() for d in self._drivers.values()
+                if d.record.parent is None]
 
     def admit(self, record: GangRecord, admission: Admission, now: float) -> None:
         """Start driving a gang the plan admitted, once the gangs whose capacity it takes
@@ -86,7 +90,8 @@ class Fleet:
     def _driver(self, record: GangRecord, run: GangRun) -> GangDriver:
         driver = GangDriver(record, run, cluster=self._cluster, journal=self._journal,
                             policy=self._policy, clock=self._clock,
-                            wake_after=self._wake_after, released=self._released)
+                            wake_after=self._wake_after, released=self._released,
+                            ending=self._ending)
         self._drivers[record.gang_id] = driver
         return driver
 

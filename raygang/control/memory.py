@@ -20,6 +20,7 @@ from typing import Any
 from raygang.control.ports import GangRun, MemberFailure, ReservationTimeout
 from raygang.control.records import GangRecord
 from raygang.control.status import GangError, MemberStatus
+from raygang.core.budget import never_fits, take
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, NodeState, PlacedGang
 from raygang.core.spec import GangSpec
@@ -88,6 +89,7 @@ class MemoryCluster:
         self.clock = clock
         self.booked: dict[str, list[tuple[str, Resources]]] = {}  # gang id -> bundles
         self.members: dict[str, list[_Member]] = {}  # gang id -> members, by rank
+        self.budgets: dict[str, MemoryBudget] = {}  # job id -> the budget its gangs use
 
     # What tests and traces do to it ------------------------------------------------------
     def lose_node(self, node_id: str) -> None:
@@ -133,6 +135,14 @@ class MemoryCluster:
     def leftovers(self, known: set[str]) -> MemoryLeftovers:
         return MemoryLeftovers(self)
 
+    def budget(self, job_id: str) -> MemoryBudget | None:
+        return self.budgets.get(job_id)
+
+    def open_budget(self, job_id: str) -> MemoryBudget:
+        """Let running gang `job_id` act as a job whose driver submits gangs (tests)."""
+        self.budgets[job_id] = MemoryBudget(self, job_id)
+        return self.budgets[job_id]
+
     def adopt(self, record: GangRecord, leftovers: Any) -> GangRun | None:
         members = self.members.get(record.gang_id, [])
         if (record.gang_id not in self.booked or len(members) != record.spec.world_size
@@ -155,6 +165,48 @@ class MemoryCluster:
         for member in members:
             member.dead = member.dead or "killed"
         return len(members) + (self.booked.pop(gang_id, None) is not None)
+
+
+class MemoryBudget:
+    """A job's budget without Ray (`control.ports.JobBudget`): the bundles a running gang
+    booked, handed to the gangs placed inside it (their booking replaces the job's, as a
+    job's holds make way for its gangs' placement groups on Ray). Opened by a test, for a
+    gang standing in for a job (`MemoryCluster.open_budget`)."""
+
+    def __init__(self, cluster: MemoryCluster, job_id: str):
+        self._cluster = cluster
+        self._job_id = job_id
+        self._booked = list(cluster.booked[job_id])  # (node, bundle) per bundle
+        self.bundles = tuple(b for _, b in self._booked)
+        self.taken: dict[str, list[int]] = {}  # gang id -> bundle indices
+
+    def never_fits(self, wanted: Sequence[Resources]) -> str | None:
+        return never_fits(self.bundles, wanted)
+
+    def take(self, gang_id: str, wanted: Sequence[Resources]) -> list[str] | None:
+        chosen = take(self.bundles, [i for i in range(len(self.bundles))
+                                     if i not in self._used()], wanted)
+        if chosen is None:
+            return None
+        self.taken[gang_id] = chosen
+        self._rebook()
+        return [self._booked[i][0] for i in chosen]
+
+    def give_back(self, gang_id: str) -> None:
+        self.taken.pop(gang_id, None)
+        self._rebook()
+
+    def in_use(self) -> int:
+        return len(self._used())
+
+    def _used(self) -> set[int]:
+        return {i for indices in self.taken.values() for i in indices}
+
+    def _rebook(self) -> None:
+        if self._job_id in self._cluster.booked:  # not once the job let go
+            used = self._used()
+            self._cluster.booked[self._job_id] = [
+                b for i, b in enumerate(self._booked) if i not in used]
 
 
 class MemoryLeftovers:
@@ -304,6 +356,7 @@ class MemoryRun:
             await asyncio.sleep(POLL_S)
 
     async def close(self) -> None:
+        self.cluster.budgets.pop(self.gang_id, None)  # a job's budget ends with its run
         self.cluster.clear(self.gang_id)
         self.members = []
 

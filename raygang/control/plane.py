@@ -28,6 +28,7 @@ from raygang.control.errors import (
 )
 from raygang.control.fleet import Fleet
 from raygang.control.idempotency import submission_fingerprint
+from raygang.control.inside import Inside
 from raygang.control.journal import STORE_RETRY_S, Journal
 from raygang.control.loop import SchedulingLoop
 from raygang.control.ports import Cluster, Metrics, NoMetrics, Scaling
@@ -66,9 +67,11 @@ class ControlPlane:
         self.fleet = Fleet(self.registry, cluster, journal, self._metrics,
                            lambda: self.config.restart_policy, clock,
                            wake_after=lambda delay: self.loop.wake_after(delay),
-                           released=self._released)
+                           released=self._released, ending=self._ending)
         self.loop = SchedulingLoop(self.registry, self.fleet, cluster, self._metrics, scaling,
                                    lambda: self.config, clock)
+        self.inside = Inside(self.registry, self.fleet, cluster, clock,
+                             lambda: self.config.resync_interval_s, self.cancel)
         self.instance = uuid.uuid4().hex  # a new one after every restart of the process
         self.recovery: dict[str, Any] = {}  # what the last rebuild found
         self._recovered = asyncio.Event()
@@ -83,6 +86,7 @@ class ControlPlane:
             return
         self._spawn("loop", self.loop.run)
         self._spawn("writer", self.journal.writer)
+        self._spawn("inside", self.inside.run)
         if self.loop.scaling is not None:
             self._spawn("scaling", self.loop.run_scaling)
 
@@ -137,8 +141,11 @@ class ControlPlane:
         }
 
     async def submit(self, spec: GangSpec, programs: dict[str, RoleProgram],
-                     idempotency_key: str | None = None) -> str:
+                     idempotency_key: str | None = None, parent: str | None = None) -> str:
         """Validate, check the gang could ever be admitted, and queue it. Returns its id.
+
+        With a `parent` (a running job's id: its driver submits the gang), the gang is
+        placed inside that job's budget instead of queued (control/inside.py).
 
         With an `idempotency_key`, a retry of the same submission returns the first one's
         id instead of queueing a second gang; the same key with a different submission is
@@ -156,19 +163,24 @@ class ControlPlane:
         missing = sorted({r.name for r in spec.roles} - set(programs))
         if missing:
             raise ValueError(f"roles without a program to run: {', '.join(missing)}")
+        if parent is not None:
+            self.inside.check(spec, parent)
         if idempotency_key is None:
-            return await self._saved(self._enqueue(spec, dict(programs), "gang"))
+            return await self._saved(self._enqueue(spec, dict(programs), "gang",
+                                                   parent=parent))
         fingerprint = submission_fingerprint(spec, programs)
         gang_id = self.registry.keys.submit(
             idempotency_key, fingerprint, self._clock(),
             lambda: self._enqueue(spec, dict(programs), "gang", idempotency_key,
-                                  fingerprint).gang_id,
+                                  fingerprint, parent=parent).gang_id,
         )
         record = self.registry.find(gang_id)
         return gang_id if record is None else await self._saved(record)
 
-    async def deploy(self, deployment: DeploymentSpec, app: Any = None) -> str:
-        """Queue a Serve application as a gang (see `runtime.deployment`). Returns its id."""
+    async def deploy(self, deployment: DeploymentSpec, app: Any = None,
+                     parent: str | None = None) -> str:
+        """Queue a Serve application as a gang (see `runtime.deployment`); with a `parent`
+        job, place it inside the job's budget (as `submit`). Returns its id."""
         await self.ready()
         if not isinstance(deployment, DeploymentSpec):
             raise TypeError(f"deploy() takes a DeploymentSpec, got {type(deployment).__name__}")
@@ -182,8 +194,11 @@ class ControlPlane:
                 f"deployment {deployment.name!r} exists ({current.state.value}); "
                 "undeploy it first"
             )
-        record = self._enqueue(deployment.gang_spec(), {}, "deployment",
-                               deployment=deployment, app=app)
+        spec = deployment.gang_spec()
+        if parent is not None:
+            self.inside.check(spec, parent)
+        record = self._enqueue(spec, {}, "deployment", deployment=deployment, app=app,
+                               parent=parent)
         return await self._saved(record)
 
     async def submit_job(self, job: JobSpec, idempotency_key: str | None = None) -> str:
@@ -232,13 +247,15 @@ class ControlPlane:
     def _enqueue(self, spec: GangSpec, programs: dict[str, RoleProgram], kind: str,
                  idempotency_key: str | None = None, fingerprint: str | None = None,
                  deployment: DeploymentSpec | None = None, app: Any = None,
-                 workload: Any = None) -> GangRecord:
+                 workload: Any = None, parent: str | None = None) -> GangRecord:
         """Add the gang to the book (in this step, with no await: see `submit`); it is
         admitted only once `_saved` has written it to the store."""
         policy = self.config.policy
         cls = policy.priority_class(spec)
         # A recent view may accept; only a fresh one may refuse (a node may just have joined).
-        reason = unschedulable_reason(spec, self.loop.recent_snapshot(), policy) and (
+        # A gang inside a job was checked against the job's budget instead.
+        reason = parent is None and unschedulable_reason(
+            spec, self.loop.recent_snapshot(), policy) and (
             unschedulable_reason(spec, self.loop.recent_snapshot(max_age=0), policy)
         )
         scaling = self.loop.scaling
@@ -254,7 +271,7 @@ class ControlPlane:
             gang_id=f"{spec.name}-{uuid.uuid4().hex[:8]}", spec=spec, programs=programs,
             priority=cls.value, seq=self.registry.next_seq(), submitted_at=now,
             preemptible=cls.preemptible, min_runtime_s=cls.min_runtime_s, kind=kind,
-            deployment=deployment, app=app, workload=workload,
+            deployment=deployment, app=app, workload=workload, parent=parent,
             idempotency_key=idempotency_key,
             fingerprint=fingerprint, on_change=self._changed,
         )
@@ -268,7 +285,10 @@ class ControlPlane:
     async def _saved(self, record: GangRecord) -> str:
         gang_id = await self.journal.saved(record, self.registry.forget_unsaved)
         self.registry.changed(record)  # stored: now it may be admitted
-        self.loop.wake()
+        if record.parent is not None:
+            self.inside.place()
+        else:
+            self.loop.wake()
         return gang_id
 
     def _changed(self, record: GangRecord) -> None:
@@ -416,7 +436,7 @@ class ControlPlane:
         unfinished = self.registry.unfinished()
         # All at once: a thousand gangs torn down one after another take minutes.
         await asyncio.gather(*(self.cancel(r.gang_id, "scheduler shut down") for r in unfinished))
-        for name in ("loop", "scaling", "writer"):
+        for name in ("loop", "scaling", "writer", "inside"):
             task = self._tasks.get(name)
             if task is not None:
                 task.cancel()
@@ -439,7 +459,14 @@ class ControlPlane:
     def _released(self, record: GangRecord) -> None:
         """A gang's driver let go of everything it held."""
         self._finished(record)
-        self.loop.released()
+        if record.parent is not None:
+            self.inside.released(record)
+        else:
+            self.loop.released()
+
+    async def _ending(self, record: GangRecord) -> None:
+        """A gang's run is closed, its capacity not let go yet: a job's gangs end now."""
+        await self.inside.ended(record)
 
     def _finished(self, record: GangRecord) -> None:
         """Once a gang has reached its final state: count it, and keep only the last

@@ -17,6 +17,7 @@ from raygang.control.status import GangError, MemberStatus, ScalingStatus
 from raygang.core.gang import GangState, PendingGang
 from raygang.core.plan import Plan, Preemption
 from raygang.core.queues import QueueSpec
+from raygang.core.resources import Resources
 from raygang.core.scale import ScalePlan
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
 
@@ -79,6 +80,25 @@ class Leftovers(Protocol):
         """Remove everything of no unfinished gang; how many parts."""
 
 
+class JobBudget(Protocol):
+    """The bundles a running job holds, as its gangs see them (`runtime.jobs.JobLaunch`)."""
+
+    bundles: tuple[Resources, ...]
+
+    def never_fits(self, wanted: Sequence[Resources]) -> str | None:
+        """Why `wanted` can never be placed in this budget, even with all of it free."""
+
+    def take(self, gang_id: str, wanted: Sequence[Resources]) -> list[str] | None:
+        """Claim free bundles holding `wanted` for `gang_id`: the node of each (in
+        `wanted`'s order), or None if the free ones cannot hold it now."""
+
+    def give_back(self, gang_id: str) -> None:
+        """`gang_id` ended (or requeued): its bundles are the job's again."""
+
+    def in_use(self) -> int:
+        """How many of the budget's bundles are taken."""
+
+
 class Cluster(Protocol):
     """The cluster as the control plane sees it and acts on it."""
 
@@ -96,6 +116,10 @@ class Cluster(Protocol):
     def adopt(self, record: GangRecord, leftovers: Leftovers) -> GangRun | None:
         """A run taking over the running gang `record` if all its parts are among
         `leftovers` (else None)."""
+
+    def budget(self, job_id: str) -> JobBudget | None:
+        """The budget of running job `job_id` that gangs its driver submits are placed
+        in (control/inside.py), or None if it runs none here."""
 
     async def fetch(self, results: list[Any]) -> list[Any]:
         """The values behind the results a run returned (to keep them in the store)."""

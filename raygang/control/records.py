@@ -33,6 +33,10 @@ class GangRecord:
     # actor id, "group": its adopted placement group id}.
     workload: Any = None
     ray_job_id: str | None = None  # a job's Ray job (its last attempt's)
+    # The job whose budget this gang is placed inside (its driver submitted it): such a gang
+    # is never in a queue's line nor in the book (its job books the capacity), see
+    # control/inside.py.
+    parent: str | None = None
     app: Any = None  # the Serve application (or import path) of a deployment
     state: GangState = GangState.PENDING
     reason: str | None = None
@@ -186,6 +190,7 @@ class GangRecord:
             kind=self.kind,
             ray_job_id=self.ray_job_id,
             entrypoint=getattr(self.workload, "entrypoint", None),
+            parent=self.parent,
             error=self.error,
             submitted_at=self.submitted_at,
             started_at=self.started_at,

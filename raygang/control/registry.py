@@ -46,7 +46,8 @@ class Registry:
         self._by_queue: dict[str, _Ids] = {}
         self._counts: collections.Counter[tuple[GangState, str]] = collections.Counter()
         self._state: dict[str, GangState] = {}  # gang id -> the state it is indexed under
-        self._where: dict[str, str] = {}  # gang id -> "line" | "backoff" (pending ones)
+        self._where: dict[str, str] = {}  # gang id -> "line" | "backoff" | "inside" (pending)
+        self._children: dict[str, set[str]] = {}  # job id -> the gangs inside it
 
     # Reading ------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -71,8 +72,19 @@ class Registry:
 
     def pending(self) -> list[GangRecord]:
         """Gangs to schedule: stored, and not being cancelled (those waiting out a restart
-        backoff included)."""
-        return [self._gangs[g] for g, where in self._where.items()]
+        backoff included); not those waiting inside a job's budget."""
+        return [self._gangs[g] for g, where in self._where.items() if where != "inside"]
+
+    def waiting_inside(self) -> list[GangRecord]:
+        """Gangs to place inside their job's budget (`control.inside`), in submission
+        order (those waiting out a restart backoff included)."""
+        return sorted((self._gangs[g] for g, where in self._where.items()
+                       if where == "inside"), key=lambda r: r.seq)
+
+    def inside(self, parent: str) -> list[GangRecord]:
+        """The unfinished gangs placed (or waiting) inside job `parent`'s budget."""
+        records = (self._gangs[g] for g in self._children.get(parent, ()))
+        return sorted((r for r in records if not r.state.finished), key=lambda r: r.seq)
 
     def backlog(self, now: float) -> Backlog:
         """The pending gangs a cycle at `now` decides on (not those in a restart backoff),
@@ -154,6 +166,8 @@ class Registry:
                       (record.seq, record.gang_id))
         if record.deployment is not None:
             self._deployments[record.deployment.name] = record.gang_id
+        if record.parent is not None:
+            self._children.setdefault(record.parent, set()).add(record.gang_id)
         self.changed(record)
 
     def changed(self, record: GangRecord) -> None:
@@ -172,7 +186,9 @@ class Registry:
         schedulable = (record.state is GangState.PENDING and record.saved
                        and record.cancel_reason is None)
         where = None
-        if schedulable:
+        if schedulable and record.parent is not None:
+            where = "inside"  # not the core's to admit: its job's budget holds it
+        elif schedulable:
             due = record.not_before is None or record.not_before <= self._clock()
             where = "line" if due else "backoff"
         if self._where.get(gang_id) != where:
@@ -182,6 +198,8 @@ class Registry:
             elif where == "backoff":
                 heapq.heappush(self._backoff, (record.not_before, record.seq, gang_id))
                 self._where[gang_id] = "backoff"
+            elif where == "inside":
+                self._where[gang_id] = "inside"
 
     def _due(self, now: float) -> None:
         """Gangs whose restart backoff is over join their queue's line."""
@@ -229,6 +247,11 @@ class Registry:
             self._counts[state, queue] -= 1
         _remove(self._by_queue[queue], (record.seq, gang_id))
         del self._gangs[gang_id]
+        if record.parent is not None:
+            children = self._children.get(record.parent, set())
+            children.discard(gang_id)
+            if not children:
+                self._children.pop(record.parent, None)
         if record.deployment is not None and \
                 self._deployments.get(record.deployment.name) == gang_id:
             del self._deployments[record.deployment.name]

@@ -61,6 +61,7 @@ class GangStatus(BaseModel):
     kind: str = "gang"  # or "deployment", "job", "train"
     ray_job_id: str | None = None  # a job's Ray job id (of its last attempt)
     entrypoint: str | None = None  # a job's command
+    parent: str | None = None  # the job whose budget it runs inside (started by its driver)
     error: GangError | None = None
     submitted_at: float
     started_at: float | None = None

@@ -72,6 +72,10 @@ class RayCluster:
         return GangLaunch(record.gang_id, record.spec, record.programs, nodes, attempt,
                           on_member_ready=on_member_ready)
 
+    def budget(self, job_id: str) -> JobLaunch | None:
+        """A running job's budget, for the gangs and deployments its driver submits."""
+        return self.launches.get(job_id)
+
     def leftovers(self, known: set[str]) -> RayLeftovers:
         return RayLeftovers(known)
 

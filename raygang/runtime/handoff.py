@@ -57,6 +57,7 @@ class Budget:
         self._holds: dict[int, PlacementGroup] = {}
         self._settled: set[int] = set()  # holds known to be ready (not mid-prepare)
         self.claimed: set[int] = set()
+        self._removing: set[asyncio.Task] = set()  # holds made or removed, under way
         self.changed = asyncio.Event()  # a claim gave bundles back
         self.closing = False  # being stopped: no claim may take anything any more
 
@@ -73,23 +74,27 @@ class Budget:
         """Hold these bundles (default: all) on their nodes; all ready within the timeout
         or ReservationTimeout (the holds made stay, for `close` to remove)."""
         indices = list(range(len(self.bundles)) if indices is None else indices)
+        made: dict[int, PlacementGroup] = {}
         for i in indices:
-            self._holds[i] = placement_group(
+            self._settled.discard(i)
+            made[i] = self._holds[i] = placement_group(
                 [self.bundles[i].to_dict()], strategy="STRICT_PACK",
                 name=hold_name(self.gang_id, i), lifetime="detached",
                 bundle_label_selector=[{NODE_ID_LABEL: self.nodes[i]}],
             )
-        waits = {i: asyncio.ensure_future(self._holds[i].ready()) for i in indices}
+        waits = {i: asyncio.ensure_future(made[i].ready()) for i in indices}
         try:
             done, _ = await asyncio.wait(waits.values(), timeout=self.timeout_s)
         finally:
             for wait in waits.values():
                 if not wait.done():
                     wait.cancel()
-        for i, wait in waits.items():
-            if wait in done and wait.exception() is None:
+        # A hold taken meanwhile (a claim came first) is not this call's to settle.
+        mine = [i for i in indices if self._holds.get(i) is made[i]]
+        for i in mine:
+            if waits[i] in done and waits[i].exception() is None:
                 self._settled.add(i)
-        missing = [i for i in indices if i not in self._settled]
+        missing = [i for i in mine if i not in self._settled]
         if missing:
             raise ReservationTimeout(
                 f"{len(missing)} of {len(indices)} bundles of {self.gang_id} were not held "
@@ -106,23 +111,45 @@ class Budget:
             self._release(i)
         return chosen
 
-    async def give_back(self, indices: Sequence[int]) -> None:
-        """A claim ended: hold its bundles again (best effort: a hold that cannot be placed
-        at once, because work outside raygang took the room, waits for it)."""
+    def give_back(self, indices: Sequence[int]) -> None:
+        """A claim ended: its bundles are free for the next claim at once, and held again
+        meanwhile (best effort: a hold that cannot be placed at once, because work
+        outside raygang took the room, waits for it)."""
         indices = [i for i in indices if i in self.claimed]
         self.claimed.difference_update(indices)
+        if not indices or self.closing:
+            return
+        task = asyncio.get_running_loop().create_task(self._hold_again(indices))
+        self._removing.add(task)  # awaited by close() like a removal
+        task.add_done_callback(self._removing.discard)
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+    async def _hold_again(self, indices: list[int]) -> None:
         try:
             await self.hold(indices)
         except ReservationTimeout as error:
             log.warning("%s", error)
-        self.changed.set()
-        self.changed = asyncio.Event()
 
     def _release(self, index: int) -> None:
+        """Remove a hold; one still being prepared (just given back) once it settles:
+        removing it mid-prepare leaks its bundle in Ray 2.60 (launcher.GangLaunch.close).
+        Until then the library's group waits for the room, as Ray queues it."""
         group = self._holds.pop(index, None)
+        settled = index in self._settled
         self._settled.discard(index)
-        if group is not None:
+        if group is None:
+            return
+        if settled:
             _remove(group, hold_name(self.gang_id, index))
+            return
+        task = asyncio.get_running_loop().create_task(self._remove_settled(group, index))
+        self._removing.add(task)
+        task.add_done_callback(self._removing.discard)
+
+    async def _remove_settled(self, group: PlacementGroup, index: int) -> None:
+        await run_to_completion(_wait_ready(group, SETTLE_S))
+        _remove(group, hold_name(self.gang_id, index))
 
     async def close(self) -> None:
         self.closing = True
@@ -135,8 +162,11 @@ class Budget:
         if unsettled:
             await run_to_completion(asyncio.gather(*(_wait_ready(g, SETTLE_S)
                                                      for g in unsettled)))
+            self._settled.update(self._holds)  # at rest, or not being prepared at all
         for i in list(self._holds):
             self._release(i)
+        if self._removing:
+            await run_to_completion(asyncio.gather(*self._removing))
 
 
 def holds_of(gang_id: str) -> dict[int, PlacementGroup]:

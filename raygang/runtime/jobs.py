@@ -4,8 +4,9 @@ The job waits in its queue like any gang; once admitted, its budget (`JobSpec.bu
 is held on the chosen nodes (`handoff.Budget`) and only then is the entrypoint submitted
 to Ray (`raygang-<gang id>-<attempt>`). The driver runs with:
 
-- `RAYGANG_JOB_ID`: its raygang id, so Ray Train runs it starts are placed inside the
-  job's budget (`TrainSession`s of this job) instead of queueing a second time;
+- `RAYGANG_JOB_ID`: its raygang id, so Ray Train runs it starts (`TrainSession`s of this
+  job), and the gangs and deployments it submits (`control.inside`), are placed inside
+  the job's budget instead of queueing a second time;
 - `RAY_TRAIN_CALLBACKS`: raygang's Train callback, so that happens with no code change;
 - `RAYGANG_ATTEMPT`: 0, then one more after each restart or preemption;
 - `RAY_JOB_STOP_WAIT_TIME_S`: the grace period, Ray's wait between SIGTERM and SIGKILL.
@@ -20,9 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import ray
 
 from raygang.control.ports import MemberFailure
 from raygang.control.status import GangError
@@ -44,6 +49,19 @@ JOB_ACTOR = "_ray_internal_job_actor_{}"  # the name Ray gives a job's superviso
 
 def ray_job_id(gang_id: str, attempt: int) -> str:
     return f"raygang-{gang_id}-{attempt}"
+
+
+def driver_command(entrypoint: str, gcs_address: str | None) -> str:
+    """The entrypoint, its `ray.init()` joining this cluster. Ray's job supervisor sets the
+    driver's RAY_ADDRESS to the cluster last recorded in its temp dir
+    (`canonicalize_bootstrap_address_or_die("auto")` in job_supervisor.py), not to its own:
+    with two Ray clusters on one machine the driver joins the other one (and a Train run
+    it starts never runs: its controller is pinned to a node of the wrong cluster). Its
+    value overrides the runtime env's `env_vars`; an export in front of the command (Ray
+    runs entrypoints with a POSIX shell) comes after it."""
+    if not gcs_address or os.name != "posix":
+        return entrypoint
+    return f"export RAY_ADDRESS={shlex.quote(gcs_address)}; {entrypoint}"
 
 
 def _transient(error: Exception) -> bool:
@@ -76,6 +94,11 @@ class JobClient:
 
     def submit(self, **kwargs: Any) -> str:
         return self._sdk().submit_job(**kwargs)
+
+    @staticmethod
+    def gcs_address() -> str | None:
+        """The GCS of the cluster this process is connected to (the scheduler's)."""
+        return ray.get_runtime_context().gcs_address if ray.is_initialized() else None
 
     async def status(self, job_id: str) -> str | None:
         """From the GCS, where the dashboard reads it too (no HTTP request per poll)."""
@@ -115,6 +138,7 @@ class JobLaunch:
         self.budget = Budget(gang_id, spec.bundles, nodes, spec.reservation_timeout_s)
         self._sessions = sessions
         self._mine: dict[str, TrainSession] = {}
+        self._inside: dict[str, list[int]] = {}  # gang inside it -> the bundles it took
         self._started = started
         self._submitted = False
         self._stopping = False
@@ -152,14 +176,35 @@ class JobLaunch:
 
     def _give_back(self, session: TrainSession) -> None:
         indices, session.indices = session.indices, []
-        if indices and not self._stopping:
-            asyncio.get_running_loop().create_task(self.budget.give_back(indices))
+        if not self._stopping:
+            self.budget.give_back(indices)
 
     def _end_session(self, session: TrainSession) -> None:
         session.end_watch()
         self._mine.pop(session.session_id, None)
         if self._sessions.get(session.session_id) is session:
             del self._sessions[session.session_id]
+
+    # Gangs and deployments of the job's driver (control.inside.JobBudget) -------------
+    @property
+    def bundles(self) -> tuple[Resources, ...]:
+        return self.budget.bundles
+
+    def never_fits(self, wanted: Sequence[Resources]) -> str | None:
+        return never_fits(self.budget.bundles, wanted)
+
+    def take(self, gang_id: str, wanted: Sequence[Resources]) -> list[str] | None:
+        chosen = None if self.budget.closing else self.budget.take(wanted)
+        if chosen is None:
+            return None
+        self._inside[gang_id] = chosen
+        return [self.budget.nodes[i] for i in chosen]
+
+    def give_back(self, gang_id: str) -> None:
+        self.budget.give_back(self._inside.pop(gang_id, []))
+
+    def in_use(self) -> int:
+        return len(self.budget.claimed)
 
     # GangRun --------------------------------------------------------------------------
     async def reserve(self) -> None:
@@ -182,7 +227,9 @@ class JobLaunch:
         while True:
             try:
                 await asyncio.to_thread(
-                    self.client.submit, entrypoint=job.entrypoint, submission_id=self.job_id,
+                    self.client.submit,
+                    entrypoint=driver_command(job.entrypoint, self.client.gcs_address()),
+                    submission_id=self.job_id,
                     runtime_env=runtime_env,
                     metadata={**job.metadata, "raygang_gang_id": self.gang_id},
                     # The driver takes none of the job's capacity (its Train run does),

@@ -178,6 +178,8 @@ class SchedulerMetrics:
             elif r.state.holds_resources:
                 if counts is None:
                     running[queue] = running.get(queue, 0) + 1
+                if r.parent is not None:
+                    continue  # inside a job: the job's usage counts it already
                 for name, amount in r.spec.total.items():
                     for q in _self_and_ancestors(queue, parents):
                         usage[q, name] = usage.get((q, name), 0.0) + amount

@@ -64,11 +64,12 @@ class Scheduler:
         return await self._plane.ping()
 
     async def submit(self, spec: GangSpec, programs: dict[str, RoleProgram],
-                     idempotency_key: str | None = None) -> str:
-        return await self._plane.submit(spec, programs, idempotency_key)
+                     idempotency_key: str | None = None, parent: str | None = None) -> str:
+        return await self._plane.submit(spec, programs, idempotency_key, parent)
 
-    async def deploy(self, deployment: DeploymentSpec, app: Any = None) -> str:
-        return await self._plane.deploy(deployment, app)
+    async def deploy(self, deployment: DeploymentSpec, app: Any = None,
+                     parent: str | None = None) -> str:
+        return await self._plane.deploy(deployment, app, parent)
 
     async def undeploy(self, name: str) -> GangStatus:
         return await self._plane.undeploy(name)

@@ -82,6 +82,9 @@ class SimCluster:
     def adopt(self, record: GangRecord, leftovers: Any) -> GangRun | None:
         return None
 
+    def budget(self, job_id: str) -> None:
+        return None  # a trace's jobs submit nothing from inside
+
     async def fetch(self, results: list[Any]) -> list[Any]:
         return list(results)
 

@@ -3,12 +3,14 @@ API on the shared real cluster (its head runs the dashboard, which serves that A
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
 
 import pytest
 import ray
+from ray import serve
 from ray.job_submission import JobStatus, JobSubmissionClient
 from ray.util.state import list_actors
 
@@ -163,3 +165,73 @@ def test_stopping_a_job_stops_its_train_run_through_train_s_path_first(jobs, tmp
     logs = job.logs()
     assert "preempted: checkpoint saved at step" in logs, logs
     assert list((tmp_path / "storage" / "resumable").glob("checkpoint_*")), logs
+
+
+GANGS_IN_JOB = """
+import json, sys, time
+import ray, raygang
+from ray import serve
+
+@serve.deployment
+class Hello:
+    def __call__(self, request):
+        return "hello"
+
+@raygang.gang_task(num_gpus=1)
+def where(seconds):
+    time.sleep(seconds)
+    return ray.get_runtime_context().get_node_id()
+
+ray.init()
+refs = [where.options(name=f"inner{i}").remote(3) for i in range(3)]
+while sum(r.status().state.value == "RUNNING" for r in refs) < 2:
+    time.sleep(0.2)
+print("STATES", json.dumps([[s.state.value, s.parent, s.reason]
+                            for s in (r.status() for r in refs)]), flush=True)
+print("NODES", json.dumps([r.result(timeout=120)[0] for r in refs]), flush=True)
+where.options(name="long").remote(600).ready(timeout=60)
+raygang.deploy("inner-hello", Hello.bind(), num_gpus=1).ready(timeout=120)
+print("ALL RUNNING", flush=True)
+time.sleep(600)
+"""
+
+
+def test_gangs_a_job_s_driver_submits_run_inside_its_budget_and_end_with_it(jobs, tmp_path):
+    script = tmp_path / "gangs.py"
+    script.write_text(GANGS_IN_JOB)
+    job = raygang.submit_job(f"{PY} {script}", gpus=2, name="gangjob", queue="team-a")
+    jobs.append(job)
+    deadline = time.time() + 180
+    while "ALL RUNNING" not in (logs := job.logs()):
+        assert time.time() < deadline and not job.status().finished, logs
+        time.sleep(0.5)
+    # Two of the three 1-GPU gangs ran in the job's 2 bundles; the third waited for one.
+    states = json.loads(next(line for line in logs.splitlines() if "STATES" in line)
+                        .split("STATES ", 1)[1])
+    assert sorted(s[0] for s in states) == ["PENDING", "RUNNING", "RUNNING"], states
+    assert {s[1] for s in states} == {job.gang_id}
+    waiting = next(s for s in states if s[0] == "PENDING")
+    assert waiting[2].startswith(f"waiting for room inside job {job.gang_id}'s budget")
+    # On the job's nodes, and counted once: the queue's usage is the job's 2 GPUs.
+    held = {b.gang_id: n.node_id for n in raygang.cluster().nodes for b in n.bundles}
+    nodes = json.loads(next(line for line in logs.splitlines() if "NODES" in line)
+                       .split("NODES ", 1)[1])
+    job_nodes = {n.node_id for n in raygang.cluster().nodes
+                 if any(b.gang_id == job.gang_id for b in n.bundles)}
+    assert set(nodes) <= job_nodes and held
+    usage = {q.name: q.usage.get("GPU", 0) for q in raygang.queues()}
+    assert usage["team-a"] == 2
+    # A gang and a Serve app run inside it now, its whole budget.
+    inside = {g.name: g for g in raygang.list_gangs()
+              if g.parent == job.gang_id and not g.finished}
+    assert sorted(inside) == ["inner-hello", "long"]
+    assert {g.state for g in inside.values()} == {GangState.RUNNING}
+    assert inside["inner-hello"].kind == "deployment"
+    # Stopping the job ends what runs inside it, and leaves nothing behind (the fixtures
+    # check placement groups, actors and Ray jobs).
+    assert job.stop().state is GangState.CANCELLED
+    for gang in inside.values():
+        ended = raygang.GangRef(gang.gang_id).status()
+        assert ended.state is GangState.CANCELLED
+        assert ended.events[-1].reason.startswith(f"its job {job.gang_id} stopped")
+    assert "inner-hello" not in serve.status().applications
