@@ -51,6 +51,7 @@ class Inside:
         self._interval = interval
         self._cancel = cancel
         self._wake = asyncio.Event()
+        self._cancelling: set[str] = set()
 
     async def run(self) -> None:
         while True:
@@ -89,6 +90,7 @@ class Inside:
         """Place every waiting gang whose job's budget has room now, in submission order
         per job (one that does not fit holds back its job's later gangs)."""
         now = self._clock()
+        self._orphans()
         blocked: dict[str, str] = {}  # job id -> the gang that waits first
         for record in self._registry.waiting_inside():
             parent = record.parent
@@ -113,6 +115,30 @@ class Inside:
                     f"{len(budget.bundles)} bundles in use)", None)
                 continue
             self._fleet.admit(record, Admission(record.gang_id, tuple(nodes)), now)
+
+    def _orphans(self) -> None:
+        """Cancel the gangs of a job that holds nothing any more and is not stopping (a
+        restarted scheduler found the job gone, or requeued it, but its gangs): `ended`
+        cancels them on every other path."""
+        for parent in self._registry.jobs_with_gangs():
+            job = self._registry.find(parent)
+            if self._budgets(parent) is None and (
+                    job is None or job.state is GangState.PENDING or job.state.finished):
+                why = f"its job {parent} is not running ({job.state.value if job else 'gone'})"
+                for record in self._registry.inside(parent):
+                    if record.gang_id not in self._cancelling:
+                        self._cancelling.add(record.gang_id)
+                        task = asyncio.get_running_loop().create_task(
+                            self._cancel(record.gang_id, why))
+                        task.add_done_callback(
+                            lambda _, g=record.gang_id: self._cancelling.discard(g))
+
+    def recovered(self, record: GangRecord) -> None:
+        """A restarted scheduler adopted `record`, running inside its job: the job's
+        budget learns again which bundles it holds."""
+        budget = self._budgets(record.parent) if record.parent else None
+        if budget is not None:
+            budget.restore(record.gang_id, record.nodes, record.spec.bundles)
 
     def released(self, record: GangRecord) -> None:
         """A gang inside a job let go of what it held: the job's budget has it back."""

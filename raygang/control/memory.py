@@ -199,6 +199,11 @@ class MemoryBudget:
     def in_use(self) -> int:
         return len(self._used())
 
+    def restore(self, gang_id: str, nodes: Sequence[str],
+                bundles: Sequence[Resources]) -> None:
+        """Nothing to learn again: this budget lives in the cluster, not in the scheduler
+        process that restarted."""
+
     def _used(self) -> set[int]:
         return {i for indices in self.taken.values() for i in indices}
 

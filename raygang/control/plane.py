@@ -123,6 +123,8 @@ class ControlPlane:
                 log.exception("recovering the scheduler's state failed; retrying")
                 self.loop.last_error = f"recovery: {type(error).__name__}: {error}"
                 await asyncio.sleep(STORE_RETRY_S)
+        for record in list(self.fleet):  # adopted inside a job adopted before them
+            self.inside.recovered(record)
         self._recovered.set()
         self.start()
         self.loop.wake()

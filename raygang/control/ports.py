@@ -98,6 +98,11 @@ class JobBudget(Protocol):
     def in_use(self) -> int:
         """How many of the budget's bundles are taken."""
 
+    def restore(self, gang_id: str, nodes: Sequence[str],
+                bundles: Sequence[Resources]) -> None:
+        """`gang_id` runs on `nodes` (one per bundle) inside this budget: a restarted
+        scheduler adopted both. Its bundles are its again, to give back when it ends."""
+
 
 class Cluster(Protocol):
     """The cluster as the control plane sees it and acts on it."""

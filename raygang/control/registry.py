@@ -47,7 +47,7 @@ class Registry:
         self._counts: collections.Counter[tuple[GangState, str]] = collections.Counter()
         self._state: dict[str, GangState] = {}  # gang id -> the state it is indexed under
         self._where: dict[str, str] = {}  # gang id -> "line" | "backoff" | "inside" (pending)
-        self._children: dict[str, set[str]] = {}  # job id -> the gangs inside it
+        self._children: dict[str, set[str]] = {}  # job id -> unfinished gangs inside it
 
     # Reading ------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -81,10 +81,14 @@ class Registry:
         return sorted((self._gangs[g] for g, where in self._where.items()
                        if where == "inside"), key=lambda r: r.seq)
 
+    def jobs_with_gangs(self) -> list[str]:
+        """The jobs with unfinished gangs inside them."""
+        return list(self._children)
+
     def inside(self, parent: str) -> list[GangRecord]:
         """The unfinished gangs placed (or waiting) inside job `parent`'s budget."""
-        records = (self._gangs[g] for g in self._children.get(parent, ()))
-        return sorted((r for r in records if not r.state.finished), key=lambda r: r.seq)
+        return sorted((self._gangs[g] for g in self._children.get(parent, ())),
+                      key=lambda r: r.seq)
 
     def backlog(self, now: float) -> Backlog:
         """The pending gangs a cycle at `now` decides on (not those in a restart backoff),
@@ -166,7 +170,7 @@ class Registry:
                       (record.seq, record.gang_id))
         if record.deployment is not None:
             self._deployments[record.deployment.name] = record.gang_id
-        if record.parent is not None:
+        if record.parent is not None and not record.state.finished:
             self._children.setdefault(record.parent, set()).add(record.gang_id)
         self.changed(record)
 
@@ -183,6 +187,8 @@ class Registry:
             bisect.insort(self._by_state.setdefault(record.state, []), (record.seq, gang_id))
             self._counts[record.state, queue] += 1
             self._state[gang_id] = record.state
+        if record.state.finished:
+            self._drop_child(record)
         schedulable = (record.state is GangState.PENDING and record.saved
                        and record.cancel_reason is None)
         where = None
@@ -200,6 +206,13 @@ class Registry:
                 self._where[gang_id] = "backoff"
             elif where == "inside":
                 self._where[gang_id] = "inside"
+
+    def _drop_child(self, record: GangRecord) -> None:
+        if record.parent is not None and record.parent in self._children:
+            children = self._children[record.parent]
+            children.discard(record.gang_id)
+            if not children:
+                del self._children[record.parent]
 
     def _due(self, now: float) -> None:
         """Gangs whose restart backoff is over join their queue's line."""
@@ -247,11 +260,7 @@ class Registry:
             self._counts[state, queue] -= 1
         _remove(self._by_queue[queue], (record.seq, gang_id))
         del self._gangs[gang_id]
-        if record.parent is not None:
-            children = self._children.get(record.parent, set())
-            children.discard(gang_id)
-            if not children:
-                self._children.pop(record.parent, None)
+        self._drop_child(record)
         if record.deployment is not None and \
                 self._deployments.get(record.deployment.name) == gang_id:
             del self._deployments[record.deployment.name]

@@ -206,6 +206,21 @@ class JobLaunch:
     def in_use(self) -> int:
         return len(self.budget.claimed)
 
+    def restore(self, gang_id: str, nodes: Sequence[str],
+                bundles: Sequence[Resources]) -> None:
+        """An adopted job's budget counts every bundle without a hold as claimed; these
+        are the ones `gang_id` runs on (by node and shape), given back when it ends."""
+        mine = {i for indices in self._inside.values() for i in indices}
+        chosen: list[int] = []
+        for node, bundle in zip(nodes, bundles):
+            index = next((i for i in sorted(self.budget.claimed)
+                          if i not in mine and self.budget.nodes[i] == node
+                          and bundle.fits_in(self.budget.bundles[i])), None)
+            if index is not None:
+                mine.add(index)
+                chosen.append(index)
+        self._inside[gang_id] = chosen
+
     # GangRun --------------------------------------------------------------------------
     async def reserve(self) -> None:
         await self.budget.hold()

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import asyncio
 
+from raygang.control.memory import MemoryProgram
+from raygang.control.program import RoleProgram
 from raygang.control.store import MemoryStore
 from raygang.core.gang import GangState as S
 from raygang.core.resources import Resources
 
 from tests.control.harness import make_cluster, make_plane, moves, submit, wait_for
+from tests.unit.builders import spec
 
 
 def crash_and_restart(cluster, before, after):
@@ -110,6 +113,37 @@ def test_a_cancellation_written_but_not_carried_out_is_carried_out():
             ("PENDING", "scheduler restarted; carrying out the cancellation"),
             ("CANCELLED", "cancelled by user")]
         assert plane.recovery["cancelled"] == 1 and not cluster.booked
+        await plane.shutdown()
+
+    crash_and_restart(cluster, before, after)
+
+
+def test_gangs_inside_a_job_lost_while_the_scheduler_was_down_are_cancelled():
+    """The job's run is gone when the scheduler comes back (it is requeued); the gang its
+    driver had started inside it still runs, and is cancelled rather than left running
+    in capacity its job no longer holds."""
+    cluster = make_cluster("n0: GPU=2")
+
+    async def before(plane):
+        job = await submit(plane, "job", "2xGPU=1", seconds=None)
+        await wait_for(plane, job, S.RUNNING)
+        cluster.open_budget(job)
+        s = spec("inner", "1xGPU=1", "PACK")
+        inner = await plane.submit(s, {"r0": RoleProgram(target=MemoryProgram(seconds=None))},
+                                   None, job)
+        await wait_for(plane, inner, S.RUNNING)
+        await asyncio.sleep(0.05)  # the writer task writes the latest states
+        for member in cluster.members[job]:  # the job dies while no scheduler watches
+            member.dead = "killed"
+        del cluster.budgets[job]
+        return {"job": job, "inner": inner}
+
+    async def after(plane, ids):
+        await plane.ready()
+        assert plane.recovery["requeued"] == 1 and plane.recovery["adopted"] == 1
+        status = await wait_for(plane, ids["inner"], S.CANCELLED)
+        assert status.reason == f"its job {ids['job']} is not running (PENDING)"
+        assert ids["inner"] not in cluster.booked
         await plane.shutdown()
 
     crash_and_restart(cluster, before, after)
