@@ -15,6 +15,10 @@ from raygang.server.app import create_app
 from raygang.server.auth import AuthConfig
 
 START_TIMEOUT_S = 30.0
+# Longer than clients keep an idle connection (httpx and requests pools: 5 s), so that
+# the client closes it first: with uvicorn's default (also 5 s) a request sent on a
+# connection the server is closing that instant fails with a read error (seen under load).
+KEEP_ALIVE_S = 30
 
 
 def serve_forever(auth: AuthConfig, host: str = "127.0.0.1", port: int = 8000,
@@ -24,7 +28,7 @@ def serve_forever(auth: AuthConfig, host: str = "127.0.0.1", port: int = 8000,
     if not ray.is_initialized():
         ray.init(address=ray_address, namespace="raygang", log_to_driver=False)
     uvicorn.run(create_app(auth=auth), host=host, port=port, log_level="info",
-                access_log=False)  # access logs would show paths, never tokens; off by default
+                access_log=False, timeout_keep_alive=KEEP_ALIVE_S)  # access logs would show paths, never tokens; off by default
 
 
 @dataclass
@@ -47,7 +51,8 @@ def serve_in_thread(auth: AuthConfig, host: str = "127.0.0.1", port: int = 0) ->
             s.bind((host, 0))
             port = s.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(create_app(auth=auth), host=host, port=port,
-                                           log_level="warning", access_log=False))
+                                           log_level="warning", access_log=False,
+                                           timeout_keep_alive=KEEP_ALIVE_S))
     thread = threading.Thread(target=server.run, name="raygang-api", daemon=True)
     thread.start()
     deadline = time.monotonic() + START_TIMEOUT_S
