@@ -47,13 +47,19 @@ def _policies(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
               show_default=True, help="Seconds of running between a job's checkpoints.")
 @click.option("--grace", "grace_s", type=click.FloatRange(0), default=30.0,
               show_default=True, help="Each gang's preemption grace period (seconds).")
+@click.option("--inference", "inference_gpus", type=click.IntRange(0), default=0,
+              show_default=True, help="Peak GPUs of a diurnal stream of inference "
+              "deployments beside the trace (raygang.sim.inference; 0: none).")
+@click.option("--inference-gpus", "inference_gang_gpus", type=click.IntRange(1), default=8,
+              show_default=True, help="GPUs of one inference deployment.")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="Write report.json, report.txt and the plots here.")
 @click.option("--no-plots", is_flag=True, help="With --out: no PNG plots.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
 def sim(trace: str, config_paths: tuple[Path, ...], nodes: int, gpus_per_node: int,
         policies: list[str], start: str | None, end: str | None, days: float | None,
-        vc_nodes: Path | None, checkpoint_s: float, grace_s: float, out: Path | None,
+        vc_nodes: Path | None, checkpoint_s: float, grace_s: float, inference_gpus: int,
+        inference_gang_gpus: int, out: Path | None,
         no_plots: bool, quiet: bool) -> None:
     """Replay TRACE through raygang's scheduler in simulated time and compare policies.
 
@@ -80,7 +86,9 @@ def sim(trace: str, config_paths: tuple[Path, ...], nodes: int, gpus_per_node: i
         config = _config(config_paths)
         loaded = _trace(path, config, nodes, gpus_per_node, start, end, days, vc_nodes)
         settings = SimSettings(nodes=nodes, gpus_per_node=gpus_per_node,
-                               checkpoint_s=checkpoint_s, preemption_grace_s=grace_s)
+                               checkpoint_s=checkpoint_s, preemption_grace_s=grace_s,
+                               inference_gpus=inference_gpus,
+                               inference_gang_gpus=inference_gang_gpus)
     except TraceError as error:
         raise SimUsageError(str(error)) from None
     except (ValidationError, ValueError, OSError) as error:

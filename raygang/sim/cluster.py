@@ -27,6 +27,7 @@ from raygang.control.status import MemberStatus
 from raygang.core.gang import GangState
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, NodeState, PlacedGang
+from raygang.sim.inference import INFERENCE_QUEUE, ServiceLog
 from raygang.sim.ledger import JobLog, Stop, TenantUsage
 
 
@@ -34,13 +35,16 @@ class SimCluster:
     """Nodes, what is booked on them, and the jobs' work (the `Cluster` port)."""
 
     def __init__(self, nodes: Iterable[tuple[str, Resources]], jobs: dict[str, JobLog],
-                 usage: TenantUsage, clock: Callable[[], float], checkpoint_s: float):
+                 usage: TenantUsage, clock: Callable[[], float], checkpoint_s: float,
+                 start_s: float = 0.0):
         self.total = dict(nodes)
         self.free = dict(self.total)
         self.jobs = jobs  # gang name -> its job's log
         self.usage = usage
         self.clock = clock
         self.checkpoint_s = checkpoint_s
+        self.start_s = start_s  # admitted -> running (SimSettings.start_s)
+        self.services: dict[str, ServiceLog] = {}  # the inference stream's (sim.inference)
         self.booked: dict[str, list[tuple[str, Resources]]] = {}  # gang id -> bundles
         self._freed: asyncio.Event | None = None  # set when something is unbooked
         # Called when a gang starts running: the scheduler's view changed without an event
@@ -74,6 +78,8 @@ class SimCluster:
 
     def new_run(self, record: GangRecord, nodes: Sequence[str], attempt: int,
                 on_member_ready: Callable[[MemberStatus], None]) -> GangRun:
+        if record.spec.name in self.services:
+            return ServiceRun(self, record, tuple(nodes), self.services[record.spec.name])
         return SimRun(self, record, tuple(nodes), on_member_ready)
 
     def leftovers(self, known: set[str]) -> _NoLeftovers:
@@ -148,6 +154,8 @@ class SimRun:
         cluster.book(self.record.gang_id, self.bundles)
 
     async def start_members(self) -> None:
+        if self.cluster.start_s:
+            await asyncio.sleep(self.cluster.start_s)
         now = self.cluster.clock()
         for slot in self.record.spec.slots:
             self.on_member_ready(MemberStatus(
@@ -220,6 +228,55 @@ class SimRun:
                               started_at=self.started, for_gpus=for_gpus))
         cluster.usage.change(now, queue, running=-self.gpus, pending=self.gpus,
                              pending_jobs=1)
+
+
+class ServiceRun:
+    """One inference deployment of the stream: it runs until undeployed (cancelled); it is
+    never preempted (a non-preemptible class)."""
+
+    def __init__(self, cluster: SimCluster, record: GangRecord, nodes: tuple[str, ...],
+                 log: ServiceLog):
+        self.cluster = cluster
+        self.record = record
+        self.bundles = list(zip(nodes, record.spec.bundles))
+        self.log = log
+        self._running = False
+
+    async def reserve(self) -> None:
+        cluster = self.cluster
+        while not cluster.fits(self.bundles):  # a stale plan: wait (no timeout: it serves)
+            await cluster.freed()
+        cluster.book(self.record.gang_id, self.bundles)
+
+    async def start_members(self) -> None:
+        if self.cluster.start_s:
+            await asyncio.sleep(self.cluster.start_s)
+
+    async def run(self) -> list[Any]:
+        now = self.cluster.clock()
+        self.log.running_at = now if self.log.running_at is None else self.log.running_at
+        self._running = True
+        self.cluster.usage.change(now, INFERENCE_QUEUE, running=self.log.gpus)
+        self.cluster.on_change()
+        await asyncio.get_running_loop().create_future()  # until undeployed
+        return []
+
+    async def resume(self) -> list[Any]:
+        raise NotImplementedError("the simulated scheduler never restarts")
+
+    async def signal_preempt(self, grace_s: float) -> list[dict]:
+        return []
+
+    async def wait_bodies(self, ranks: Sequence[int], timeout: float) -> None:
+        return None
+
+    async def close(self) -> None:
+        self.cluster.unbook(self.record.gang_id)
+        if self._running:
+            self._running = False
+            now = self.cluster.clock()
+            self.log.ended_at = now
+            self.cluster.usage.change(now, INFERENCE_QUEUE, running=-self.log.gpus)
 
 
 class _NoLeftovers:

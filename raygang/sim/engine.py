@@ -28,7 +28,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 
 from raygang.control.config import SchedulerConfig
 from raygang.control.errors import UnschedulableError
@@ -41,10 +42,12 @@ from raygang.control.store import Store
 from raygang.control.tasks import cancel_and_wait
 from raygang.core.gang import GangState
 from raygang.core.plan import Preemption
+from raygang.core.queues import DEFAULT_QUEUE
 from raygang.core.resources import Resources
 from raygang.core.spec import GangSpec, RoleSpec, Strategy
 from raygang.sim.clock import VirtualTimeLoop
 from raygang.sim.cluster import SimCluster
+from raygang.sim.inference import INFERENCE_QUEUE, InferenceStream, ServiceLog
 from raygang.sim.ledger import JobLog, TenantUsage
 from raygang.sim.policies import Part, SimPolicy, tenant_quotas
 from raygang.sim.settings import SimSettings
@@ -71,6 +74,8 @@ class Replay:
     cycles: int
     gpus: int  # of the cluster
     quotas: dict[str, int]
+    services: list[ServiceLog] = field(default_factory=list)  # the inference stream's
+    inference_note: str | None = None  # why this policy ran without the stream
 
 
 class DiscardingStore(Store):
@@ -106,7 +111,9 @@ class LedgerMetrics(NoMetrics):
                                                     int(preemptor.spec.total.get("GPU")))
 
     def finished(self, record: GangRecord) -> None:
-        log = self._jobs[record.spec.name]
+        log = self._jobs.get(record.spec.name)
+        if log is None:  # an inference deployment (sim.inference), undeployed
+            return
         log.finished_at = record.finished_at
         if record.state is not GangState.SUCCEEDED:
             log.skipped = f"ended {record.state.value}: {record.reason}"
@@ -150,6 +157,11 @@ class _Replayer:
         self.left = len(self.jobs)
         self.done = asyncio.Event()
         self.stuck: BaseException | None = None
+        self.services: dict[str, ServiceLog] = {}
+        self.inference_note: str | None = None
+        if settings.inference_gpus and policy.partitioned:
+            self.inference_note = ("without the inference stream: a static partition has "
+                                   "no nodes for it")
 
     def _ticker_ended(self, task: asyncio.Task) -> None:
         if not task.cancelled() and task.exception() is not None:
@@ -176,6 +188,12 @@ class _Replayer:
             await plane.ready()
         submissions = []
         self.feeding_done = False
+        stream = None
+        if self.settings.inference_gpus and self.inference_note is None:
+            queue = DEFAULT_QUEUE if self.policy.shared_queue else INFERENCE_QUEUE
+            stream = self.loop.create_task(InferenceStream(
+                all_planes[0], self.settings, queue, clock, _hour_of(self.trace.start),
+                self.services).run())
         ticker = self.loop.create_task(self._tick())
         ticker.add_done_callback(self._ticker_ended)
         for name, log in self.jobs.items():
@@ -194,6 +212,8 @@ class _Replayer:
         self.usage.close(end)
         ticker.remove_done_callback(self._ticker_ended)
         ticker.cancel()
+        if stream is not None:
+            await cancel_and_wait(stream)
         for plane in all_planes:
             await plane.shutdown()  # every gang has ended: this stops its loop and writer
         # ... which asyncio may not have let go yet (a cancellation can be swallowed
@@ -205,14 +225,17 @@ class _Replayer:
         return Replay(self.policy.name, self.jobs, self.usage, end,
                       time.perf_counter() - started,
                       sum(p.loop.cycles for p in all_planes),
-                      self.settings.nodes * self.settings.gpus_per_node, self.quotas)
+                      self.settings.nodes * self.settings.gpus_per_node, self.quotas,
+                      list(self.services.values()), self.inference_note)
 
     def _plane(self, part: Part, metrics: LedgerMetrics, clock: Callable[[], float]
                ) -> ControlPlane:
         gpus = Resources(GPU=self.settings.gpus_per_node)
         width = len(str(max(part.nodes - 1, 1)))
         nodes = [(f"{part.prefix}n{i:0{width}d}", gpus) for i in range(part.nodes)]
-        cluster = SimCluster(nodes, self.jobs, self.usage, clock, self.settings.checkpoint_s)
+        cluster = SimCluster(nodes, self.jobs, self.usage, clock, self.settings.checkpoint_s,
+                             self.settings.start_s)
+        cluster.services = self.services
         config = SchedulerConfig.model_validate({
             **part.config.model_dump(), "resync_interval_s": self.settings.resync_s,
             "state": {"store": "memory", "results_max_bytes": 0}})
@@ -261,6 +284,15 @@ class _Replayer:
                     f"policy {self.policy.name}: {len(waiting)} jobs wait and nothing has "
                     f"run for {STUCK_AFTER_S / 3600:g} simulated hours (first: "
                     f"{', '.join(waiting[:5])})")
+
+
+def _hour_of(start: str | None) -> float:
+    """The hour of the day at simulated time 0 (the trace's clock; midnight if unknown)."""
+    try:
+        at = datetime.fromisoformat(start) if start else None
+    except ValueError:
+        at = None
+    return 0.0 if at is None else at.hour + at.minute / 60
 
 
 _PROGRAM = RoleProgram(target="raygang.sim:trace_job")  # never run: the cluster is simulated

@@ -24,6 +24,7 @@ import math
 from collections.abc import Sequence
 
 from raygang.sim.engine import Replay
+from raygang.sim.inference import INFERENCE_QUEUE
 from raygang.sim.ledger import JobLog, jain
 
 HOUR = 3600.0
@@ -67,6 +68,7 @@ def summarize(replay: Replay, checkpoint_s: float) -> dict:
         "fairness": fairness(replay),
         "large_gangs": large_gangs(done),
         "tenants": tenants(done),
+        "inference": inference(replay),
         "speed": {"wall_s": replay.wall_s, "simulated_h": replay.end_s / HOUR,
                   "simulated_h_per_wall_s": replay.end_s / HOUR / max(replay.wall_s, 1e-9),
                   "cycles": replay.cycles},
@@ -114,9 +116,26 @@ def preemptions(logs: Sequence[JobLog], checkpoint_s: float) -> dict:
 def fairness(replay: Replay) -> dict:
     usage = replay.usage
     shares = {q: usage.got_s.get(q, 0.0) / usage.entitled_s[q]
-              for q in sorted(usage.entitled_s) if usage.entitled_s[q] > 0}
+              for q in sorted(usage.entitled_s)
+              if usage.entitled_s[q] > 0 and q != INFERENCE_QUEUE}
     return {"jain_share_of_guarantee": jain(list(shares.values())),
             "share_of_guarantee": shares}
+
+
+def inference(replay: Replay) -> dict | None:
+    """The inference stream (sim.inference): how long its deployments waited to run."""
+    if replay.inference_note is not None:
+        return {"note": replay.inference_note}
+    if not replay.services:
+        return None
+    end = replay.end_s
+    waits = [s.waited_s(end) for s in replay.services]
+    served = sum(((s.ended_at if s.ended_at is not None else end) - s.running_at) * s.gpus
+                 for s in replay.services if s.running_at is not None) / HOUR
+    return {"deployments": len(replay.services),
+            "never_ran": sum(1 for s in replay.services if s.running_at is None),
+            "wait_mean_s": mean(waits), "wait_p99_s": percentile(waits, 99),
+            "wait_max_s": max(waits, default=math.nan), "gpu_hours_served": served}
 
 
 def large_gangs(done: Sequence[JobLog]) -> dict:

@@ -29,6 +29,7 @@ from raygang.control.plane import ControlPlane
 from raygang.control.ports import Cluster, Metrics
 from raygang.core.queues import DEFAULT_QUEUE, QueueSpec
 from raygang.core.schedule import schedule
+from raygang.sim import inference
 from raygang.sim.baselines import kai, kueue
 from raygang.sim.loop import Decide, install
 from raygang.sim.settings import SimSettings
@@ -76,6 +77,8 @@ class SimPolicy:
             return out
         if self.shared_queue:
             queues = (QueueSpec(name=DEFAULT_QUEUE),)
+        elif settings.inference_gpus:  # the stream's queue (sim.inference)
+            queues = (*queues, inference.queue(settings))
         return [Part("", settings.nodes, tuple(trace.queues), self._config(config, queues))]
 
     def _config(self, config: SchedulerConfig, queues: tuple[QueueSpec, ...]

@@ -41,9 +41,20 @@ ROWS: list[Row] = [
     ("worst tenant JCT / static", lambda s: s.get("worst_tenant_jct_vs_static", math.nan),
      ".2f"),
     (">=32-GPU gangs: longest wait (h)", lambda s: s["large_gangs"]["queueing_max_h"], ".1f"),
+    ("inference: deployments", lambda s: _inference(s, "deployments"), "d"),
+    ("  wait to run, mean (s)", lambda s: _inference(s, "wait_mean_s"), ",.0f"),
+    ("  wait to run, max (s)", lambda s: _inference(s, "wait_max_s"), ",.0f"),
     ("simulated h / wall s", lambda s: s["speed"]["simulated_h_per_wall_s"], ",.0f"),
     ("wall s", lambda s: s["speed"]["wall_s"], ".1f"),
 ]
+
+
+INFERENCE_ROWS = {"inference: deployments", "  wait to run, mean (s)",
+                  "  wait to run, max (s)"}
+
+
+def _inference(summary: dict, key: str) -> object:
+    return (summary.get("inference") or {}).get(key, math.nan)
 
 
 def cell(value: object, fmt: str) -> str:
@@ -55,12 +66,16 @@ def cell(value: object, fmt: str) -> str:
 def text_table(trace: Trace, settings: SimSettings, summaries: Sequence[dict]) -> str:
     title = (f"{len(trace.jobs)} jobs of {Path(trace.source).name}"
              f"{f' from {trace.start}' if trace.start else ''}, {settings.nodes} x "
-             f"{settings.gpus_per_node} GPUs, checkpoint {settings.checkpoint_s:g} s")
+             f"{settings.gpus_per_node} GPUs, checkpoint {settings.checkpoint_s:g} s"
+             + (f", inference stream peak {settings.inference_gpus} GPUs"
+                if settings.inference_gpus else ""))
     table = Table(title=title, title_justify="left")
     table.add_column("")
     for summary in summaries:
         table.add_column(summary["policy"], justify="right")
     for label, value, fmt in ROWS:
+        if label in INFERENCE_ROWS and not settings.inference_gpus:
+            continue
         table.add_row(label, *(cell(value(s), fmt) for s in summaries))
     buffer = io.StringIO()
     console = Console(file=buffer, width=max(60, 36 + 14 * len(summaries)),
@@ -68,6 +83,10 @@ def text_table(trace: Trace, settings: SimSettings, summaries: Sequence[dict]) -
     console.print(table)
     for note in trace.notes:
         console.print(f"trace: {note}", soft_wrap=True)
+    for summary in summaries:
+        if (summary.get("inference") or {}).get("note"):
+            console.print(f"{summary['policy']}: {summary['inference']['note']}",
+                          soft_wrap=True)
     if trace.attribution:
         console.print(f"data: {trace.attribution}", soft_wrap=True)
     return buffer.getvalue().rstrip()

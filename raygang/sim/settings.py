@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class SimSettings(BaseModel):
@@ -19,11 +19,34 @@ class SimSettings(BaseModel):
         30.0, ge=0, description="each gang's grace period (GangSpec.preemption_grace_s): a "
         "victim runs on this long before it is stopped")
     reservation_timeout_s: float = Field(60.0, gt=0, description="each gang's")
+    start_s: float = Field(
+        0.0, ge=0, description="how long an admitted gang takes to run (reserving and "
+        "starting its members): on a real cluster, Ray's placement group and actor start "
+        "(about 1 s for a small gang here); 0 for a trace in hours")
     resync_s: float = Field(
         60.0, gt=0, description="the loop's resync interval in simulated seconds. It is "
         "1 s on a live cluster, to notice what raygang did not cause; here every change "
         "wakes the loop itself, and a resync only bounds how late a time-based rule "
         "(a class's min_runtime_s) is noticed")
+    inference_gpus: int = Field(
+        0, ge=0, description="peak GPUs of a diurnal stream of inference deployments run "
+        "beside the trace (sim.inference; 0: none)")
+    inference_gang_gpus: int = Field(8, ge=1, description="GPUs of one inference deployment")
+    inference_low: float = Field(
+        0.25, ge=0, le=1, description="the stream's nightly low, as a share of its peak")
+    inference_step_s: float = Field(
+        3600.0, gt=0, description="how often the stream follows demand (deploys, undeploys)")
     product_loop: bool = Field(
         False, description="keep the control plane loop's re-checks after a release, "
         "made for Ray's lagging view (slower; the same decisions: sim.loop)")
+
+    @model_validator(mode="after")
+    def _whole_gangs(self) -> SimSettings:
+        gang, node = self.inference_gang_gpus, self.gpus_per_node
+        if self.inference_gpus and gang > node and gang % node:
+            raise ValueError(f"inference_gang_gpus: {gang} GPUs is not a whole number of "
+                             f"{node}-GPU nodes")
+        if self.inference_gpus and self.inference_gpus < gang:
+            raise ValueError(f"inference_gpus: a peak of {self.inference_gpus} GPUs is less "
+                             f"than one deployment ({gang} GPUs)")
+        return self
