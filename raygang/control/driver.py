@@ -111,7 +111,8 @@ class GangDriver:
             await self._release()
 
     def _failed(self, error: GangError, final: bool = False) -> None:
-        self.record.error = error
+        if final or not self.record.stopping:  # else it ends as part of its preemption
+            self.record.error = error
         self.decide(MemberFailed(error.summary, final))
 
     async def _release(self) -> None:

@@ -196,6 +196,11 @@ def decide(life: Life, event: Event, policy: RestartPolicy, now: float) -> Outco
             return _to(S.SUCCEEDED, _phases(life).finished)
         case ReservationTimedOut(message):
             return _to(S.PENDING, f"requeued: {message}")
+        case MemberFailed(summary, final) if life.stopping and not final:
+            # A member that ends badly while its gang is being preempted ends as part of
+            # the stop (a Ray job raygang stopped, a worker group Train shut down when
+            # told): the gang goes back in line, it has not failed.
+            return decide(life, Interrupted(), policy, now)
         case MemberFailed(summary, final):
             return _to(S.FAILED, summary) if final else _failed(life, summary, policy, now)
         case PreemptionSignalled(stopping, why, grace):

@@ -280,8 +280,6 @@ class JobLaunch:
             status = await self._status()
             if status == "SUCCEEDED":
                 return []
-            if self._stopping:  # stopped by raygang (preempted): the driver halts this run
-                await asyncio.Event().wait()
             if status in ("FAILED", "STOPPED") or status is None:
                 why = await asyncio.to_thread(self._why, status)
                 raise MemberFailure(GangError(member="driver", rank=0,
@@ -293,7 +291,8 @@ class JobLaunch:
         if status is None:
             return f"Ray job {self.job_id} is gone"
         if status == "STOPPED":
-            return f"Ray job {self.job_id} was stopped outside raygang"
+            return f"Ray job {self.job_id} was stopped" + (
+                "" if self._stopping else " outside raygang")
         message = self.client.message(self.job_id)
         tail = self.client.logs(self.job_id)[-LOG_TAIL_CHARS:].strip()
         return f"{message}\n{tail}".strip()

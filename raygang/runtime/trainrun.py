@@ -181,8 +181,8 @@ class TrainSession:
                 raise MemberFailure(GangError(error_type="TrainingFailed", message=error or ""),
                                     final=True)
             if self.released.is_set() and not self.final:
-                if self.preempting.is_set():  # preempted: the gang's driver stops it now
-                    await asyncio.Event().wait()
+                # Also when preempted: Train shut the group down as told, and the
+                # lifecycle requeues a gang that ends while it is being stopped.
                 raise MemberFailure(GangError(
                     error_type="TrainRestart",
                     message="Ray Train restarts its worker group (a worker failed); the run "

@@ -242,3 +242,23 @@ def test_a_plan_applied_after_its_preemptor_was_cancelled_strands_no_gang():
         await plane.shutdown()
 
     run(scenario)
+
+
+def test_a_member_failing_during_its_grace_period_requeues_the_gang_not_fails_it():
+    async def scenario():
+        cluster = make_cluster("n0: GPU=4")
+        plane = make_plane(cluster)
+        train = await submit(plane, "train", "4xGPU=1", seconds=60, fails_after_s=1.0,
+                             on_preempt="ignore", priority="training", max_restarts=0,
+                             preemption_grace_s=5)
+        await wait_for(plane, train, S.RUNNING)
+        infer = await submit(plane, "infer", "4xGPU=1", seconds=None, priority="inference")
+        status = await wait_for(plane, train, S.PENDING, S.FAILED)
+        # It exited (failed) while being stopped: that ends its grace period early, and
+        # it goes back in line as preempted, not failed and not restarted.
+        assert status.state is S.PENDING and status.preemptions == 1
+        assert status.restarts == 0 and status.error is None
+        await wait_for(plane, infer, S.RUNNING)
+        await plane.shutdown()
+
+    run(scenario)

@@ -54,6 +54,13 @@ CASES = [
     # A body that returns once told it is preempted goes back in line, it did not succeed.
     ("finished-while-preempted", Life(S.RUNNING, stopping=BY), Finished(),
      Outcome((Move(S.PREEMPTED, BY), Move(S.PENDING, BY)), preempted_by=BY)),
+    # Ending badly while being preempted is part of the stop, not a failure; a final
+    # failure (the library ended the run for good) still fails it.
+    ("failed-while-preempted", Life(S.RUNNING, stopping=BY), MemberFailed("job stopped"),
+     Outcome((Move(S.PREEMPTED, BY), Move(S.PENDING, BY)), preempted_by=BY)),
+    ("failed-for-good-while-preempted", Life(S.RUNNING, stopping=BY),
+     MemberFailed("the Ray Train controller died", final=True),
+     Outcome((Move(S.FAILED, "the Ray Train controller died"),))),
     ("reservation-timeout", Life(S.ADMITTED), ReservationTimedOut("not ready within 5s"),
      Outcome((Move(S.PENDING, "requeued: not ready within 5s"),))),
     ("failed-no-restarts", Life(S.RUNNING), MemberFailed("member w-0 (rank 0) raised X"),
