@@ -15,7 +15,8 @@ every pending gang the cycle decides (admitted, or waiting with its reason: a ga
 a blocked one in its queue is decided without a search); admitted/s only the admissions.
 
 Every plan is checked: no node oversubscribed once admissions are applied and victims
-removed, and no gang taking what a victim frees without waiting for it; every victim
+removed, and no gang taking what a victim (or a gang already stopping) frees without
+waiting for it; every victim
 preemptible, not draining, not protected and, for preempt, of strictly lower priority
 than its preemptor (for reclaim, of another queue, and beyond its own queue's quota and
 fair share); every pending gang decided exactly once. Side by side, on a smaller cluster of the same kind,
@@ -220,6 +221,10 @@ def check(plan: Plan, snapshot: ClusterSnapshot, pending: Sequence[PendingGang],
     """Assert that the plan is sound on this snapshot."""
     free = {n.node_id: n.free for n in snapshot.nodes}
     running = {g.gang_id: g for g in snapshot.placed}
+    leaving = [g for g in snapshot.placed if g.draining]  # stopping already: freeing soon
+    for gang in leaving:
+        for node_id, bundle in gang.bundles:
+            free[node_id] = free[node_id] + bundle
     gangs = {g.gang_id: g for g in pending}
     tree = config.queue_tree
     book = QueueBook(tree, snapshot.placed)  # the cycle's fair shares, to see what reclaim
@@ -242,9 +247,9 @@ def check(plan: Plan, snapshot: ClusterSnapshot, pending: Sequence[PendingGang],
     # Capacity still being freed: per node, what admissions that wait for none of the
     # node's victims take must fit in what was free there before any victim was chosen.
     stopping: dict[str, set[str]] = {}
-    for p in plan.preemptions:
-        for node_id, _ in running[p.victim].bundles:
-            stopping.setdefault(node_id, set()).add(p.victim)
+    for victim in [running[p.victim] for p in plan.preemptions] + leaving:
+        for node_id, _ in victim.bundles:
+            stopping.setdefault(node_id, set()).add(victim.gang_id)
     settled = {n.node_id: n.free for n in snapshot.nodes}
     for a in plan.admissions:
         assert len(a.victims) == preempted[a.gang_id], a

@@ -126,7 +126,7 @@ class SchedulingLoop:
         prepared = self._prepare()
         if prepared is not None:
             now, snapshot, backlog, policy = prepared
-            self._apply(now, self._decide(snapshot, backlog, policy, now))
+            self._apply(now, self._decide(snapshot, backlog, policy, now), snapshot)
 
     async def cycle_off_loop(self) -> None:
         """One cycle; the decision runs in a thread of its own, so that the event loop
@@ -136,7 +136,7 @@ class SchedulingLoop:
         if prepared is not None:
             now, snapshot, backlog, policy = prepared
             self._apply(now, await asyncio.to_thread(self._decide, snapshot, backlog, policy,
-                                                     now))
+                                                     now), snapshot)
 
     def _prepare(self) -> tuple | None:
         now = self._clock()
@@ -149,10 +149,10 @@ class SchedulingLoop:
         self.observed = (now, snapshot)
         return now, snapshot, backlog, self._config().policy
 
-    def _apply(self, now: float, plan: Plan) -> None:
+    def _apply(self, now: float, plan: Plan, snapshot: ClusterSnapshot) -> None:
         self.last_plan = plan
         self.cycles += 1
-        admitted = self._still_admitted(plan)
+        admitted = self._still_admitted(plan, snapshot)
         # Victims first: an admission that needs them waits for them to be gone.
         for preemption in plan.preemptions:
             if preemption.preemptor in admitted:
@@ -167,13 +167,16 @@ class SchedulingLoop:
                                    plan.positions.get(waiting.gang_id))
         self._metrics.cycle_done(self._started, plan)
 
-    def _still_admitted(self, plan: Plan) -> set[str]:
+    def _still_admitted(self, plan: Plan, snapshot: ClusterSnapshot) -> set[str]:
         """The plan's admissions still to carry out. A gang cancelled while the plan was
         decided is not admitted, so its victims are not stopped; then neither is a gang
         that would take what those victims free (it would wait for them for ever)."""
         admitted = {a.gang_id for a in plan.admissions if self._admissible(a.gang_id)}
+        # Gangs leaving anyway (stopped in an earlier cycle, or released a moment ago):
+        # an admission may wait for them whatever this plan does.
+        leaving = {g.gang_id for g in snapshot.placed if g.draining or g.ended}
         while True:
-            stopping = {p.victim for p in plan.preemptions if p.preemptor in admitted}
+            stopping = leaving | {p.victim for p in plan.preemptions if p.preemptor in admitted}
             stranded = {a.gang_id for a in plan.admissions
                         if a.gang_id in admitted and not set(a.waits_for) <= stopping}
             if not stranded:
@@ -202,7 +205,7 @@ class SchedulingLoop:
     # What the cluster looks like ------------------------------------------------------
     def observe(self) -> ClusterSnapshot:
         draining = self.scaling.draining if self.scaling is not None else ()
-        return self._cluster.observe(self._fleet.held(), draining)
+        return self._cluster.observe(self._fleet.held() + self._fleet.leaving(), draining)
 
     def recent_snapshot(self, max_age: float | None = None) -> ClusterSnapshot:
         """The last cycle's view if younger than `max_age` (default: one resync interval).

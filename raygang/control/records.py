@@ -171,7 +171,9 @@ class GangRecord:
             self.gang_id, self.priority, tuple(zip(self.nodes, self.spec.bundles)),
             queue=self.spec.queue, preemptible=self.preemptible,
             running_since=self.started_at if self.state is GangState.RUNNING else None,
-            min_runtime_s=self.min_runtime_s, draining=self.stopping is not None,
+            min_runtime_s=self.min_runtime_s,
+            # Being preempted, or ended and being torn down: leaving, not a victim.
+            draining=self.stopping is not None or not self.state.holds_resources,
         )
 
     def status(self) -> GangStatus:

@@ -40,8 +40,9 @@ def cluster_status(snapshot: ClusterSnapshot, holding: Iterable[GangRecord], obs
     nodes = [
         NodeStatus(
             node_id=n.node_id, name=n.display, alive=n.alive, labels=dict(n.labels),
-            total=n.total.to_dict(), free=n.free.to_dict(),
-            used=(n.total - n.free).to_dict(), bundles=held.get(n.node_id, []),
+            # Booked beyond its total while a gang leaves it: none free, all used.
+            total=n.total.to_dict(), free=n.free.positive().to_dict(),
+            used=(n.total - n.free.positive()).to_dict(), bundles=held.get(n.node_id, []),
         )
         for n in snapshot.nodes
     ]
@@ -49,6 +50,6 @@ def cluster_status(snapshot: ClusterSnapshot, holding: Iterable[GangRecord], obs
     return ClusterStatus(
         observed_at=observed_at, nodes=nodes,
         total=sum((n.total for n in alive), Resources()).to_dict(),
-        free=sum((n.free for n in alive), Resources()).to_dict(),
+        free=sum((n.free.positive() for n in alive), Resources()).to_dict(),
         scaling=scaling,
     )

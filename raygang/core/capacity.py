@@ -29,7 +29,9 @@ class Capacity:
             self._total[node.node_id] = node.total
             self._display[node.node_id] = node.display
             self._classes.setdefault(free, []).append(node.node_id)  # sorted: ids come in order
-        self.free_total = Resources.sum(self._free.values())  # a cheap "cannot fit" test
+        # A cheap "cannot fit" test: what is free in all (a node booked beyond its total,
+        # while a gang leaves it, adds nothing rather than taking from the others).
+        self.free_total = Resources.sum(f.positive() for f in self._free.values())
         names: set[str] = set()
         for total in self._total.values():
             names.update(total)
@@ -97,7 +99,7 @@ class Capacity:
         self._total[node.node_id] = node.total
         self._display[node.node_id] = node.display
         bisect.insort(self._classes.setdefault(node.free, []), node.node_id)
-        self.free_total = self.free_total + node.free
+        self.free_total = self.free_total + node.free.positive()
         if any(name not in self.resource_names for name in node.total):
             names = set(self.resource_names) | set(node.total)
             self.resource_names = tuple(sorted(names, key=scarcity_key))
@@ -110,7 +112,7 @@ class Capacity:
         del ids[bisect.bisect_left(ids, node_id)]
         if not ids:
             del self._classes[free]
-        self.free_total = self.free_total - free
+        self.free_total = self.free_total - free.positive()
 
     # Tentative changes ------------------------------------------------------------------
     def reserve(self, assignment: Iterable[tuple[str, Resources]]) -> Undo:
@@ -143,7 +145,7 @@ class Capacity:
 
     def _set_free(self, node_id: str, free: Resources) -> None:
         old = self._free[node_id]
-        self.free_total = self.free_total - old + free
+        self.free_total = self.free_total - old.positive() + free.positive()
         ids = self._classes[old]
         del ids[bisect.bisect_left(ids, node_id)]
         if not ids:

@@ -136,10 +136,16 @@ class Resources(Mapping[str, float]):
         return all(v >= 0 for v in self._units.values())
 
     def minimum(self, other: Resources) -> Resources:
-        """Per-resource minimum (a resource missing on either side counts as 0)."""
+        """Per-resource minimum (a resource missing on either side counts as 0, so a
+        shortfall on the other side is kept: 0 free and 4 over-booked is -4)."""
+        mine, theirs = self._units, other._units
         return Resources._of_units(
-            {k: min(v, other._units.get(k, 0)) for k, v in self._units.items()}
+            {k: min(mine.get(k, 0), theirs.get(k, 0)) for k in mine.keys() | theirs.keys()}
         )
+
+    def positive(self) -> Resources:
+        """Only the positive amounts (a node booked beyond its total has none free)."""
+        return Resources._of_units({k: v for k, v in self._units.items() if v > 0})
 
     def shortfall(self, capacity: Resources) -> Resources:
         """What `capacity` lacks to hold this vector (only the missing amounts)."""

@@ -65,7 +65,7 @@ async def scenario(seed: int, steps: int) -> int:
         full = schedule(snapshot, pending, policy, now)
         assert incremental == full, f"seed {seed} step {step}"
         plane.loop._started = 0.0
-        plane.loop._apply(now, incremental)
+        plane.loop._apply(now, incremental, snapshot)
         for gang in pending:  # every waiting gang's status says what the full cycle says
             record = plane.registry.get(gang.gang_id)
             if gang.gang_id in full.waiting and record.state is S.PENDING:

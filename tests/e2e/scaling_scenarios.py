@@ -112,7 +112,7 @@ def run_gang_through_scaling(group: str, seconds: float, requested: Callable[[],
     wait_until(requested, 10, "the scale request")
     t_request = time.monotonic() - t0
     reason = wait_until(
-        lambda: (s := ref.status()).reason and "requested at" in s.reason and s.reason, 5,
+        lambda: (s := ref.status()).reason and "requested at" in s.reason and s.reason, 30,
         "the waiting reason")
     assert f"waiting for 2 nodes of group {group} (requested at " in reason, reason
     assert ref.status().state.value == "PENDING"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -30,14 +31,15 @@ def job_body(entrypoint: str = HELLO, **fields) -> dict:
 
 
 def wait_for_job(client: httpx.Client, job_id: str, states: set[str],
-                 timeout: float = 90) -> dict:
-    """Poll `GET /v1/jobs/{id}` until the job is in one of `states`; its status then."""
+                 timeout: float = 90, until: Callable[[dict], object] = bool) -> dict:
+    """Poll `GET /v1/jobs/{id}` until the job is in one of `states` (and `until` holds of
+    its status); its status then."""
     deadline = time.monotonic() + timeout
     while True:
         answer = client.get(f"/v1/jobs/{job_id}")
         assert answer.status_code == 200, answer.text
         status = answer.json()
-        if status["state"] in states:
+        if status["state"] in states and until(status):
             return status
         assert status["state"] not in FINISHED and time.monotonic() < deadline, status
         time.sleep(0.2)

@@ -196,7 +196,10 @@ time.sleep(600)
 """
 
 
-def test_gangs_a_job_s_driver_submits_run_inside_its_budget_and_end_with_it(jobs, tmp_path):
+def test_gangs_a_job_s_driver_submits_run_inside_its_budget_and_end_with_it(jobs, tmp_path,
+                                                                           http_port):
+    # http_port: Serve started on this module's port (and shut down after it), not by the
+    # scheduler on its default one, which later modules' Serve would find running.
     script = tmp_path / "gangs.py"
     script.write_text(GANGS_IN_JOB)
     job = raygang.submit_job(f"{PY} {script}", gpus=2, name="gangjob", queue="team-a")

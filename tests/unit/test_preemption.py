@@ -97,11 +97,21 @@ CASES = [
         pending=[gang("infer", "GPU=1", priority=1000)],
         victims=["new-small"], admitted=["infer"],
     ),
+    # A gang already on its way out (preempted earlier, or ended and being torn down) is
+    # not a victim again; its GPUs are about to be free: the preemptor takes them and waits
+    # for it (test_a_gang_takes_capacity_of_a_gang_already_leaving) rather than stop t2.
     Case(
-        "draining-victims-are-not-taken-twice-and-their-gpus-are-not-free",
+        "draining-gangs-are-not-taken-twice-and-their-gpus-are-taken-first",
         running=[running("going", "w-1: 4xGPU=1", priority=10, draining=True),
                  running("t2", "w-2: 4xGPU=1", priority=10)],
         pending=[gang("infer", "2xGPU=1", priority=1000)],
+        victims=[], admitted=["infer"],
+    ),
+    Case(
+        "a-draining-gang-is-never-a-victim",
+        running=[running("going", "w-1: 4xGPU=1", priority=10, draining=True),
+                 running("t2", "w-2: 4xGPU=1", priority=10)],
+        pending=[gang("infer", "6xGPU=1", priority=1000)],
         victims=["t2"], admitted=["infer"],
     ),
     Case(
@@ -326,3 +336,15 @@ def test_the_reason_says_when_preemption_would_not_help():
     message = run(case).waiting["infer"].message
     assert message.startswith("needs {GPU: 6} on one node (STRICT_PACK")
     assert message.endswith("; preempting lower-priority gangs would not make room")
+
+
+def test_a_gang_takes_capacity_of_a_gang_already_leaving_and_waits_for_it():
+    plan = schedule(
+        busy(*TWO_NODES, placed=[running("going", "w-1: 4xGPU=1", priority=10,
+                                         draining=True),
+                                 running("t2", "w-2: 4xGPU=1", priority=10)]),
+        [gang("infer", "2xGPU=1", priority=1000)], PolicyConfig(), now=100.0)
+    (admission,) = plan.admissions
+    assert admission.nodes == ("w-1", "w-1") and admission.action == "allocate"
+    assert admission.waits_for == ("going",) and not plan.preemptions
+
