@@ -10,7 +10,6 @@ gang's record; every path ends in `_release`, which frees what the gang holds.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -20,7 +19,6 @@ from raygang.control.records import GangRecord
 from raygang.control.status import GangError
 from raygang.control.tasks import cancel_and_wait, run_to_completion
 from raygang.core.gang import GangState
-from raygang.core.snapshot import PlacedGang
 from raygang.core.lifecycle import (
     Event,
     Finished,
@@ -67,7 +65,6 @@ class GangDriver:
         self.done = False  # released: it holds nothing any more
         self._releasing = False
         self._stopping: asyncio.Task | None = None
-        self.left: PlacedGang | None = None  # what it held, as it let go (Fleet.leaving)
         self._released_event = asyncio.Event()
 
     def start(self, waits_for: Sequence[asyncio.Task] = (), adopted: bool = False) -> None:
@@ -133,8 +130,6 @@ class GangDriver:
         await self.run.close()
         if self._ending is not None:  # the gangs inside a job end with it
             await run_to_completion(self._ending(record))
-        if record.parent is None and record.nodes:
-            self.left = dataclasses.replace(record.placed_view(), ended=True)
         record.nodes = ()
         record.stopping = None
         self.done = True

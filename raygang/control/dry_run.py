@@ -58,13 +58,23 @@ def _stopped(plan: Plan, gangs: Mapping[str, GangRecord],
              ids: tuple[str, ...]) -> list[Victim]:
     """The gangs `ids`, each with why this plan stops it."""
     why = {p.victim: p for p in plan.preemptions}
-    return [Victim(gang_id=g, name=gangs[g].spec.name, action=why[g].action,
-                   reason=why[g].reason) for g in ids]
+    out = []
+    for g in ids:
+        try:
+            name = gangs[g].spec.name
+        except KeyError:  # ended and forgotten already
+            name = g
+        if g in why:
+            out.append(Victim(gang_id=g, name=name, action=why[g].action, reason=why[g].reason))
+        else:  # stopping already: preempted by an earlier cycle, or ended and tearing down
+            out.append(Victim(gang_id=g, name=name, action="stopping",
+                              reason="already stopping (preempted earlier, or ended)"))
+    return out
 
 
 def _after(others: list[Victim]) -> str:
     if not others:
         return ""
     ids = ", ".join(v.gang_id for v in others)
-    return (f", once {len(others)} gang(s) stopped for other gangs have stopped ({ids}): "
-            f"it takes capacity they free")
+    return (f", once {len(others)} gang(s) stopping for other gangs or on their own have "
+            f"stopped ({ids}): it takes capacity they free")

@@ -3,7 +3,6 @@ plan's admissions and preemptions, and hands back what a gang held once it is re
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Awaitable, Callable, Iterator
 
 from raygang.control.driver import GangDriver
@@ -15,7 +14,7 @@ from raygang.core.lifecycle import Admitted, Adopted, RestartPolicy
 from raygang.core.plan import Admission, Preemption
 from raygang.core.snapshot import PlacedGang
 
-LEAVING_S = 1.0  # as long as the loop's last re-check after a release (loop.py)
+SETTLE_S = 0.5  # less than the loop's last re-check after a release (loop.py), 1 s
 
 
 class Fleet:
@@ -34,13 +33,12 @@ class Fleet:
         self._on_released = released
         self._ending = ending
         self._drivers: dict[str, GangDriver] = {}
-        # Gangs released in the last `leaving_s` seconds (until when): the cluster's view
-        # may still show their capacity used (on Ray, the GCS lags a placement group's
-        # removal by tens of milliseconds); a cycle counts it as leaving, so that a gang
-        # takes it rather than preempting another for room that is already free. 0 where
-        # the view never lags (the simulator).
-        self.leaving_s = LEAVING_S
-        self._leaving: collections.deque[tuple[float, PlacedGang]] = collections.deque()
+        # For `settle_s` after a gang let go, the cluster's view may still show its
+        # capacity used (on Ray, the GCS lags a placement group's removal by tens of
+        # milliseconds): no gang is preempted on such a view (`settling`), it would stop
+        # one for room that is already free. 0 where the view never lags (the simulator).
+        self.settle_s = SETTLE_S
+        self._released_at = float("-inf")
 
     def __contains__(self, gang_id: object) -> bool:
         return gang_id in self._drivers
@@ -52,12 +50,9 @@ class Fleet:
     def driver(self, gang_id: str) -> GangDriver | None:
         return self._drivers.get(gang_id)
 
-    def leaving(self) -> list[PlacedGang]:
-        """Gangs released a moment ago (`PlacedGang.ended`), for the next cycles."""
-        now = self._clock()
-        while self._leaving and self._leaving[0][0] <= now:
-            self._leaving.popleft()
-        return [gang for _, gang in self._leaving]
+    def settling(self) -> bool:
+        """A gang let go a moment ago: the cluster's view may not show it yet."""
+        return self._clock() - self._released_at < self.settle_s
 
     def held(self) -> list[PlacedGang]:
         """What raygang's book holds: not the gangs inside a job (the job books it)."""
@@ -115,6 +110,5 @@ class Fleet:
     def _released(self, driver: GangDriver) -> None:
         if self._drivers.get(driver.record.gang_id) is driver:
             del self._drivers[driver.record.gang_id]
-        if driver.left is not None and self.leaving_s > 0:
-            self._leaving.append((self._clock() + self.leaving_s, driver.left))
+        self._released_at = self._clock()
         self._on_released(driver.record)

@@ -172,11 +172,15 @@ class SchedulingLoop:
         decided is not admitted, so its victims are not stopped; then neither is a gang
         that would take what those victims free (it would wait for them for ever)."""
         admitted = {a.gang_id for a in plan.admissions if self._admissible(a.gang_id)}
-        # Gangs leaving anyway (stopped in an earlier cycle, or released a moment ago):
-        # an admission may wait for them whatever this plan does.
-        leaving = {g.gang_id for g in snapshot.placed if g.draining or g.ended}
+        # Gangs leaving anyway (stopped in an earlier cycle, or ended): an admission may
+        # wait for them whatever this plan does.
+        leaving = {g.gang_id for g in snapshot.placed if g.draining}
+        # Right after a gang let go, the view may still show its GPUs taken: stop no gang
+        # on it (a re-check cycle decides again once the view has caught up).
+        preempting = not self._fleet.settling()
         while True:
-            stopping = leaving | {p.victim for p in plan.preemptions if p.preemptor in admitted}
+            stopping = leaving | {p.victim for p in plan.preemptions
+                                  if p.preemptor in admitted and preempting}
             stranded = {a.gang_id for a in plan.admissions
                         if a.gang_id in admitted and not set(a.waits_for) <= stopping}
             if not stranded:
@@ -205,7 +209,7 @@ class SchedulingLoop:
     # What the cluster looks like ------------------------------------------------------
     def observe(self) -> ClusterSnapshot:
         draining = self.scaling.draining if self.scaling is not None else ()
-        return self._cluster.observe(self._fleet.held() + self._fleet.leaving(), draining)
+        return self._cluster.observe(self._fleet.held(), draining)
 
     def recent_snapshot(self, max_age: float | None = None) -> ClusterSnapshot:
         """The last cycle's view if younger than `max_age` (default: one resync interval).

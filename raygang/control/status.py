@@ -82,7 +82,7 @@ class Victim(BaseModel):
 
     gang_id: str
     name: str
-    action: str  # "reclaim" or "preempt"
+    action: str  # "reclaim" or "preempt"; "stopping": already stopping (earlier, or ended)
     reason: str
 
 

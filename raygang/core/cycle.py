@@ -112,13 +112,12 @@ class Cycle:
         # period, or ended and being torn down) free their capacity shortly: a gang may
         # take it and wait for them, as for this cycle's victims, rather than stop others
         # for room that is about to be free (a real cluster's teardown takes a moment).
-        leaving = [g for g in snapshot.placed if g.draining or g.ended]
+        leaving = [g for g in snapshot.placed if g.draining]
         if leaving:
             self.capacity.release(bundle for g in leaving for bundle in g.bundles)
             self.draining.add(leaving)
-        self.holding = tuple(g for g in snapshot.placed if not g.ended)  # what queues use
         self.ever = _EverFits(snapshot)
-        self.book = QueueBook(self.tree, self.holding)
+        self.book = QueueBook(self.tree, snapshot.placed)
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.admitted: set[str] = set()
@@ -223,7 +222,7 @@ class Cycle:
         if action not in self._pools:
             if self._stoppable is None:  # sorted once: an action's pool is a subset
                 self._stoppable = sorted(
-                    (g for g in self.holding
+                    (g for g in self.snapshot.placed
                      if g.preemptible and not g.draining and not g.protected(self.now)),
                     key=victim_order,
                 )

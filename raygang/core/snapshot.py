@@ -37,11 +37,9 @@ class PlacedGang:
     preemptible: bool = True
     running_since: float | None = None  # None: admitted, not yet past the launch barrier
     min_runtime_s: float = 0.0  # protected from preemption until it has run this long
-    draining: bool = False  # already being preempted: its resources are not free yet
-    # Released a moment ago: it uses nothing, but the cluster's view may not show its
-    # capacity free yet (Ray's lags a placement group's removal). Only its capacity counts:
-    # leaving, as a draining gang's; no queue's usage, never a victim.
-    ended: bool = False
+    # Leaving: being preempted, or ended and being torn down. Its resources are not free
+    # yet; a gang may take them and wait for it (core.draining); never a victim again.
+    draining: bool = False
     total: Resources = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

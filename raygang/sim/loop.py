@@ -33,4 +33,4 @@ def install(plane: ControlPlane, cluster: Cluster, metrics: Metrics,
     plane.loop = SchedulingLoop(plane.registry, plane.fleet, cluster, metrics, None,
                                 lambda: plane.config, clock, decide,
                                 RELEASE_RECHECK_S if recheck else ())
-    plane.fleet.leaving_s = 0.0  # the simulated view never lags a release (fleet.LEAVING_S)
+    plane.fleet.settle_s = 0.0  # the simulated view never lags a release (fleet.SETTLE_S)

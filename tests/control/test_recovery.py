@@ -143,6 +143,10 @@ def test_gangs_inside_a_job_lost_while_the_scheduler_was_down_are_cancelled():
         assert plane.recovery["requeued"] == 1 and plane.recovery["adopted"] == 1
         status = await wait_for(plane, ids["inner"], S.CANCELLED)
         assert status.reason == f"its job {ids['job']} is not running (PENDING)"
+        for _ in range(200):  # torn down just after its end is recorded
+            if ids["inner"] not in cluster.booked:
+                break
+            await asyncio.sleep(0.01)
         assert ids["inner"] not in cluster.booked
         await plane.shutdown()
 

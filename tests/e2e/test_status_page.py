@@ -211,7 +211,9 @@ def test_page_shows_jobs_running_and_waiting_then_stopped(ray_cluster, api_serve
         def rows(d) -> dict:
             return {r["id"]: r for r in d.execute_script(JOBS_JS) if r["id"] in ids}
 
-        seen = wait_for(browser, "both jobs", lambda d: len(rows(d)) == 2 and rows(d))
+        # Both shown, the waiting one with its place and reason (from the next cycle).
+        seen = wait_for(browser, "both jobs", lambda d: len(r := rows(d)) == 2
+                        and r[ids[1]]["position"] and r)
         long, waiting = seen[ids[0]], seen[ids[1]]
         assert (long["state"], long["queue"], long["ray_job"]) == \
             ("RUNNING", "load", f"raygang-{ids[0]}-0"), long

@@ -96,8 +96,8 @@ def test_a_dry_run_says_the_gang_would_wait_for_gangs_being_stopped():
         ("v", "batch-job", "preempt")]
     assert "preempted for gang i-1" in answer.waits_for[0].reason
     assert answer.reason == (
-        "would be admitted now on w-1, once 1 gang(s) stopped for other gangs have stopped "
-        "(v): it takes capacity they free")
+        "would be admitted now on w-1, once 1 gang(s) stopping for other gangs or on their "
+        "own have stopped (v): it takes capacity they free")
     # Alone, it would preempt the gang itself, and wait for nothing else.
     plan = schedule(snapshot, [probe], CONFIG, 100.0)
     answer = dry_run_result(plan, probe, snapshot, {"v": _record("v", "batch-job")})
