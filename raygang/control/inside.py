@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+
 from raygang.control.errors import GangNotFoundError, UnschedulableError
 from raygang.control.fleet import Fleet
 from raygang.control.ports import Cluster
@@ -89,6 +90,8 @@ class Inside:
     def place(self) -> None:
         """Place every waiting gang whose job's budget has room now, in submission order
         per job (one that does not fit holds back its job's later gangs)."""
+        if not self._registry.jobs_with_gangs():  # the usual case: every second, nothing
+            return
         now = self._clock()
         self._orphans()
         blocked: dict[str, str] = {}  # job id -> the gang that waits first

@@ -78,8 +78,9 @@ class Registry:
     def waiting_inside(self) -> list[GangRecord]:
         """Gangs to place inside their job's budget (`control.inside`), in submission
         order (those waiting out a restart backoff included)."""
-        return sorted((self._gangs[g] for g, where in self._where.items()
-                       if where == "inside"), key=lambda r: r.seq)
+        waiting = (g for children in self._children.values() for g in children
+                   if self._where.get(g) == "inside")  # not a walk over every pending gang
+        return sorted((self._gangs[g] for g in waiting), key=lambda r: r.seq)
 
     def jobs_with_gangs(self) -> list[str]:
         """The jobs with unfinished gangs inside them."""
