@@ -229,13 +229,17 @@ def check(plan: Plan, snapshot: ClusterSnapshot, pending: Sequence[PendingGang],
     tree = config.queue_tree
     book = QueueBook(tree, snapshot.placed)  # the cycle's fair shares, to see what reclaim
     book.share_out(snapshot.alive_nodes, [g for g in pending if not tree.problem(g.spec)])
-    kept = reclaim_protected(book, snapshot.placed)  # was allowed to take
+    kept = reclaim_protected(book, snapshot.placed,  # was allowed to take
+                             config.preemption.reclaim_victim_order, plan.at)
     victims = [p.victim for p in plan.preemptions]
     assert len(set(victims)) == len(victims), "a gang was preempted twice"
     for p in plan.preemptions:
         victim, preemptor = running[p.victim], gangs[p.preemptor]
         assert victim.preemptible and not victim.draining, p
         assert not victim.protected(plan.at), p
+        least = config.preemption.min_runtime_s(p.action)  # the action's own minimum
+        assert least <= 0 or (victim.running_since is not None
+                              and plan.at - victim.running_since >= least), p
         if p.action == "preempt":
             assert victim.priority < preemptor.priority, p
         else:

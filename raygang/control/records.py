@@ -65,6 +65,7 @@ class GangRecord:
     on_change: Callable[[GangRecord], None] | None = field(default=None, repr=False)
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     released: asyncio.Event = field(default_factory=asyncio.Event)  # RUNNING or finished
+    pending_since: float | None = None  # when it last became PENDING (None: submitted_at)
     _pending: PendingGang | None = field(default=None, repr=False, compare=False)
 
     def life(self) -> Life:
@@ -109,6 +110,8 @@ class GangRecord:
         if to is not GangState.PENDING:
             self.position = None
             self.wait_message = self.scale_note = None
+        if to is GangState.PENDING:
+            self.pending_since, self._pending = now, None  # its view says since when
         if to is GangState.PREEMPTED:
             self.preemptions += 1
         if to is GangState.RUNNING:
@@ -162,8 +165,9 @@ class GangRecord:
         """The gang as a cycle sees it while it waits (made once: what it holds never
         changes)."""
         if self._pending is None:
+            since = self.submitted_at if self.pending_since is None else self.pending_since
             self._pending = PendingGang(self.gang_id, self.spec, self.priority, self.seq,
-                                        self.preemptible)
+                                        self.preemptible, since)
         return self._pending
 
     def placed_view(self) -> PlacedGang:
@@ -174,6 +178,7 @@ class GangRecord:
             min_runtime_s=self.min_runtime_s,
             # Being preempted, or ended and being torn down: leaving, not a victim.
             draining=self.stopping is not None or not self.state.holds_resources,
+            checkpoint_s=self.spec.checkpoint_interval_s,
         )
 
     def status(self) -> GangStatus:

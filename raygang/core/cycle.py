@@ -34,9 +34,10 @@ from raygang.core.plan import (
     Waitings,
 )
 from raygang.core.pool import Candidates, Pool
+from raygang.core.reserve import Hold, elect
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
-from raygang.core.victims import VictimSearch, victim_order
+from raygang.core.victims import VictimSearch, victim_key
 
 # An action's own narrowing of the gangs any action may stop (reclaim's protections).
 Narrow = Callable[["Cycle", list[PlacedGang]], list[PlacedGang]]
@@ -128,7 +129,10 @@ class Cycle:
         self.waiting: dict[str, Waiting] = {}
         self._pools: dict[str, Pool] = {}  # action -> the gangs it may stop
         self._stoppable: list[PlacedGang] | None = None
+        self._sorted: dict[str, list[PlacedGang]] = {}  # victim order -> stoppable, sorted
         self._good: dict[str, dict[Resources, int]] = {}  # queue -> totals it admits
+        self.hold: Hold | None = None  # capacity held for a gang pending too long
+        self.delayed: dict[str, list] = {}  # gang id -> (action, its delay, seconds left)
 
     # The cycle ----------------------------------------------------------------------------
     def run(self, backlog: Backlog, eager: bool = False) -> Plan:
@@ -139,6 +143,7 @@ class Cycle:
         self.book.share_out_demand(self.snapshot.alive_nodes, {
             queue: demand(self._good_totals(queue, backlog.totals.get(queue, {})))
             for queue in lines})
+        self.hold = self._elect()
         for name in self.config.actions:
             action = ACTIONS[name]
             self._pass(lambda gang: action.attempt(self, gang))
@@ -203,12 +208,46 @@ class Cycle:
                 order.done(queue)
             if not self.ever.fits(gang):
                 continue  # never fits here: it blocks nobody
-            if attempt(gang):
+            if self.hold is not None and gang is self.hold.gang:
+                admitted = self._held_attempt(attempt)
+            else:
+                admitted = attempt(gang)
+            if admitted:
                 order.touched(queue)
             elif not self.config.backfill:
                 order.done(queue)
         for queue, gangs in self.left.items():
             gangs.drop(at[queue], self.admitted)
+
+    def _elect(self) -> Hold | None:
+        """The hold for the queue head pending longest beyond `sla_waiting_time_s`."""
+        sla = self.config.sla_waiting_time_s
+        if sla is None:
+            return None
+        heads = [next((g for g in line if self.ever.fits(g)), None) for line in self.left.values()]
+        gang = elect((g for g in heads if g is not None), self.now, sla,
+                     lambda g: self.book.admission_problem(g) is None)
+        return None if gang is None else Hold.of(gang, self.capacity)
+
+    def _held_attempt(self, attempt: Callable[[PendingGang], bool]) -> bool:
+        """Offer the elected gang what is held for it too. Shapes that failed without the
+        hold fail with it; pools are rebuilt, as their bounds assumed less free."""
+        hold = self.hold
+        assert hold is not None
+        if not hold.holds_any:  # nothing free there yet: the capacity is as it was
+            admitted = attempt(hold.gang)
+            self.hold = None if admitted else hold
+            return admitted
+        hold.release()
+        failed = set(self.failed)
+        self.failed.clear()
+        self._pools.clear()
+        if attempt(hold.gang):
+            self.hold = None
+            return True
+        hold.apply()
+        self.failed |= failed
+        return False
 
     # What actions use ---------------------------------------------------------------------
     def place(self, gang: PendingGang) -> tuple[str, ...] | None:
@@ -217,18 +256,39 @@ class Cycle:
 
     def pool(self, action: str, narrow: Narrow | None = None) -> Pool:
         """Running gangs that `action` may stop, least important first (once per cycle):
-        preemptible, not draining, not protected by a minimum runtime, and, if `narrow`
-        is given, those it keeps of them."""
+        preemptible, not draining, not protected by a minimum runtime (their class's, or
+        the action's own: `PolicyConfig.preemption`), and, if `narrow` is given, those it
+        keeps of them."""
         if action not in self._pools:
-            if self._stoppable is None:  # sorted once: an action's pool is a subset
-                self._stoppable = sorted(
-                    (g for g in self.snapshot.placed
-                     if g.preemptible and not g.draining and not g.protected(self.now)),
-                    key=victim_order,
-                )
-            ordered = self._stoppable if narrow is None else narrow(self, self._stoppable)
-            self._pools[action] = Pool(ordered, self.capacity, self.taken)
+            if self._stoppable is None:  # filtered once: an action's pool is a subset
+                self._stoppable = [
+                    g for g in self.snapshot.placed
+                    if g.preemptible and not g.draining and not g.protected(self.now)]
+            order = self.config.preemption.reclaim_victim_order if action == "reclaim" \
+                else "newest"
+            if order not in self._sorted:  # sorted once per order
+                self._sorted[order] = sorted(self._stoppable, key=victim_key(order, self.now))
+            stoppable = self._sorted[order]
+            ordered = stoppable if narrow is None else narrow(self, stoppable)
+            ordered, young = self._old_enough(ordered, action)
+            self._pools[action] = Pool(ordered, self.capacity, self.taken, young)
         return self._pools[action]
+
+    def _old_enough(self, gangs: list[PlacedGang], action: str
+                    ) -> tuple[list[PlacedGang], list[tuple[PlacedGang, float]]]:
+        """(those that ran the action's minimum runtime since their last start, the others
+        with when they will have): KAI's reclaimMinRuntime / preemptMinRuntime."""
+        least = self.config.preemption.min_runtime_s(action)
+        if least <= 0:
+            return gangs, []
+        now, old, young = self.now, [], []
+        for gang in gangs:
+            since = gang.running_since
+            if since is not None and now - since >= least:
+                old.append(gang)
+            else:  # not yet running: it has not started its minimum runtime
+                young.append((gang, (now if since is None else since) + least))
+        return old, young
 
     def search(self, gang: PendingGang, pool: Pool, candidates: Candidates,
                action: str) -> bool:
@@ -238,6 +298,11 @@ class Cycle:
         if problem:  # stopping others (always preemptible gangs) never changes this
             self.limited[gang.gang_id] = problem
             return False
+        delay = self.config.preemption.delay_s(action)
+        if delay > 0 and gang.pending_since is not None and self.now - gang.pending_since < delay:
+            self.delayed.setdefault(gang.gang_id, []).append(
+                (action, delay, gang.pending_since + delay - self.now))
+            return False  # KAI's preemptionDelay: what frees meanwhile may do
         key = (action, gang.shape, gang.priority, gang.queue, gang.preemptible)
         found = None
         if key not in self.failed:
@@ -320,7 +385,28 @@ class Cycle:
         # end up waiting: a search's candidates can be long to walk.
         notes = "".join(
             (ACTIONS[action].no_room or {})["none" if next(iter(candidates), None) is None
-                                            else "some"]
+                                            else "some"] + self._young_note(action, candidates)
             for action, candidates in self.tried.get(gang.gang_id, ())
         )
-        return Waiting(gang.gang_id, WaitCode.NO_FIT, by_shape[gang.shape] + notes)
+        notes += "".join(
+            f"; it may {action} once pending {action}_delay_s {delay:g} s (in {left:.0f} s)"
+            for action, delay, left in self.delayed.get(gang.gang_id, ()))
+        return Waiting(gang.gang_id, WaitCode.NO_FIT, by_shape[gang.shape] + notes
+                       + self._hold_note(gang))
+
+    def _hold_note(self, gang: PendingGang) -> str:
+        hold = self.hold
+        sla = self.config.sla_waiting_time_s or 0.0
+        return "" if hold is None else "; " + hold.note(gang, self.now, sla)
+
+    def _young_note(self, action: str, candidates: Candidates) -> str:
+        """What the action's minimum runtime keeps it from stopping, and until when."""
+        pool = self._pools.get(action)
+        young = [until for g, until in (pool.young if pool else ()) if candidates.would_admit(g)]
+        if not young:
+            return ""
+        least = self.config.preemption.min_runtime_s(action)
+        plural = "gang is" if len(young) == 1 else "gangs are"
+        return (f" ({len(young)} more {plural} protected by {action}_min_runtime_s "
+                f"{least:g} s since their last start; the first may be stopped in "
+                f"{max(0.0, min(young) - self.now):.0f} s)")

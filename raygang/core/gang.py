@@ -41,6 +41,7 @@ class PendingGang:
     priority: int
     seq: int
     preemptible: bool = True  # its priority class's flag
+    pending_since: float | None = None  # when it last became pending (submitted, requeued)
 
     @property
     def queue(self) -> str:

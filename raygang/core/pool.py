@@ -25,9 +25,10 @@ class Candidates:
     `Probe.walk` (a search may read thousands; a generator step per member costs)."""
 
     def __init__(self, gangs: list[PlacedGang], taken: set[str], other_than: str | None,
-                 below: int | None, start: int = 0):
+                 below: int | None, start: int = 0, queue: str | None = None):
         self.gangs, self.taken, self.other_than, self.below = gangs, taken, other_than, below
         self.start = start  # gangs before it are all taken
+        self.queue = queue
 
     def __iter__(self) -> Iterator[PlacedGang]:
         for gang in self.gangs[self.start:]:
@@ -40,6 +41,12 @@ class Candidates:
         """Not taken, and not of the excluded queue (priority aside)."""
         return gang.gang_id not in self.taken and gang.queue != self.other_than
 
+    def would_admit(self, gang: PlacedGang) -> bool:
+        """Whether `gang` (not in the pool) would be a candidate here: for the reasons of
+        gangs that wait on gangs a minimum runtime protects."""
+        return (self.admits(gang) and (self.queue is None or gang.queue == self.queue)
+                and (self.below is None or gang.priority < self.below))
+
 
 class Pool:
     """The running gangs one action may stop this cycle, with what each holds per node.
@@ -50,7 +57,10 @@ class Pool:
     never looked at by its search, nor a member holding nothing elsewhere (`positions`).
     Caches are per tuple of resource names (a gang's) and per tests (a gang's shape)."""
 
-    def __init__(self, gangs: list[PlacedGang], capacity: Capacity, taken: set[str]):
+    def __init__(self, gangs: list[PlacedGang], capacity: Capacity, taken: set[str],
+                 young: list[tuple[PlacedGang, float]] | None = None):
+        # Gangs the action would stop but for its minimum runtime, with when they may be.
+        self.young = young or []
         self.by_queue: dict[str | None, list[PlacedGang]] = {None: gangs}
         for gang in gangs:
             self.by_queue.setdefault(gang.queue, []).append(gang)
@@ -77,7 +87,7 @@ class Pool:
         while start < len(gangs) and gangs[start].gang_id in self._taken:  # head goes first
             start += 1
         self._start[id(gangs)] = start
-        return Candidates(gangs, self._taken, other_than, below, start)
+        return Candidates(gangs, self._taken, other_than, below, start, queue)
 
     # What gangs hold, what nodes have ------------------------------------------------
     def footprints(self, names: tuple[str, ...]

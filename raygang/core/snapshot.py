@@ -40,6 +40,7 @@ class PlacedGang:
     # Leaving: being preempted, or ended and being torn down. Its resources are not free
     # yet; a gang may take them and wait for it (core.draining); never a victim again.
     draining: bool = False
+    checkpoint_s: float | None = None  # it saves its progress this often while it runs
     total: Resources = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -47,6 +48,14 @@ class PlacedGang:
         for _, bundle in self.bundles:
             total = total + bundle
         object.__setattr__(self, "total", total)
+
+    def unsaved_s(self, now: float) -> float:
+        """Seconds of work a stop now would lose: since its last checkpoint (every
+        `checkpoint_s` of running), or since its start; none if not yet running."""
+        if self.running_since is None:
+            return 0.0
+        ran = max(0.0, now - self.running_since)
+        return ran % self.checkpoint_s if self.checkpoint_s else ran
 
     def protected(self, now: float) -> bool:
         """Too young to preempt: it has not yet run its class's `min_runtime_s`."""

@@ -105,6 +105,11 @@ class GangSpec(BaseModel):
         "stopped (like a pod's terminationGracePeriodSeconds); it ends earlier once every "
         "member's hooks, or else its run(), have returned",
     )
+    checkpoint_interval_s: float | None = Field(
+        None, gt=0, description="how often the gang saves its progress while it runs; "
+        "reclaim and preempt then stop, of gangs alike, the one with the least work since "
+        "its last save (unset: since its last start)",
+    )
 
     @model_validator(mode="after")
     def _roles_consistent(self) -> GangSpec:

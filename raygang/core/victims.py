@@ -36,29 +36,60 @@ Undo = Callable[[], None]
 
 def victim_order(gang: PlacedGang) -> tuple:
     """Least important first: lowest priority, then most recently started (one not yet
-    running counts as the most recent), then smallest (scarcest resource first), then id."""
+    running counts as the most recent), then smallest (scarcest resource first), then id
+    (`reclaim_victim_order: newest`, and always for preempt; Kueue's candidatesOrdering)."""
     started = gang.running_since if gang.running_since is not None else math.inf
-    size = tuple(gang.total.units(n) for n in sorted(gang.total, key=scarcity_key))
-    return (gang.priority, -started, size, gang.gang_id)
+    return (gang.priority, -started, _size(gang), gang.gang_id)
 
 
-def reclaim_protected(book: QueueBook, placed: Sequence[PlacedGang]) -> set[str]:
+def cheapest_first(now: float) -> Callable[[PlacedGang], tuple]:
+    """Least important first, and among gangs of one priority the one whose stop loses the
+    least work: the fewest GPU-seconds (units of its scarcest resource x seconds) since its
+    last checkpoint (`GangSpec.checkpoint_interval_s`) or else since its last start (one
+    not yet running loses none), then the smallest, then id (`reclaim_victim_order:
+    cheapest`). A small gang goes before a large one that saved as recently, and a large
+    one that has just saved before a small one that has not."""
+
+    def key(gang: PlacedGang) -> tuple:
+        return (gang.priority, _at_risk(gang, now), _size(gang), gang.gang_id)
+
+    return key
+
+
+def _at_risk(gang: PlacedGang, now: float) -> float:
+    """GPU-seconds (or the scarcest resource's unit-seconds) a stop now would lose."""
+    size = _size(gang)
+    return (size[0] if size else 0) * gang.unsaved_s(now)
+
+
+def victim_key(order: str, now: float) -> Callable[[PlacedGang], tuple]:
+    """The sort key of a victim order (`PreemptionPolicy.reclaim_victim_order`)."""
+    return victim_order if order == "newest" else cheapest_first(now)
+
+
+def _size(gang: PlacedGang) -> tuple[int, ...]:
+    return tuple(gang.total.units(n) for n in sorted(gang.total, key=scarcity_key))
+
+
+def reclaim_protected(book: QueueBook, placed: Sequence[PlacedGang],
+                      order: str = "newest", now: float = 0.0) -> set[str]:
     """Ids of the gangs reclaim never takes. Walking each queue's gangs most important
-    first (`_importance`), a gang is kept if the queue's kept total
-    with it stays within the queue's quota (the resources the quota names) or within its
-    fair share: reclaim takes only what a queue runs beyond both, i.e. from queues over
-    their fair share, and never a gang that runs within its own queue's quota."""
+    first (`_importance` under the policy's victim `order`), a gang is kept if the queue's
+    kept total with it stays within the queue's quota (the resources the quota names) or
+    within its fair share: reclaim takes only what a queue runs beyond both, i.e. from
+    queues over their fair share, and never a gang that runs within its own queue's quota."""
     by_queue: dict[str, list[PlacedGang]] = {}
     for gang in placed:
         if gang.queue in book.tree.specs:
             by_queue.setdefault(gang.queue, []).append(gang)
+    importance = _importance if order == "newest" else _costliest(now)
     kept_ids: set[str] = set()
     for queue, gangs in by_queue.items():
         quota = book.tree.specs[queue].quota
         # Fair shares are floats: to units, with a hair of slack for the water-filling sums.
         fair = {n: math.floor(v * UNIT * (1 + 1e-9)) for n, v in book.fair.get(queue, {}).items()}
         kept = Resources()
-        for gang in sorted(gangs, key=_importance):
+        for gang in sorted(gangs, key=importance):
             with_it = kept + gang.total
             if in_quota(quota, with_it, gang.total) or all(
                 with_it.units(n) <= fair.get(n, 0) for n in with_it
@@ -73,6 +104,22 @@ def _importance(gang: PlacedGang) -> tuple:
     happens), then highest priority, then longest running."""
     since = gang.running_since if gang.running_since is not None else math.inf
     return (gang.preemptible, -gang.priority, since, gang.gang_id)
+
+
+def _costliest(now: float) -> Callable[[PlacedGang], tuple]:
+    """`_importance` for `reclaim_victim_order: cheapest`: after priority, the gangs whose
+    stop would lose the most work count within a queue's share first (GPU-seconds since
+    their last checkpoint or start, then the largest), so what runs beyond it are the
+    queue's cheapest gangs to stop. Measured on the Philly weeks (README): keeping the
+    longest running instead loses twice the GPU-hours, as what is left beyond the share
+    has not saved yet; ordering by size first makes a large reclaimer stop many small
+    jobs (mean JCT +12 % on Oct 9-16 at 64 nodes)."""
+
+    def key(gang: PlacedGang) -> tuple:
+        return (gang.preemptible, -gang.priority, -_at_risk(gang, now),
+                tuple(-u for u in _size(gang)), gang.gang_id)
+
+    return key
 
 
 class VictimSearch:

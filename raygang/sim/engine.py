@@ -129,6 +129,7 @@ def gang_of(job: TraceJob, name: str, queue: str, priority: int | str,
                         resources=Resources(GPU=job.gpus_per_member)),),
         preemption_grace_s=settings.preemption_grace_s,
         reservation_timeout_s=settings.reservation_timeout_s,
+        checkpoint_interval_s=settings.checkpoint_s or None,  # what the job declares
     )
 
 

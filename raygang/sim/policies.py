@@ -108,20 +108,25 @@ def tenant_quotas(trace: Trace, config: SchedulerConfig) -> dict[str, int]:
     return {t: quotas.get(t, 0) for t in trace.queues}
 
 
+# The baselines hold nothing for long-waiting gangs (raygang's sla_waiting_time_s is its
+# own rule; FIFO and the static partitions, one blocked line each, would not change).
+_NO_HOLD = {"sla_waiting_time_s": None}
+
 POLICIES: dict[str, SimPolicy] = {p.name: p for p in (
     SimPolicy("raygang", "raygang's core.schedule: a queue per tenant, quota = guarantee"),
     SimPolicy("fifo", "one shared FIFO queue, no preemption, no backfill", shared_queue=True,
-              config={"actions": ["allocate"], "backfill": False}),
+              config={"actions": ["allocate"], "backfill": False, **_NO_HOLD}),
     SimPolicy("static", "a static partition per tenant (its guarantee in whole nodes), "
               "FIFO inside", partitioned=True,
-              config={"actions": ["allocate"], "backfill": False}),
+              config={"actions": ["allocate"], "backfill": False, **_NO_HOLD}),
     SimPolicy("sjf", "oracle: one queue, shortest true duration first, backfill, "
               "no preemption", shared_queue=True, by_duration=True,
-              config={"actions": ["allocate"], "backfill": True}),
+              config={"actions": ["allocate"], "backfill": True, **_NO_HOLD}),
     SimPolicy("kueue", "Kueue: a ClusterQueue per tenant in one cohort, nominal quota, "
               "borrowing, BestEffortFIFO, reclaim within the cohort", decide=kueue.decide),
     SimPolicy("kai", "KAI Scheduler: raygang's cycle, reclaim protecting only what a "
-              "queue runs within its deserved quota", decide=kai.decide),
+              "queue runs within its deserved quota", decide=kai.decide,
+              config={"preemption": kai.PREEMPTION, **_NO_HOLD}),
 )}
 
 

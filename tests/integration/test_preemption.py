@@ -216,7 +216,8 @@ def test_a_gang_on_capacity_still_being_freed_waits_and_its_timeout_does_not_run
 TEAMS = raygang.SchedulerConfig(queues=[
     raygang.QueueSpec(name="team-a", quota={"GPU": 4}),
     raygang.QueueSpec(name="team-b", quota={"GPU": 4}),
-])
+], preemption={"reclaim_min_runtime_s": 0, "reclaim_delay_s": 0})  # reclaim at once: the
+# defaults wait 5 min pending and 15 min running (tests/unit/test_preemption_policy.py)
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from raygang.control.config import SchedulerConfig
 from raygang.sim.engine import Replay, replay
 from raygang.sim.policies import policy
 from raygang.sim.settings import SimSettings
@@ -30,5 +31,7 @@ def run(t: Trace, policy_name: str, nodes: int = 1, **settings: object) -> dict[
             for log in result.jobs.values()}
 
 
-def replay_of(t: Trace, policy_name: str, nodes: int = 1, **settings: object) -> Replay:
-    return replay(t, policy(policy_name), SimSettings(nodes=nodes, **settings))
+def replay_of(t: Trace, policy_name: str, nodes: int = 1, config: dict | None = None,
+              **settings: object) -> Replay:
+    return replay(t, policy(policy_name), SimSettings(nodes=nodes, **settings),
+                  SchedulerConfig.model_validate(config or {}))

@@ -6,6 +6,9 @@ import pytest
 
 from tests.sim.builders import job, replay_of, run, trace
 
+# raygang reclaiming at once (no minimum runtime, no delay): the rules of whom it takes.
+AT_ONCE = {"preemption": {"reclaim_min_runtime_s": 0, "reclaim_delay_s": 0}}
+
 
 def test_fifo_runs_jobs_in_submission_order_and_a_blocked_head_holds_back_the_rest():
     t = trace(job("a", 0, 100), job("b", 1, 100), job("c", 2, 10, gpus=1))
@@ -39,7 +42,8 @@ def test_raygang_reclaims_borrowed_nodes_and_the_victim_loses_the_work_since_its
     # its 30 s grace period, and loses what it ran since its last 10-minute checkpoint.
     t = trace(job("a", 0, 3600, queue="t1"), job("b", 0, 3600, queue="t1"),
               job("c", 1500, 100, queue="t2"), quotas={"t1": 8, "t2": 8})
-    result = replay_of(t, "raygang", nodes=2, checkpoint_s=600, preemption_grace_s=30)
+    result = replay_of(t, "raygang", nodes=2, checkpoint_s=600, preemption_grace_s=30,
+                       config=AT_ONCE)
     by_name = {log.job.name: log for log in result.jobs.values()}
     c, b = by_name["c"], by_name["b"]
     assert (c.first_start, c.finished_at) == (1530, 1630)
@@ -49,6 +53,21 @@ def test_raygang_reclaims_borrowed_nodes_and_the_victim_loses_the_work_since_its
     # Back when c ends, with 3600 - 1200 s of work left.
     assert b.finished_at == 1630 + 2400
     assert by_name["a"].stops == [] and by_name["a"].finished_at == 3600
+
+
+def test_raygang_reclaims_after_its_delay_and_takes_the_victim_that_saved_last():
+    # The defaults: c may reclaim once pending reclaim_delay_s (300 s), so from 1800 s;
+    # of t1's two 8-GPU jobs, b (checkpoints every 600 s from 0 s) and d (from 400 s),
+    # the one with the least work since its last checkpoint goes: b, 0-60 s after its
+    # checkpoint at 1800 s, where d has 200 s unsaved.
+    t = trace(job("b", 0, 7200, queue="t1"), job("d", 400, 7200, queue="t1"),
+              job("c", 1500, 100, queue="t2"), quotas={"t1": 8, "t2": 8})
+    result = replay_of(t, "raygang", nodes=2, checkpoint_s=600, preemption_grace_s=30)
+    by_name = {log.job.name: log for log in result.jobs.values()}
+    assert 1800 + 30 <= by_name["c"].first_start <= 1800 + 60 + 30  # a resync notices
+    (stop,) = by_name["b"].stops
+    assert stop.action == "reclaim" and stop.lost_s <= 90
+    assert by_name["d"].stops == []
 
 
 def test_kueue_admits_past_a_head_that_does_not_fit_best_effort_fifo():
@@ -92,7 +111,7 @@ def test_kai_reclaims_beyond_quota_where_raygang_protects_the_fair_share():
               quotas={"t1": 8, "t2": 8, "t3": 8})
 
     def stopped(policy_name):
-        result = replay_of(t, policy_name, nodes=3)
+        result = replay_of(t, policy_name, nodes=3, config=AT_ONCE)
         return sorted(log.job.name for log in result.jobs.values()
                       if any(s.action == "reclaim" and s.at < 200 for s in log.stops))
 

@@ -117,12 +117,14 @@ def gang(
     seq: int | None = None,
     config: PolicyConfig | None = None,
     queue: str = "default",
+    since: float | None = None,
 ) -> PendingGang:
-    """A pending gang; `seq` defaults to creation order (submission order)."""
+    """A pending gang; `seq` defaults to creation order (submission order); `since`: when
+    it became pending."""
     s = spec(gang_id, shape, strategy, priority=priority, queue=queue)
     cls = (config or PolicyConfig()).priority_class(s)
     return PendingGang(gang_id, s, cls.value, next(_seq) if seq is None else seq,
-                       preemptible=cls.preemptible)
+                       preemptible=cls.preemptible, pending_since=since)
 
 
 def running(

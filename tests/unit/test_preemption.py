@@ -11,6 +11,7 @@ from raygang.core import PriorityClass, PolicyConfig, WaitCode, schedule
 from tests.unit.builders import busy, gang, queue, running
 
 TWO_NODES = ("w-1: GPU=4 CPU=8", "w-2: GPU=4 CPU=8")
+LATE = 10_000.0  # long after the gangs here started: past reclaim's minimum runtime
 
 
 def _teams(a_quota: str, b_quota: str) -> PolicyConfig:
@@ -207,7 +208,7 @@ def test_reclaim_takes_back_borrowed_capacity_and_never_in_quota_gangs(cpu):
     ])
     pending = [gang("b-1", f"4xGPU=1{cpu}", "STRICT_PACK", priority="training",
                     queue="team-b")]
-    plan = schedule(snapshot, pending, config, 10.0)
+    plan = schedule(snapshot, pending, config, LATE)
     assert [(p.victim, p.action) for p in plan.preemptions] == [("a-over", "reclaim")]
     assert plan.admissions[0].nodes == ("w-2",) * 4
     assert "queue 'team-b' is below its quota" in plan.preemptions[0].reason
@@ -242,7 +243,7 @@ def test_reclaim_never_takes_an_in_quota_gang_even_the_one_in_the_way():
         running("a-new", "w-1: 2xGPU=1; w-2: 2xGPU=1", queue="team-a", since=2.0),
     ])
     pending = [gang("b-1", "8xGPU=1", "STRICT_PACK", priority="training", queue="team-b")]
-    plan = schedule(snapshot, pending, config, 10.0)
+    plan = schedule(snapshot, pending, config, LATE)
     assert plan.preemptions == () and plan.admissions == ()
     assert "reclaiming what other queues borrowed beyond their quota and fair share would " \
            "not make room" in plan.waiting["b-1"].message
@@ -262,7 +263,7 @@ def test_reclaim_takes_from_the_queue_over_its_fair_share():
         running("c3", "w-4: 4xGPU=1", queue="c", since=3.0),
     ])
     plan = schedule(snapshot, [gang("b-1", "2xGPU=1", priority="training", queue="b")],
-                    config, 100.0)
+                    config, LATE)
     assert [(p.victim, p.action) for p in plan.preemptions] == [("c3", "reclaim")]
     assert "beyond its own quota and fair share" in plan.preemptions[0].reason
 
@@ -309,7 +310,7 @@ def test_gangs_reclaim_cannot_stop_hold_their_queues_quota_first():
         running("a-t2", "w-2: 2xGPU=1", queue="team-a", since=2.0),
     ])
     pending = [gang("b-1", "4xGPU=1", "STRICT_PACK", priority="training", queue="team-b")]
-    plan = schedule(snapshot, pending, config, 10.0)
+    plan = schedule(snapshot, pending, config, LATE)
     assert [(p.victim, p.action) for p in plan.preemptions] == [("a-t1", "reclaim")]
     assert plan.admissions[0].nodes == ("w-1",) * 4
 

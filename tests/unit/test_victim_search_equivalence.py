@@ -63,12 +63,17 @@ def scenario(seed: int):
         s = spec(f"p-{g}", shape, rng.choice(list(Strategy)), priority=cls,
                  queue=rng.choice(QUEUES))
         pc = CONFIG_CLASSES[cls]
-        pending.append(PendingGang(f"p-{g}", s, pc.value, seq=g, preemptible=pc.preemptible))
+        pending.append(PendingGang(f"p-{g}", s, pc.value, seq=g, preemptible=pc.preemptible,
+                                   pending_since=rng.choice([None, 0.0, 80.0])))
     config = PolicyConfig(
         queues=[queue(q, quota=f"GPU={rng.choice([0, 2, 4])}",
                       limit=rng.choice([None, None, "GPU=6"])) for q in QUEUES],
         backfill=rng.random() < 0.5,
         cross_queue_preemption=rng.random() < 0.8,
+        preemption={"reclaim_min_runtime_s": rng.choice([0, 0, 60]),
+                    "preempt_min_runtime_s": rng.choice([0, 0, 0, 30]),
+                    "reclaim_victim_order": rng.choice(["cheapest", "newest"])},
+        sla_waiting_time_s=rng.choice([None, None, 30.0]),
     )
     return busy(*nodes, placed=running), pending, config
 

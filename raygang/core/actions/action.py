@@ -12,8 +12,13 @@ from raygang.core.pool import Candidates, Pool
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
 
 
+class Preemption(Protocol):
+    reclaim_victim_order: str
+
+
 class Policy(Protocol):
     cross_queue_preemption: bool
+    preemption: Preemption  # config.PreemptionPolicy
 
 
 class CycleState(Protocol):
@@ -21,6 +26,7 @@ class CycleState(Protocol):
 
     config: Policy
     snapshot: ClusterSnapshot
+    now: float
     book: QueueBook  # queue usage with this cycle's moves, and fair shares
     limited: dict[str, str]  # gang id -> the limit it hit (its reason)
     failed: set  # (action, shape...) keys that did not fit: not tried again this cycle

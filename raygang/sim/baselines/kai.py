@@ -35,6 +35,14 @@ from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
 
 
+# KAI's minruntime plugin defaults to 0 s for reclaim and preempt (docs/plugins/minruntime.md:
+# "0s means workloads are instantly reclaimable/preemptible"), and its preemptionDelay is
+# unset by default (v0.17); victims as raygang took them before its own policy changed
+# (most recently started first), so the baseline stays as measured.
+PREEMPTION = {"reclaim_min_runtime_s": 0.0, "preempt_min_runtime_s": 0.0,
+              "reclaim_delay_s": 0.0, "preempt_delay_s": 0.0, "reclaim_victim_order": "newest"}
+
+
 def decide(snapshot: ClusterSnapshot, backlog: Backlog, config: PolicyConfig,
            now: float) -> Plan:
     return _KaiCycle(snapshot, config, now).run(backlog)
