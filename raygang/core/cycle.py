@@ -227,7 +227,7 @@ class Cycle:
         heads = [next((g for g in line if self.ever.fits(g)), None) for line in self.left.values()]
         gang = elect((g for g in heads if g is not None), self.now, sla,
                      lambda g: self.book.admission_problem(g) is None)
-        return None if gang is None else Hold.of(gang, self.capacity)
+        return None if gang is None else Hold.of(gang, self.capacity, self.draining.settled)
 
     def _held_attempt(self, attempt: Callable[[PendingGang], bool]) -> bool:
         """Offer the elected gang what is held for it too. Shapes that failed without the

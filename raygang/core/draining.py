@@ -36,6 +36,11 @@ class Draining:
                     self._pool[node] = self._pool.get(node, Resources()) + bundle
                     self._by.setdefault(node, set()).add(victim.gang_id)
 
+    def settled(self, node: str) -> Resources:
+        """What is free on `node` apart from what gangs being stopped will free there."""
+        pool = self._pool.get(node)
+        return self._capacity.free(node) if not pool else self._capacity.free(node) - pool
+
     def take(self, nodes: Sequence[str], bundles: Sequence[Resources],
              victims: Iterable[str] = ()) -> tuple[str, ...]:
         """An admission of `bundles` on `nodes` (not yet reserved on the capacity) whose own

@@ -95,13 +95,16 @@ class Hold:
     _undo: Undo | None = None
 
     @classmethod
-    def of(cls, gang: PendingGang, capacity: Capacity) -> Hold | None:
+    def of(cls, gang: PendingGang, capacity: Capacity,
+           settled: Callable[[str], Resources] | None = None) -> Hold | None:
+        """The hold for `gang`; `settled`: what is free on a node apart from what gangs
+        being stopped free there (that capacity is not held: who takes it waits for them)."""
         nodes = closest_nodes(gang, capacity)
         if nodes is None:
             return None
         held, left = [], {}
         for node, bundle in nodes:
-            free = left.get(node, capacity.free(node))
+            free = left.get(node, (settled or capacity.free)(node))
             part = Resources({n: max(0.0, min(bundle[n], free.get(n))) for n in bundle})
             left[node] = free - part
             held.append((node, part))
