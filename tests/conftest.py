@@ -34,7 +34,10 @@ SCHEDULER_CONFIG = raygang.SchedulerConfig(queues=[
     raygang.QueueSpec(name="team-b", quota={"GPU": 2}),
     # A backlog queue for the API load test: one gang runs, the rest wait for the limit.
     raygang.QueueSpec(name="load", limit={"GPU": 1}),
-])
+    # Reclaim at once, as Kueue does: the defaults wait until a gang has been pending 5 min
+    # and leave a gang alone for 15 min after it starts (tests/unit/test_preemption_policy.py
+    # checks those rules); the tests here are about what reclaim does, in seconds.
+], preemption={"reclaim_min_runtime_s": 0, "reclaim_delay_s": 0})
 
 
 @pytest.fixture(scope="session")
