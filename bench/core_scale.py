@@ -54,6 +54,7 @@ from raygang.core import (  # noqa: E402
     gang_spec,
     schedule,
 )
+from raygang.core import elastic  # noqa: E402
 from raygang.core.fairshare import QueueBook  # noqa: E402
 from raygang.core.victims import VictimSearch, reclaim_protected  # noqa: E402
 
@@ -218,10 +219,13 @@ def workload(nodes: int, running: int, pending: int, seed: int
 
 def check(plan: Plan, snapshot: ClusterSnapshot, pending: Sequence[PendingGang],
           config: PolicyConfig) -> None:
-    """Assert that the plan is sound on this snapshot."""
+    """Assert that the plan is sound on this snapshot (elastic gangs read as their minimum
+    plus one unit per surplus member, as the cycle reads them: `core.elastic`)."""
     free = {n.node_id: n.free for n in snapshot.nodes}
-    running = {g.gang_id: g for g in snapshot.placed}
+    pieces, leaving_units = elastic.pieces(snapshot.placed)
+    running = {g.gang_id: g for g in pieces}
     leaving = [g for g in snapshot.placed if g.draining]  # stopping already: freeing soon
+    leaving += [u for u in leaving_units if u.of not in {g.gang_id for g in leaving}]
     for gang in leaving:
         for node_id, bundle in gang.bundles:
             free[node_id] = free[node_id] + bundle
@@ -229,39 +233,61 @@ def check(plan: Plan, snapshot: ClusterSnapshot, pending: Sequence[PendingGang],
     tree = config.queue_tree
     book = QueueBook(tree, snapshot.placed)  # the cycle's fair shares, to see what reclaim
     book.share_out(snapshot.alive_nodes, [g for g in pending if not tree.problem(g.spec)])
-    kept = reclaim_protected(book, snapshot.placed,  # was allowed to take
+    kept = reclaim_protected(book, pieces,  # was allowed to take
                              config.preemption.reclaim_victim_order, plan.at)
-    victims = [p.victim for p in plan.preemptions]
-    assert len(set(victims)) == len(victims), "a gang was preempted twice"
+    stopped: list[PlacedGang] = []  # whole gangs and units (a gang shrunk for one gang
+    for p in plan.preemptions:  # may then be stopped whole for another: the rest goes)
+        done = {v.gang_id for v in stopped}
+        parts = [running[elastic.member_id(p.victim, m)] for m in p.members] or [
+            running[p.victim]] + [u for u in pieces if u.of == p.victim
+                                  and u.gang_id not in done]
+        assert not p.members or all(u.of == p.victim for u in parts), p
+        stopped.extend(parts)
+    ids = [v.gang_id for v in stopped]
+    assert len(set(ids)) == len(ids), "a gang or member was stopped twice"
     for p in plan.preemptions:
         victim, preemptor = running[p.victim], gangs[p.preemptor]
-        assert victim.preemptible and not victim.draining, p
-        assert not victim.protected(plan.at), p
+        first = running[elastic.member_id(p.victim, p.members[0])] if p.members else victim
+        assert first.preemptible and not first.draining, p
+        assert not first.protected(plan.at), p
         least = config.preemption.min_runtime_s(p.action)  # the action's own minimum
         assert least <= 0 or (victim.running_since is not None
                               and plan.at - victim.running_since >= least), p
         if p.action == "preempt":
             assert victim.priority < preemptor.priority, p
+        elif p.action == "shrink":
+            assert p.members and victim.queue == preemptor.queue, p
+            assert victim.priority <= preemptor.priority, p
         else:
             assert p.action == "reclaim" and victim.queue != preemptor.queue, p
-            assert victim.gang_id not in kept, f"within its quota or fair share: {p}"
+            assert first.gang_id not in kept, f"within its quota or fair share: {p}"
+    for victim in stopped:
         for node_id, bundle in victim.bundles:
             free[node_id] = free[node_id] + bundle
     preempted = Counter(p.preemptor for p in plan.preemptions)
     # Capacity still being freed: per node, what admissions that wait for none of the
     # node's victims take must fit in what was free there before any victim was chosen.
     stopping: dict[str, set[str]] = {}
-    for victim in [running[p.victim] for p in plan.preemptions] + leaving:
+    for victim in stopped + leaving:
         for node_id, _ in victim.bundles:
             stopping.setdefault(node_id, set()).add(victim.gang_id)
     settled = {n.node_id: n.free for n in snapshot.nodes}
     for a in plan.admissions:
-        assert len(a.victims) == preempted[a.gang_id], a
+        assert len(a.victims) >= preempted[a.gang_id], a
         assert set(a.victims) <= set(a.waits_for), a
         for node_id, bundle in zip(a.nodes, gangs[a.gang_id].bundles, strict=True):
             free[node_id] = free[node_id] - bundle
             if not stopping.get(node_id, set()) & set(a.waits_for):
                 settled[node_id] = settled[node_id] - bundle
+    placed = {g.gang_id: g for g in snapshot.placed}
+    for growth in plan.growths:  # on settled capacity only, members it may add, in order
+        e = placed[growth.gang_id].elastic
+        assert e is not None and not e.leaving and growth.gang_id not in {
+            p.victim for p in plan.preemptions}, growth
+        assert growth.members == tuple(m for m, _ in e.missing[:len(growth.members)]), growth
+        for node_id, (_, bundle) in zip(growth.nodes, e.missing, strict=False):
+            free[node_id] = free[node_id] - bundle
+            settled[node_id] = settled[node_id] - bundle
     bad = [n for n, f in free.items() if not f.is_nonnegative()]
     assert not bad, f"oversubscribed nodes: {bad[:5]}"
     early = [n for n, f in settled.items() if not f.is_nonnegative()]

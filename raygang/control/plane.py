@@ -252,6 +252,12 @@ class ControlPlane:
                  workload: Any = None, parent: str | None = None) -> GangRecord:
         """Add the gang to the book (in this step, with no await: see `submit`); it is
         admitted only once `_saved` has written it to the store."""
+        if spec.elastic:  # the core decides them (core/elastic.py); no runtime resizes yet
+            role = next(r for r in spec.roles if r.elastic)
+            raise ValueError(
+                f"roles[{spec.roles.index(role)}].replicas: elastic roles "
+                f"(replicas=({role.minimum}, {role.replicas})) are not run yet by this "
+                "version: give a fixed number of replicas")
         policy = self.config.policy
         cls = policy.priority_class(spec)
         # A recent view may accept; only a fresh one may refuse (a node may just have joined).

@@ -14,15 +14,24 @@ from raygang.core.explain import describe_bundles, why_not
 from raygang.core.gang import GangState, PendingGang
 from raygang.core.placement import place
 from raygang.core.fairshare import QueueBook, water_fill
-from raygang.core.plan import Admission, Plan, Preemption, WaitCode, Waiting
+from raygang.core.plan import Admission, Growth, Plan, Preemption, WaitCode, Waiting
 from raygang.core.queues import DEFAULT_QUEUE, QueueSpec, QueueTree
 from raygang.core.resources import Resources
 from raygang.core.schedule import schedule, unschedulable_reason
-from raygang.core.snapshot import ClusterSnapshot, NodeState, PlacedGang
-from raygang.core.spec import GangSpec, MemberSlot, RoleSpec, SpecError, Strategy, gang_spec, role_spec
+from raygang.core.snapshot import ClusterSnapshot, Elastic, NodeState, PlacedGang
+from raygang.core.spec import (
+    GangSpec,
+    MemberSlot,
+    Resize,
+    RoleSpec,
+    SpecError,
+    Strategy,
+    gang_spec,
+    role_spec,
+)
 
 __all__ = [
-    "Admission", "Capacity", "DEFAULT_QUEUE", "Preemption", "QueueBook", "QueueSpec",
+    "Admission", "Capacity", "DEFAULT_QUEUE", "Elastic", "Growth", "Preemption", "Resize", "QueueBook", "QueueSpec",
     "QueueTree", "water_fill", "ClusterSnapshot", "DEFAULT_PRIORITY_CLASSES", "GangSpec",
     "GangState", "MemberSlot", "NodeState", "PendingGang", "PlacedGang", "Plan",
     "PriorityClass", "Resources", "RoleSpec", "PolicyConfig", "SpecError", "Strategy",

@@ -165,8 +165,10 @@ class PolicyConfig(BaseModel):
     priority_classes: tuple[PriorityClass, ...] = DEFAULT_PRIORITY_CLASSES
     queues: tuple[QueueSpec, ...] = (QueueSpec(name=DEFAULT_QUEUE),)
     actions: tuple[ActionName, ...] = Field(
-        ("allocate", "reclaim", "preempt"),
-        description="what a cycle does, in this order (the actions of `core.actions`)",
+        ("allocate", "shrink", "reclaim", "preempt", "grow"),
+        description="what a cycle does, in this order (the actions of `core.actions`); "
+        "shrink and grow act only on elastic gangs (roles with replicas=(min, max)): "
+        "without grow they run at their minimum",
     )
     cross_queue_preemption: bool = Field(
         True,

@@ -19,6 +19,7 @@ from raygang.core.backlog import Backlog, Line, demand, index_in
 from raygang.core.capacity import Capacity
 from raygang.core.config import PolicyConfig
 from raygang.core.draining import Draining
+from raygang.core.elastic import pieces, stops, units_first, with_remaining_units
 from raygang.core.explain import why_not
 from raygang.core.fairshare import QueueBook
 from raygang.core.gang import PendingGang
@@ -113,7 +114,17 @@ class Cycle:
         # period, or ended and being torn down) free their capacity shortly: a gang may
         # take it and wait for them, as for this cycle's victims, rather than stop others
         # for room that is about to be free (a real cluster's teardown takes a moment).
+        # Elastic gangs are read as their minimum plus one unit per surplus member
+        # (elastic.py); members being removed are leaving capacity like draining gangs.
+        self.pieces, leaving_units = pieces(snapshot.placed)
+        self.surplus_queues: dict[str, int] = {}
+        for unit in self.pieces:
+            if unit.of is not None:
+                self.surplus_queues[unit.queue] = self.surplus_queues.get(unit.queue, 0) + 1
         leaving = [g for g in snapshot.placed if g.draining]
+        if leaving_units:  # those of a gang leaving whole are counted with it
+            whole = {g.gang_id for g in leaving}
+            leaving += [u for u in leaving_units if u.of not in whole]
         if leaving:
             self.capacity.release(bundle for g in leaving for bundle in g.bundles)
             self.draining.add(leaving)
@@ -133,11 +144,15 @@ class Cycle:
         self._good: dict[str, dict[Resources, int]] = {}  # queue -> totals it admits
         self.hold: Hold | None = None  # capacity held for a gang pending too long
         self.delayed: dict[str, list] = {}  # gang id -> (action, its delay, seconds left)
+        self.growths: list = []  # plan.Growth, by the grow action
+        self.grow_waits: dict[str, str] = {}  # elastic gang id -> why it grows no further
+        self.backlog: Backlog | None = None
 
     # The cycle ----------------------------------------------------------------------------
     def run(self, backlog: Backlog, eager: bool = False) -> Plan:
         """The plan for `backlog`; `eager`: explain every waiting gang now (the plain
         algorithm, as `schedule` runs it on a list of gangs)."""
+        self.backlog = backlog
         lines = self._lines(backlog)
         self.left = {queue: Line(line) for queue, line in lines.items() if line}
         self.book.share_out_demand(self.snapshot.alive_nodes, {
@@ -146,7 +161,10 @@ class Cycle:
         self.hold = self._elect()
         for name in self.config.actions:
             action = ACTIONS[name]
-            self._pass(lambda gang: action.attempt(self, gang))
+            if action.attempt is not None:
+                self._pass(lambda gang: action.attempt(self, gang))
+            if action.finish is not None:  # a pass over the running gangs (grow)
+                action.finish(self)
 
         def locate(gang_id: str) -> tuple[str, int, PendingGang] | None:
             gang = backlog.find(gang_id)
@@ -161,6 +179,8 @@ class Cycle:
             at=self.now,
             preemptions=tuple(self.preemptions),
             positions=Positions(lines, locate),
+            growths=tuple(self.growths),
+            grow_waits=self.grow_waits,
         )
 
     def _lines(self, backlog: Backlog) -> dict[str, Sequence[PendingGang]]:
@@ -250,6 +270,10 @@ class Cycle:
         return False
 
     # What actions use ---------------------------------------------------------------------
+    def queue_order(self, queues: Sequence[str]) -> _QueueOrder:
+        """The queues in fair-share order, as a pass takes them (grow)."""
+        return _QueueOrder(self.book, queues)
+
     def place(self, gang: PendingGang) -> tuple[str, ...] | None:
         """Nodes for the gang on the free capacity now, or None."""
         return place(gang.bundles, gang.strategy, self.capacity)
@@ -262,12 +286,13 @@ class Cycle:
         if action not in self._pools:
             if self._stoppable is None:  # filtered once: an action's pool is a subset
                 self._stoppable = [
-                    g for g in self.snapshot.placed
+                    g for g in self.pieces
                     if g.preemptible and not g.draining and not g.protected(self.now)]
             order = self.config.preemption.reclaim_victim_order if action == "reclaim" \
                 else "newest"
             if order not in self._sorted:  # sorted once per order
-                self._sorted[order] = sorted(self._stoppable, key=victim_key(order, self.now))
+                self._sorted[order] = sorted(  # surplus members before any whole gang
+                    self._stoppable, key=units_first(victim_key(order, self.now)))
             stoppable = self._sorted[order]
             ordered = stoppable if narrow is None else narrow(self, stoppable)
             ordered, young = self._old_enough(ordered, action)
@@ -314,14 +339,20 @@ class Cycle:
         nodes, victims = found
         why = ACTIONS[action].why
         assert why is not None, f"action {action} stops gangs but says no why"
+        # A gang stopped whole loses its surplus too (less what an earlier search of this
+        # cycle took: the plan may shrink a gang, then stop it whole, for another gang).
+        for unit in with_remaining_units(
+                victims, (u for u in self.pieces if u.of and u.gang_id not in self.taken)):
+            self.capacity.release(unit.bundles)
+            if unit.queue in self.tree.specs:
+                self.book.remove(unit.queue, unit.total)
+            victims.append(unit)
         self.draining.add(victims)
         for victim in victims:
             self.taken.add(victim.gang_id)
             for other in self._pools.values():
                 other.taken(victim)
-            self.preemptions.append(
-                Preemption(victim.gang_id, gang.gang_id, action, why(victim, gang))
-            )
+        self.preemptions.extend(stops(victims, gang, action, why))
         self.failed.clear()  # freed leftovers may now fit shapes that failed before
         self.admit(gang, nodes, action if victims else "allocate", victims)
         return True

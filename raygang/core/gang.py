@@ -47,13 +47,15 @@ class PendingGang:
     def queue(self) -> str:
         return self.spec.queue
 
+    # What admission reserves: all the members of a rigid gang, an elastic gang's minimum
+    # (its surplus grows later, member by member: actions/grow.py).
     @property
     def total(self) -> Resources:
-        return self.spec.total
+        return self.spec.min_total
 
     @property
     def bundles(self) -> tuple[Resources, ...]:
-        return self.spec.bundles
+        return self.spec.min_bundles
 
     @property
     def strategy(self) -> Strategy:
@@ -62,7 +64,7 @@ class PendingGang:
     @property
     def shape(self) -> tuple[Strategy, tuple[Resources, ...]]:
         """Gangs of one shape fit or do not fit together (placement ignores names)."""
-        return (self.spec.strategy, self.spec.bundles)
+        return (self.spec.strategy, self.spec.min_bundles)
 
     def order_key(self) -> tuple[int, int, str]:
         """Total order of admission: higher priority, then earlier submission, then id."""

@@ -33,12 +33,29 @@ class Admission:
 
 @dataclass(frozen=True, slots=True)
 class Preemption:
-    """Stop `victim` (whole) and requeue it, so that `preemptor` fits."""
+    """Stop `victim` (whole) and requeue it, so that `preemptor` fits; or, if `members`
+    names some, only those surplus members of the elastic gang `victim` (a shrink: it runs
+    on, smaller). `Admission.waits_for` names such a member `<gang id>/<member>`."""
 
     victim: str
     preemptor: str
-    action: str  # "reclaim" (its queue was over its share) or "preempt" (lower priority)
+    action: str  # "reclaim" (its queue was over its share), "preempt" (lower priority)
+    # or "shrink" (surplus of its own queue, for a gang that comes first)
     reason: str
+    members: tuple[str, ...] = ()
+
+    @property
+    def whole(self) -> bool:
+        return not self.members
+
+
+@dataclass(frozen=True, slots=True)
+class Growth:
+    """Add members to the running elastic gang `gang_id`: `members[i]` on `nodes[i]`."""
+
+    gang_id: str
+    members: tuple[str, ...]
+    nodes: tuple[str, ...]
 
 
 class WaitCode(str, enum.Enum):
@@ -64,6 +81,9 @@ class Plan:
     preemptions: tuple[Preemption, ...] = ()
     positions: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     """1-based place of each pending gang in its queue's order."""
+    growths: tuple[Growth, ...] = ()
+    grow_waits: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    """Why each running elastic gang below its maximum grows no further this cycle."""
 
     @property
     def looked_at(self) -> Mapping[str, Waiting]:

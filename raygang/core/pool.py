@@ -33,7 +33,9 @@ class Candidates:
     def __iter__(self) -> Iterator[PlacedGang]:
         for gang in self.gangs[self.start:]:
             if self.below is not None and gang.priority >= self.below:
-                return  # sorted by priority: the rest are not below either
+                if gang.of is None:
+                    return  # sorted by priority: the rest are not below either
+                continue  # surplus units come first, sorted among themselves
             if self.admits(gang):
                 yield gang
 

@@ -134,7 +134,9 @@ class Probe:
         for i in range(candidates.start, len(gangs)) if relevant is None else relevant:
             victim = gangs[i]
             if below is not None and victim.priority >= below:
-                break
+                if victim.of is None:
+                    break  # sorted by priority (after the surplus units, sorted apart)
+                continue
             if victim.gang_id in taken or victim.queue == other:
                 continue
             entries, total = cache.get(id(victim)) or footprint(victim)

@@ -100,7 +100,7 @@ class QueueTree:
     def problem(self, spec: GangSpec) -> str | None:
         """Why a gang can never be admitted through its queue (unknown queue, a parent
         queue, a limit below the gang's size), or None."""
-        return self.problem_of(spec.queue, spec.total)
+        return self.problem_of(spec.queue, spec.min_total)
 
     def problem_of(self, queue: str, total: Resources) -> str | None:
         """`problem` for a gang of `queue` that asks for `total` in all."""

@@ -44,6 +44,6 @@ def unschedulable_reason(
     empty = Capacity(snapshot.alive_nodes, use_totals=True)
     if not empty.node_ids:
         return "the cluster has no alive nodes"
-    if place(spec.bundles, spec.strategy, empty) is not None:
+    if place(spec.min_bundles, spec.strategy, empty) is not None:
         return None
-    return why_not(spec.bundles, spec.strategy, empty) + " (even with the cluster empty)"
+    return why_not(spec.min_bundles, spec.strategy, empty) + " (even with the cluster empty)"

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from raygang.core.resources import Resources
+from raygang.core.spec import Strategy
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +27,19 @@ class NodeState:
 
 
 @dataclass(frozen=True, slots=True)
+class Elastic:
+    """What an elastic gang may still change. Its `bundles` are its minimum's, then one per
+    member of `surplus` (held beyond the minimum, in that order), then one per member of
+    `leaving` (being removed); `missing` are the members it may add, (name, bundle), in the
+    order it grows. Member names are `<role>-<index>`."""
+
+    strategy: Strategy
+    surplus: tuple[str, ...] = ()
+    leaving: tuple[str, ...] = ()
+    missing: tuple[tuple[str, Resources], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class PlacedGang:
     """A gang holding resources: which node each of its bundles sits on, and the facts
     preemption needs (its queue, whether its class may be preempted, how long it ran)."""
@@ -41,6 +55,8 @@ class PlacedGang:
     # yet; a gang may take them and wait for it (core.draining); never a victim again.
     draining: bool = False
     checkpoint_s: float | None = None  # it saves its progress this often while it runs
+    elastic: Elastic | None = None  # an elastic gang: what it may gain or lose
+    of: str | None = None  # one surplus member of gang `of`, as a cycle's victim (elastic.py)
     total: Resources = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -60,17 +60,59 @@ Priority = Annotated[StrictInt | str, AfterValidator(_priority_name)]
 
 
 class RoleSpec(BaseModel):
-    """One kind of member: `replicas` actors, each reserving `resources` (one bundle each)."""
+    """One kind of member: `replicas` actors, each reserving `resources` (one bundle each).
+
+    Elastic: `replicas=(min, max)` (or `min_replicas`) runs between `min` and `max`
+    members. The minimum is all or nothing, like a rigid role; the rest, the surplus, grows
+    as capacity frees and is the first taken back (KAI's "semi-preemptible", Volcano's
+    minAvailable)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str = Field(pattern=NAME_PATTERN, description="role name, unique in its gang")
-    replicas: int = Field(1, ge=1, le=MAX_MEMBERS)
+    replicas: int = Field(1, ge=1, le=MAX_MEMBERS, description="members (the most, if elastic)")
+    min_replicas: int | None = Field(
+        None, ge=1, le=MAX_MEMBERS, description="elastic: the fewest members it runs with "
+        "(none: exactly `replicas`); `replicas=(min, max)` sets both")
     resources: Bundle = Field(default_factory=lambda: Resources(CPU=1))
     after: tuple[str, ...] = Field(
         (), description="roles whose members must all be ready before this role starts"
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _replicas_range(cls, data: object) -> object:
+        if isinstance(data, dict) and isinstance(data.get("replicas"), (tuple, list)):
+            pair = data["replicas"]
+            if len(pair) != 2:
+                raise ValueError(f"replicas: a count or (min, max), got {tuple(pair)!r}")
+            if "min_replicas" in data:
+                raise ValueError("replicas: (min, max) and min_replicas both given; use one")
+            data = {**data, "min_replicas": pair[0], "replicas": pair[1]}
+        return data
+
+    @model_validator(mode="after")
+    def _min_within(self) -> RoleSpec:
+        if self.min_replicas is not None and self.min_replicas > self.replicas:
+            raise ValueError(f"min_replicas: must be at most replicas ({self.replicas}), "
+                             f"got {self.min_replicas}")
+        return self
+
+    @property
+    def minimum(self) -> int:
+        return self.replicas if self.min_replicas is None else self.min_replicas
+
+    @property
+    def elastic(self) -> bool:
+        return self.minimum < self.replicas
+
+
+
+class Resize(str, enum.Enum):
+    """How an elastic gang's members live through a change of its size."""
+
+    LIVE = "live"
+    RESTART = "restart"
 
 
 class MemberSlot(NamedTuple):
@@ -105,6 +147,11 @@ class GangSpec(BaseModel):
         "stopped (like a pod's terminationGracePeriodSeconds); it ends earlier once every "
         "member's hooks, or else its run(), have returned",
     )
+    resize: Resize = Field(
+        Resize.LIVE, description="elastic roles: how members live through a resize; 'live' "
+        "adds or removes members and tells the others (world size, peers, on_resize), "
+        "'restart' restarts the whole gang at its new size from its checkpoint (as Ray "
+        "Train V2 does)")
     checkpoint_interval_s: float | None = Field(
         None, gt=0, description="how often the gang saves its progress while it runs; "
         "reclaim and preempt then stop, of gangs alike, the one with the least work since "
@@ -159,6 +206,37 @@ class GangSpec(BaseModel):
         total = Resources()
         for role in self.roles:
             total = total + role.resources * role.replicas
+        return total
+
+    # Elastic views: the minimum is what admission reserves, all or nothing; the slots
+    # beyond it are the surplus, added and taken back one member at a time.
+    @cached_property
+    def elastic(self) -> bool:
+        return any(role.elastic for role in self.roles)
+
+    @cached_property
+    def min_slots(self) -> tuple[MemberSlot, ...]:
+        """The members of the minimum (each role's first `minimum`), in rank order."""
+        minimum = {role.name: role.minimum for role in self.roles}
+        return tuple(s for s in self.slots if s.index < minimum[s.role])
+
+    @cached_property
+    def surplus_slots(self) -> tuple[MemberSlot, ...]:
+        """The members beyond the minimum, in rank order (the order they grow in)."""
+        minimum = {role.name: role.minimum for role in self.roles}
+        return tuple(s for s in self.slots if s.index >= minimum[s.role])
+
+    @cached_property
+    def min_bundles(self) -> tuple[Resources, ...]:
+        """One bundle per member of the minimum, in `min_slots` order."""
+        by_role = {role.name: role.resources for role in self.roles}
+        return tuple(by_role[slot.role] for slot in self.min_slots)
+
+    @cached_property
+    def min_total(self) -> Resources:
+        total = Resources()
+        for role in self.roles:
+            total = total + role.resources * role.minimum
         return total
 
     def role(self, name: str) -> RoleSpec:

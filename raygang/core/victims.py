@@ -101,9 +101,10 @@ def reclaim_protected(book: QueueBook, placed: Sequence[PlacedGang],
 
 def _importance(gang: PlacedGang) -> tuple:
     """Gangs reclaim cannot stop first (they hold their part of the quota whatever
-    happens), then highest priority, then longest running."""
+    happens), then whole gangs (an elastic one's minimum) before surplus members, then
+    highest priority, then longest running."""
     since = gang.running_since if gang.running_since is not None else math.inf
-    return (gang.preemptible, -gang.priority, since, gang.gang_id)
+    return (gang.preemptible, gang.of is not None, -gang.priority, since, gang.gang_id)
 
 
 def _costliest(now: float) -> Callable[[PlacedGang], tuple]:
@@ -116,7 +117,7 @@ def _costliest(now: float) -> Callable[[PlacedGang], tuple]:
     jobs (mean JCT +12 % on Oct 9-16 at 64 nodes)."""
 
     def key(gang: PlacedGang) -> tuple:
-        return (gang.preemptible, -gang.priority, -_at_risk(gang, now),
+        return (gang.preemptible, gang.of is not None, -gang.priority, -_at_risk(gang, now),
                 tuple(-u for u in _size(gang)), gang.gang_id)
 
     return key

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from raygang.core import (
+    Elastic,
     PendingGang,
     PlacedGang,
     Resources,
@@ -53,6 +54,7 @@ def scenario(seed: int):
                 queue=rng.choice(QUEUES), preemptible=rng.random() > 0.15,
                 running_since=rng.choice([None, 0.0, 50.0, 90.0]),
                 min_runtime_s=rng.choice([0, 0, 30]), draining=rng.random() < 0.1,
+                elastic=_elastic(rng, len(where)) if rng.random() < 0.3 else None,
             ))
     pending = []
     for g in range(rng.randint(1, 6)):
@@ -62,6 +64,10 @@ def scenario(seed: int):
             shape += " + CPU=1"
         s = spec(f"p-{g}", shape, rng.choice(list(Strategy)), priority=cls,
                  queue=rng.choice(QUEUES))
+        if rng.random() < 0.2:  # elastic: admitted at its minimum
+            role = s.roles[0]
+            s = s.model_copy(update={"roles": (role.model_copy(update={
+                "min_replicas": rng.randint(1, role.replicas)}),) + s.roles[1:]})
         pc = CONFIG_CLASSES[cls]
         pending.append(PendingGang(f"p-{g}", s, pc.value, seq=g, preemptible=pc.preemptible,
                                    pending_since=rng.choice([None, 0.0, 80.0])))
@@ -76,6 +82,19 @@ def scenario(seed: int):
         sla_waiting_time_s=rng.choice([None, None, 30.0]),
     )
     return busy(*nodes, placed=running), pending, config
+
+
+def _elastic(rng: random.Random, held: int) -> Elastic:
+    """Of a gang's `held` 1-GPU members, the last few beyond its minimum (some being
+    removed), and a few more it may add."""
+    beyond = rng.randint(0, held - 1)
+    leaving = rng.randint(0, beyond) if rng.random() < 0.3 else 0
+    names = [f"m-{i}" for i in range(held + 3)]
+    low = held - beyond
+    return Elastic(rng.choice(list(Strategy)), surplus=tuple(names[low:held - leaving]),
+                   leaving=tuple(names[held - leaving:held]),
+                   missing=tuple((n, Resources(GPU=1, CPU=1))
+                                 for n in names[held:held + rng.randint(0, 3)]))
 
 
 CONFIG_CLASSES = {c.name: c for c in PolicyConfig().priority_classes}
@@ -98,5 +117,14 @@ def test_the_random_scenarios_preempt_and_reclaim():
     for seed in SEEDS:
         snapshot, pending, config = scenario(seed)
         actions.update(p.action for p in schedule(snapshot, pending, config, 100.0).preemptions)
-    assert actions == {"preempt", "reclaim"}
+    assert actions == {"preempt", "reclaim", "shrink"}
+
+
+def test_the_random_scenarios_shrink_and_grow_elastic_gangs():
+    shrunk = grown = 0
+    for seed in SEEDS:
+        plan = schedule(*scenario(seed)[:2], scenario(seed)[2], 100.0)
+        shrunk += sum(1 for p in plan.preemptions if p.members)
+        grown += len(plan.growths)
+    assert shrunk >= 5 and grown >= 5, (shrunk, grown)
 

@@ -8,11 +8,12 @@ what their reasons say. Adding an action is a new module here and one line below
 
 from __future__ import annotations
 
-from raygang.core.actions import allocate, preempt, reclaim
+from raygang.core.actions import allocate, grow, preempt, reclaim, shrink
 from raygang.core.actions.action import Action
 
 ACTIONS: dict[str, Action] = {
-    action.name: action for action in (allocate.ACTION, reclaim.ACTION, preempt.ACTION)
+    action.name: action
+    for action in (allocate.ACTION, shrink.ACTION, reclaim.ACTION, preempt.ACTION, grow.ACTION)
 }
 
 __all__ = ["ACTIONS", "Action"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from raygang.core.fairshare import QueueBook
 from raygang.core.gang import PendingGang
@@ -26,6 +26,8 @@ class CycleState(Protocol):
 
     config: Policy
     snapshot: ClusterSnapshot
+    pieces: list[PlacedGang]  # the placed gangs, elastic ones as minimum + surplus units
+    surplus_queues: dict[str, int]  # queue -> surplus units its elastic gangs hold
     now: float
     book: QueueBook  # queue usage with this cycle's moves, and fair shares
     limited: dict[str, str]  # gang id -> the limit it hit (its reason)
@@ -47,9 +49,11 @@ class CycleState(Protocol):
 @dataclass(frozen=True)
 class Action:
     name: str
-    attempt: Callable[[CycleState, PendingGang], bool]
+    attempt: Callable[[CycleState, PendingGang], bool] | None
     # For actions that stop gangs: what a waiting gang's reason adds when the action found
     # nobody it may stop ("none") or stopping them would not make room ("some"), and why a
     # victim is stopped.
     no_room: dict[str, str] | None = None
     why: Callable[[PlacedGang, PendingGang], str] | None = None
+    # A pass over the running gangs once the pending ones were offered (grow).
+    finish: Callable[[Any], None] | None = None

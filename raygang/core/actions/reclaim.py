@@ -17,7 +17,7 @@ def reclaim(cycle: CycleState, gang: PendingGang) -> bool:
 
 
 def _stoppable(cycle: CycleState, gangs: list[PlacedGang]) -> list[PlacedGang]:
-    kept = reclaim_protected(cycle.book, cycle.snapshot.placed,
+    kept = reclaim_protected(cycle.book, cycle.pieces,
                              cycle.config.preemption.reclaim_victim_order, cycle.now)
     return [g for g in gangs if g.gang_id not in kept]
 

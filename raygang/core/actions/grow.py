@@ -1,0 +1,114 @@
+"""grow: running elastic gangs add surplus members on free capacity, one at a time.
+
+Once the pending gangs were offered, the queues take turns in fair-share order (the one
+furthest below its share next); in a queue the gang of highest priority, then the one
+running longest, adds its next member (`core.elastic.place_member`). A queue's gangs grow
+only if its line has no gang left waiting that could fit on this cluster (unless
+`backfill`), within its limits, on settled capacity (not what this cycle's victims free),
+and not while a gang is being shrunk or is not running yet. Every gang left below its
+maximum gets a reason (`Plan.grow_waits`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from raygang.core.actions.action import Action
+from raygang.core.elastic import place_member
+from raygang.core.plan import Growth
+from raygang.core.resources import Resources
+from raygang.core.snapshot import PlacedGang
+
+
+def grow(cycle) -> None:  # noqa: ANN001 - core.cycle.Cycle
+    shrunk = {p.victim for p in cycle.preemptions}
+    by_queue: dict[str, list[PlacedGang]] = {}
+    for gang in cycle.snapshot.placed:
+        e = gang.elastic
+        if e is None or not e.missing:
+            continue
+        if gang.draining or gang.gang_id in shrunk or e.leaving:
+            cycle.grow_waits[gang.gang_id] = _runs(gang, "it is being shrunk or stopped")
+        elif gang.running_since is None:
+            cycle.grow_waits[gang.gang_id] = _runs(gang, "it grows once it runs")
+        elif gang.queue not in cycle.tree.specs:
+            cycle.grow_waits[gang.gang_id] = _runs(gang, f"queue {gang.queue!r} is not "
+                                                         "configured")
+        else:
+            by_queue.setdefault(gang.queue, []).append(gang)
+    ready = {}
+    for queue, gangs in by_queue.items():
+        first = _first_waiting(cycle, queue)
+        if first is not None:
+            for gang in gangs:
+                cycle.grow_waits[gang.gang_id] = _runs(
+                    gang, f"pending gangs of queue {queue!r} come first (gang {first} waits; "
+                          "backfill is off)")
+            continue
+        ready[queue] = sorted(gangs, key=lambda g: (
+            -g.priority, g.running_since if g.running_since is not None else math.inf,
+            g.gang_id))
+    order = cycle.queue_order(list(ready))
+    grown: dict[str, list[tuple[str, str]]] = {}  # gang id -> (member, node) added
+    while (queue := order.pick()) is not None:
+        gangs = ready[queue]
+        added = False
+        while gangs and not added:
+            gang = gangs[0]
+            step = _one_more(cycle, gang, grown.setdefault(gang.gang_id, []))
+            if step is None:
+                added = True  # it took one: the queues take turns
+                if len(grown[gang.gang_id]) == len(gang.elastic.missing):
+                    gangs.pop(0)
+            else:
+                cycle.grow_waits[gang.gang_id] = _runs(gang, step, len(grown[gang.gang_id]))
+                gangs.pop(0)
+        if added:
+            order.touched(queue)
+        if not gangs:
+            order.done(queue)
+    for gang_id, members in grown.items():
+        if members:
+            cycle.growths.append(Growth(gang_id, tuple(m for m, _ in members),
+                                        tuple(n for _, n in members)))
+
+
+def _first_waiting(cycle, queue: str) -> str | None:  # noqa: ANN001
+    if cycle.config.backfill:
+        return None
+    for gang in cycle.left.get(queue, ()):
+        if gang.gang_id not in cycle.admitted and cycle.ever.fits(gang):
+            return gang.gang_id
+    return None
+
+
+def _one_more(cycle, gang: PlacedGang, grown: list[tuple[str, str]]) -> str | None:  # noqa: ANN001
+    """Add the gang's next member on the cycle's capacity; None if it did, else why not."""
+    name, bundle = gang.elastic.missing[len(grown)]
+    problem = cycle.book.limit_problem(gang.queue, bundle)
+    if problem:
+        return problem
+    now = dataclasses.replace(gang, bundles=gang.bundles + tuple(
+        (node, b) for (_, node), (_, b) in zip(grown, gang.elastic.missing)))
+    node = place_member(now, bundle, cycle.capacity, cycle.draining.settled)
+    if node is None:
+        return (f"no node has {_fmt(bundle)} free for member {name} "
+                f"({gang.elastic.strategy.value})")
+    cycle.capacity.reserve([(node, bundle)])
+    cycle.book.add(gang.queue, bundle)
+    grown.append((name, node))
+    return None
+
+
+def _runs(gang: PlacedGang, why: str, grown: int = 0) -> str:
+    e = gang.elastic
+    have = len(gang.bundles) - len(e.leaving) + grown
+    most = len(gang.bundles) - len(e.leaving) + len(e.missing)
+    return f"runs {have} of at most {most} members; grows no further now: {why}"
+
+
+def _fmt(bundle: Resources) -> str:
+    return ", ".join(f"{k} {v:g}" for k, v in bundle.items())
+
+
+ACTION = Action("grow", None, finish=grow)

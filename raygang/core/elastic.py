@@ -1,0 +1,143 @@
+"""Elastic gangs in a cycle: the surplus a victim search may take first, and growth.
+
+An elastic gang (a role with `replicas=(min, max)`) is admitted at its minimum, all or
+nothing, like any gang. What it holds beyond that, its surplus, is borrowed: every search
+for victims sees each surplus member as a small gang of its own (a *unit*, `of` its
+gang), ahead of every whole gang, so reclaim and preempt shrink surplus before they stop
+anyone whole (KAI Scheduler's semi-preemptible workloads; Volcano's minAvailable). A gang
+chosen whole takes its remaining surplus with it. The surplus is preemptible even where
+the gang's class is not: only the minimum is guaranteed.
+
+Growth (`grow`, the cycle's last action by default) adds surplus members one at a time on
+settled free capacity, queue by queue in fair-share order, within limits. A queue's gangs
+grow only once its line has no gang left waiting that could fit on this cluster (unless
+`backfill`): growth never goes ahead of pending work that comes first in its queue, and
+any pending gang of the same queue at the same or a higher priority may take the surplus
+back (`shrink`). Other queues get it back through reclaim and preempt, as borrowed
+capacity. Inside a queue, higher priority first, then the gang running longest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Sequence
+
+from raygang.core.capacity import Capacity
+from raygang.core.gang import PendingGang
+from raygang.core.plan import Preemption
+from raygang.core.resources import Resources
+from raygang.core.snapshot import PlacedGang
+from raygang.core.spec import Strategy
+
+SEP = "/"  # a unit's id: "<gang id>/<member name>" (gang ids hold no "/")
+
+
+def member_id(gang_id: str, member: str) -> str:
+    return f"{gang_id}{SEP}{member}"
+
+
+def member_of(unit_id: str) -> tuple[str, str]:
+    """(gang id, member name) of a unit's id."""
+    gang_id, _, member = unit_id.partition(SEP)
+    return gang_id, member
+
+
+def minimum_count(gang: PlacedGang) -> int:
+    """How many of `gang.bundles` are its minimum's (all, for a rigid gang)."""
+    e = gang.elastic
+    return len(gang.bundles) if e is None else len(gang.bundles) - len(e.surplus) - len(e.leaving)
+
+
+def split(gang: PlacedGang) -> tuple[PlacedGang, list[PlacedGang], list[PlacedGang]]:
+    """(the gang holding its minimum only, a unit per surplus member, a unit per member
+    being removed); a rigid gang is returned as it is."""
+    e = gang.elastic
+    if e is None or not (e.surplus or e.leaving):
+        return gang, [], []
+    n = minimum_count(gang)
+    core = dataclasses.replace(gang, bundles=gang.bundles[:n])
+    held = gang.bundles[n:]
+    units = [_unit(gang, name, held[i]) for i, name in enumerate(e.surplus)]
+    leaving = [_unit(gang, name, held[len(e.surplus) + i], draining=True)
+               for i, name in enumerate(e.leaving)]
+    return core, units, leaving
+
+
+def _unit(gang: PlacedGang, name: str, bundle: tuple[str, Resources],
+          draining: bool = False) -> PlacedGang:
+    return PlacedGang(
+        gang_id=member_id(gang.gang_id, name), priority=gang.priority, bundles=(bundle,),
+        queue=gang.queue, preemptible=True, running_since=gang.running_since,
+        min_runtime_s=gang.min_runtime_s, draining=draining or gang.draining,
+        checkpoint_s=gang.checkpoint_s, of=gang.gang_id)
+
+
+def pieces(placed: Iterable[PlacedGang]) -> tuple[list[PlacedGang], list[PlacedGang]]:
+    """(what victim searches and reclaim's protection read: every gang, elastic ones as
+    their minimum plus a unit per surplus member; the units being removed)."""
+    out: list[PlacedGang] = []
+    leaving: list[PlacedGang] = []
+    for gang in placed:
+        core, units, gone = split(gang)
+        out.append(core)
+        out.extend(units)
+        leaving.extend(gone)
+    return out, leaving
+
+
+def units_first(key):  # noqa: ANN001, ANN201 - a sort key wrapped
+    """A victim order with every surplus unit ahead of every whole gang (and, among the
+    units of one gang, the last grown first)."""
+    return lambda g: (g.of is None, *key(g))
+
+
+def with_remaining_units(victims: Sequence[PlacedGang], units: Iterable[PlacedGang]
+                         ) -> list[PlacedGang]:
+    """The units of gangs chosen whole that were not chosen themselves (a gang stopped
+    whole loses its surplus too)."""
+    whole = {v.gang_id for v in victims if v.of is None}
+    chosen = {v.gang_id for v in victims}
+    return [u for u in units if u.of in whole and u.gang_id not in chosen]
+
+
+def stops(victims: Sequence[PlacedGang], gang: PendingGang, action: str,
+          why: Callable[[PlacedGang, PendingGang], str]) -> list[Preemption]:
+    """The plan's stops for one search's victims: one per gang stopped whole, and one per
+    elastic gang only shrunk, naming the surplus members it loses."""
+    out = [Preemption(v.gang_id, gang.gang_id, action, why(v, gang))
+           for v in victims if v.of is None]
+    whole = {v.gang_id for v in victims if v.of is None}
+    shrunk: dict[str, list[PlacedGang]] = {}
+    for unit in victims:
+        if unit.of is not None and unit.of not in whole:
+            shrunk.setdefault(unit.of, []).append(unit)
+    for owner, units in shrunk.items():
+        members = tuple(sorted(member_of(u.gang_id)[1] for u in units))
+        out.append(Preemption(owner, gang.gang_id, action, f"shrunk by {len(members)} surplus "
+                              f"member(s): {why(units[0], gang)}", members=members))
+    return out
+
+
+def place_member(gang: PlacedGang, bundle: Resources, capacity: Capacity,
+                 settled) -> str | None:  # noqa: ANN001 - node -> settled free
+    """A node for one more member of `gang` under its strategy, on settled free capacity:
+    STRICT_PACK on its node; STRICT_SPREAD on a node it does not use; PACK its own nodes
+    first, SPREAD other nodes first; best fit (tightest, then lowest id) among them."""
+    assert gang.elastic is not None
+    strategy = gang.elastic.strategy
+    used = {node for node, _ in gang.bundles}
+    if strategy is Strategy.STRICT_PACK:
+        tiers: list[tuple[Iterable[str] | None, frozenset[str]]] = [(sorted(used), frozenset())]
+    elif strategy is Strategy.STRICT_SPREAD:
+        tiers = [(None, frozenset(used))]
+    elif strategy is Strategy.PACK:
+        tiers = [(sorted(used), frozenset()), (None, frozenset(used))]
+    else:
+        tiers = [(None, frozenset(used)), (sorted(used), frozenset())]
+    for among, exclude in tiers:
+        excluded = set(exclude)
+        while (node := capacity.best_node(bundle, exclude=excluded, among=among)) is not None:
+            if bundle.fits_in(settled(node)):
+                return node
+            excluded.add(node)  # what frees there is promised to a preemptor
+    return None
