@@ -15,7 +15,8 @@ its rules are the core's, documented there; the others cite the scheduler they f
 - `sjf`: an oracle reference: one shared queue ordered by the job's true duration, shortest
   first, non-preemptive, with backfill (a job that does not fit lets the next one try).
 - `kueue`: Kueue's rules (`sim.baselines.kueue`).
-- `kai`: KAI Scheduler's rules (`sim.baselines.kai`).
+- `kai`: KAI Scheduler's rules (`sim.baselines.kai`); `kai-tbf` adds its time-based fair
+  share.
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ class SimPolicy:
     by_duration: bool = False  # ordered by true duration, shortest first (an oracle)
     config: dict = field(default_factory=dict)  # policy keys set over the user's config
     decide: Decide | None = None  # None: core.schedule itself (sim.loop calls either)
+    # A decision function with a state of its own (a usage history), made anew per replay.
+    fresh: Callable[[], Decide] | None = None
 
     def queue(self, job: TraceJob) -> str:
         return DEFAULT_QUEUE if self.shared_queue or self.partitioned else job.queue
@@ -89,7 +92,8 @@ class SimPolicy:
 
     def install(self, plane: ControlPlane, cluster: Cluster, metrics: Metrics,
                 clock: Callable[[], float], recheck: bool = False) -> None:
-        install(plane, cluster, metrics, clock, self.decide or schedule, recheck)
+        decide = self.fresh() if self.fresh is not None else self.decide or schedule
+        install(plane, cluster, metrics, clock, decide, recheck)
 
 
 def tenant_queues(trace: Trace, config: SchedulerConfig) -> tuple[QueueSpec, ...]:
@@ -126,6 +130,9 @@ POLICIES: dict[str, SimPolicy] = {p.name: p for p in (
               "borrowing, BestEffortFIFO, reclaim within the cohort", decide=kueue.decide),
     SimPolicy("kai", "KAI Scheduler: raygang's cycle, reclaim protecting only what a "
               "queue runs within its deserved quota", decide=kai.decide,
+              config={"preemption": kai.PREEMPTION, **_NO_HOLD}),
+    SimPolicy("kai-tbf", "KAI Scheduler with its time-based fair share (168 h window, "
+              "kValue 0.5): over-quota shares fall with past usage", fresh=kai.WithUsage,
               config={"preemption": kai.PREEMPTION, **_NO_HOLD}),
 )}
 

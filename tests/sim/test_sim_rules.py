@@ -88,7 +88,8 @@ def test_kueue_reclaims_from_a_borrowing_queue_the_most_recently_admitted_first(
     assert by_name["c"].first_start == 1500
 
 
-@pytest.mark.parametrize("policy_name", ["raygang", "fifo", "static", "sjf", "kueue"])
+@pytest.mark.parametrize("policy_name", ["raygang", "fifo", "static", "sjf", "kueue", "kai",
+                                         "kai-tbf"])
 def test_every_policy_completes_every_job_that_fits(policy_name):
     t = trace(*(job(f"j{i}", i * 7, 50 + 13 * i, gpus=(1, 2, 4, 8, 16)[i % 5],
                     queue=("t1", "t2")[i % 2]) for i in range(20)),
@@ -117,3 +118,45 @@ def test_kai_reclaims_beyond_quota_where_raygang_protects_the_fair_share():
 
     assert stopped("raygang") == ["b"]
     assert stopped("kai") == ["d"]
+
+
+def test_kai_time_based_fair_share_gives_less_over_quota_to_the_queue_that_used_more():
+    # One 8-GPU node, two queues with no quota and equal weights. t1 runs one 8-GPU job for
+    # 10 h; then each queue has eight 1-GPU jobs waiting. Without history the over-quota
+    # share is 4 + 4; with KAI's time-based fair share (kValue 0.5), t1, which used the
+    # whole cluster for the window so far (u = 1), gets a weight 0.5 + 0.5 (0.5 - 1) = 0.25
+    # against t2's 0.5 + 0.5 (0.5 - 0) = 0.75: 2 GPUs against 6.
+    ten_h = 10 * 3600
+    jobs = [job("hog", 0, ten_h, gpus=8, queue="t1")]
+    jobs += [job(f"a{i}", 60 + i, 3600, gpus=1, queue="t1") for i in range(8)]
+    jobs += [job(f"b{i}", 120 + i, 3600, gpus=1, queue="t2") for i in range(8)]
+    t = trace(*jobs, quotas={"t1": 0, "t2": 0})
+
+    def first_wave(policy_name):
+        starts = run(t, policy_name, nodes=1)
+        return sorted(name[0] for name, (start, _, _) in starts.items()
+                      if name != "hog" and start < ten_h + 1800)
+
+    assert first_wave("kai") == ["a"] * 4 + ["b"] * 4
+    assert first_wave("kai-tbf") == ["a"] * 2 + ["b"] * 6
+
+
+def test_kai_usage_history_slides_and_decays():
+    from raygang.sim.baselines.kai import TimeBasedFairShare, WithUsage
+    from tests.unit.builders import busy, running
+
+    def usage_after(tbf, hours):
+        history = WithUsage(tbf)
+        snapshot = busy("w-1: GPU=8", placed=[running("g", "w-1: 4xGPU=1", queue="t1")])
+        for h in range(hours + 1):
+            history.record(snapshot, h * 3600.0)
+        return history.usage()
+
+    assert usage_after(TimeBasedFairShare(), 5) == {"t1": 0.5}  # 4 of 8 GPUs all along
+    assert usage_after(TimeBasedFairShare(window_s=2 * 3600), 10) == {"t1": 0.5}
+    decayed = WithUsage(TimeBasedFairShare(half_life_s=3600))
+    idle = busy("w-1: GPU=8")
+    decayed.record(busy("w-1: GPU=8", placed=[running("g", "w-1: 8xGPU=1", queue="t1")]), 0.0)
+    decayed.record(idle, 3600.0)  # one hour at 8 of 8
+    decayed.record(idle, 7200.0)  # one hour at 0 of 8: the first hour counts half
+    assert abs(decayed.usage()["t1"] - 0.5 / 1.5) < 1e-9
