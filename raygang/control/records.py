@@ -67,6 +67,7 @@ class GangRecord:
     released: asyncio.Event = field(default_factory=asyncio.Event)  # RUNNING or finished
     pending_since: float | None = None  # when it last became PENDING (None: submitted_at)
     _pending: PendingGang | None = field(default=None, repr=False, compare=False)
+    _placed: tuple[tuple, PlacedGang] | None = field(default=None, repr=False, compare=False)
 
     def life(self) -> Life:
         """What the lifecycle's decisions read of this gang."""
@@ -171,15 +172,20 @@ class GangRecord:
         return self._pending
 
     def placed_view(self) -> PlacedGang:
-        return PlacedGang(
-            self.gang_id, self.priority, tuple(zip(self.nodes, self.spec.bundles)),
-            queue=self.spec.queue, preemptible=self.preemptible,
-            running_since=self.started_at if self.state is GangState.RUNNING else None,
-            min_runtime_s=self.min_runtime_s,
-            # Being preempted, or ended and being torn down: leaving, not a victim.
-            draining=self.stopping is not None or not self.state.holds_resources,
-            checkpoint_s=self.spec.checkpoint_interval_s,
-        )
+        """The gang as a cycle sees it while it holds capacity (made again only when what
+        it reads changed: every cycle reads every held gang)."""
+        key = (self.state, self.stopping, self.nodes, self.started_at)
+        if self._placed is None or self._placed[0] != key:
+            self._placed = (key, PlacedGang(
+                self.gang_id, self.priority, tuple(zip(self.nodes, self.spec.bundles)),
+                queue=self.spec.queue, preemptible=self.preemptible,
+                running_since=self.started_at if self.state is GangState.RUNNING else None,
+                min_runtime_s=self.min_runtime_s,
+                # Being preempted, or ended and being torn down: leaving, not a victim.
+                draining=self.stopping is not None or not self.state.holds_resources,
+                checkpoint_s=self.spec.checkpoint_interval_s,
+            ))
+        return self._placed[1]
 
     def status(self) -> GangStatus:
         return GangStatus(

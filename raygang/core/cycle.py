@@ -45,12 +45,21 @@ Narrow = Callable[["Cycle", list[PlacedGang]], list[PlacedGang]]
 
 
 class _EverFits:
-    """Whether a shape fits the cluster with nothing running, cached per shape."""
+    """Whether a shape fits the cluster with nothing running, cached per shape: across
+    cycles while the alive nodes and their totals stay the same (the answers are plain
+    booleans, safe to share between the loop's threads; the empty capacity is not, as
+    placement reserves on it and undoes, so each instance builds its own when asked)."""
+
+    _shared: tuple[tuple, dict] = ((), {})  # (nodes and totals, shape -> fits)
 
     def __init__(self, snapshot: ClusterSnapshot):
         self._snapshot = snapshot
         self._empty: Capacity | None = None
-        self._cache: dict = {}
+        signature = tuple((n.node_id, n.total) for n in snapshot.alive_nodes)
+        shared = _EverFits._shared
+        if shared[0] != signature:
+            shared = _EverFits._shared = (signature, {})
+        self._cache: dict = shared[1]
         self._by_gang: dict[int, bool] = {}  # pending gangs live as long as the cycle
 
     @property
@@ -62,11 +71,14 @@ class _EverFits:
     def fits(self, gang: PendingGang) -> bool:
         found = self._by_gang.get(id(gang))  # cheaper than hashing its shape again
         if found is None:
-            found = self._cache.get(gang.shape)
-            if found is None:
-                found = self._cache[gang.shape] = place(
-                    gang.bundles, gang.strategy, self.empty) is not None
-            self._by_gang[id(gang)] = found
+            found = self._by_gang[id(gang)] = self.fits_shape(gang.shape)
+        return found
+
+    def fits_shape(self, shape: tuple) -> bool:
+        found = self._cache.get(shape)
+        if found is None:
+            strategy, bundles = shape
+            found = self._cache[shape] = place(bundles, strategy, self.empty) is not None
         return found
 
 

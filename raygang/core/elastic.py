@@ -75,6 +75,8 @@ def _unit(gang: PlacedGang, name: str, bundle: tuple[str, Resources],
 def pieces(placed: Iterable[PlacedGang]) -> tuple[list[PlacedGang], list[PlacedGang]]:
     """(what victim searches and reclaim's protection read: every gang, elastic ones as
     their minimum plus a unit per surplus member; the units being removed)."""
+    if not any(gang.elastic is not None for gang in placed):
+        return list(placed), []  # the common case: nothing to split
     out: list[PlacedGang] = []
     leaving: list[PlacedGang] = []
     for gang in placed:

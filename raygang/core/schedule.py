@@ -6,12 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from raygang.core.backlog import Backlog
-from raygang.core.capacity import Capacity
 from raygang.core.config import PolicyConfig
-from raygang.core.cycle import Cycle
+from raygang.core.cycle import Cycle, _EverFits
 from raygang.core.explain import why_not
 from raygang.core.gang import PendingGang
-from raygang.core.placement import place
 from raygang.core.plan import Plan
 from raygang.core.snapshot import ClusterSnapshot
 from raygang.core.spec import GangSpec
@@ -41,9 +39,9 @@ def unschedulable_reason(
         problem = config.queue_tree.problem(spec)
         if problem:
             return problem
-    empty = Capacity(snapshot.alive_nodes, use_totals=True)
-    if not empty.node_ids:
+    if not snapshot.alive_nodes:
         return "the cluster has no alive nodes"
-    if place(spec.min_bundles, spec.strategy, empty) is not None:
+    ever = _EverFits(snapshot)  # shared with the cycles while the nodes stay the same
+    if ever.fits_shape((spec.strategy, spec.min_bundles)):
         return None
-    return why_not(spec.min_bundles, spec.strategy, empty) + " (even with the cluster empty)"
+    return why_not(spec.min_bundles, spec.strategy, ever.empty) + " (even with the cluster empty)"
