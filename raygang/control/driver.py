@@ -66,6 +66,7 @@ class GangDriver:
         self._releasing = False
         self._stopping: asyncio.Task | None = None
         self._released_event = asyncio.Event()
+        self.resizing: dict[str, asyncio.Task] = {}  # member name -> its add or removal
 
     def start(self, waits_for: Sequence[asyncio.Task] = (), adopted: bool = False) -> None:
         self.task = asyncio.get_running_loop().create_task(self._drive(list(waits_for),
@@ -123,6 +124,8 @@ class GangDriver:
             return
         self._releasing = True
         record = self.record
+        for task in list(self.resizing.values()):  # the run's close removes every member
+            await cancel_and_wait(task)
         if record.state is GangState.SUCCEEDED and record.result_refs:
             await run_to_completion(self._journal.keep_results(record, self._cluster.fetch))
         if record.state.finished:
@@ -131,10 +134,67 @@ class GangDriver:
         if self._ending is not None:  # the gangs inside a job end with it
             await run_to_completion(self._ending(record))
         record.nodes = ()
+        record.surplus, record.leaving = {}, {}
         record.stopping = None
         self.done = True
         self._released_event.set()
         self._released(self)
+
+    # Resizing (elastic gangs: core/elastic.py) ------------------------------------------
+    def grow(self, members: Sequence[str], nodes: Sequence[str]) -> None:
+        """Add these surplus members on these nodes: they hold their capacity at once (the
+        plan booked it), and start beside the running members."""
+        record = self.record
+        slots = [(record.spec.slots_by_name[m], n) for m, n in zip(members, nodes)]
+        for member, node in zip(members, nodes):
+            record.surplus[member] = node
+        self._resize(members, self._grow(slots))
+
+    async def _grow(self, slots: list) -> None:
+        record, names = self.record, [slot.name for slot, _ in slots]
+        try:
+            await self.run.add_members(slots)
+        except Exception as error:  # noqa: BLE001 - the gang runs on without them
+            for name in names:
+                record.surplus.pop(name, None)
+            record.note(f"could not grow by {', '.join(names)}: "
+                        f"{type(error).__name__}: {error}", self._clock())
+            return
+        record.note(f"grew to {record.size} members (added {', '.join(names)})",
+                    self._clock())
+
+    def shrink(self, members: Sequence[str], why: str) -> None:
+        """Remove these surplus members after the grace period: the gang runs on."""
+        record = self.record
+        members = [m for m in members if m in record.surplus]
+        for member in members:
+            record.leaving[member] = record.surplus.pop(member)
+        record.note(f"shrinking to {record.size} members (removing {', '.join(members)}): "
+                    f"{why}", self._clock())
+        slots = [record.spec.slots_by_name[m] for m in members]
+        self._resize(members, self._shrink(slots))
+
+    async def _shrink(self, slots: list) -> None:
+        record, names = self.record, {slot.name for slot in slots}
+        try:
+            await self.run.remove_members(slots, record.spec.preemption_grace_s)
+        finally:
+            for name in names:
+                record.leaving.pop(name, None)
+            record.members[:] = [m for m in record.members  # in place: the run appends
+                                 if f"{m.role}-{m.index}" not in names]  # to this list
+
+    def _resize(self, members: Sequence[str], work: Awaitable[None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        for member in members:
+            self.resizing[member] = task
+        task.add_done_callback(lambda t: self._resized(members, t))
+
+    def _resized(self, members: Sequence[str], task: asyncio.Task) -> None:
+        for member in members:
+            if self.resizing.get(member) is task:
+                del self.resizing[member]
+        self._wake_after(0.0)  # what it freed or failed to take is there for a cycle
 
     # Stopping -------------------------------------------------------------------------
     def preempt(self, stopping: str, why: str) -> None:

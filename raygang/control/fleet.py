@@ -3,6 +3,7 @@ plan's admissions and preemptions, and hands back what a gang held once it is re
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterator
 
 from raygang.control.driver import GangDriver
@@ -11,7 +12,9 @@ from raygang.control.ports import Cluster, GangRun, Metrics
 from raygang.control.records import GangRecord
 from raygang.control.registry import Registry
 from raygang.core.lifecycle import Admitted, Adopted, RestartPolicy
-from raygang.core.plan import Admission, Preemption
+from raygang.core.elastic import member_of
+from raygang.core.gang import GangState
+from raygang.core.plan import Admission, Growth, Preemption
 from raygang.core.snapshot import PlacedGang
 
 SETTLE_S = 0.5  # less than the loop's last re-check after a release (loop.py), 1 s
@@ -54,6 +57,12 @@ class Fleet:
         """A gang let go a moment ago: the cluster's view may not show it yet."""
         return self._clock() - self._released_at < self.settle_s
 
+    def may_grow(self) -> bool:
+        """Whether some running elastic gang is below its maximum (a cycle may grow it)."""
+        return any(d.record.spec.elastic and d.record.state is GangState.RUNNING
+                   and d.record.size < d.record.spec.world_size
+                   for d in self._drivers.values())
+
     def held(self) -> list[PlacedGang]:
         """What raygang's book holds: not the gangs inside a job (the job books it)."""
         return [d.record.placed_view() for d in self._drivers.values()
@@ -67,14 +76,28 @@ class Fleet:
         record.members = []
         # Its own victims, and those of other gangs whose freed capacity it takes (the
         # same cycle's): until they are gone it neither reserves nor starts its timeout.
-        waits = [d.task for g in admission.waits_for
-                 if (d := self._drivers.get(g)) is not None and d.task is not None]
+        waits = [task for g in admission.waits_for if (task := self._leaving(g)) is not None]
         run = self._cluster.new_run(record, admission.nodes,
                                     record.restarts + record.preemptions,
                                     record.members.append)
         driver = self._driver(record, run)
         driver.decide(Admitted(len(set(admission.nodes)), len(waits)))
         driver.start(waits)
+
+    def _leaving(self, gone: str) -> asyncio.Task | None:
+        """What an admission waits for: a gang's drive, or `<gang>/<member>`'s removal."""
+        gang_id, member = member_of(gone)
+        driver = self._drivers.get(gang_id)
+        if driver is None:
+            return None
+        return driver.resizing.get(member) if member else driver.task
+
+    def grow(self, growth: Growth) -> None:
+        """Add the members the plan grew a running elastic gang by."""
+        driver = self._drivers.get(growth.gang_id)
+        if driver is not None and driver.record.state is GangState.RUNNING \
+                and driver.record.stopping is None:
+            driver.grow(growth.members, growth.nodes)
 
     def adopt(self, record: GangRecord, run: GangRun) -> None:
         """Take over a running gang a previous scheduler process started (recovery)."""
@@ -89,6 +112,9 @@ class Fleet:
         driver = self._drivers.get(victim.gang_id)
         if driver is None or victim.stopping is not None:
             return  # it ended on its own meanwhile
+        if preemption.members:  # a shrink: only surplus members go, the gang runs on
+            driver.shrink(preemption.members, preemption.reason)
+            return
         self._metrics.preempted(victim, preemptor, preemption)
         verb = "reclaimed" if preemption.action == "reclaim" else "preempted"
         driver.preempt(f"{verb} by {preemptor.display}", preemption.reason)

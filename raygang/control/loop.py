@@ -20,6 +20,7 @@ from raygang.control.records import GangRecord
 from raygang.control.registry import Registry
 from raygang.core.backlog import Backlog
 from raygang.core.config import PolicyConfig
+from raygang.core.elastic import member_id, member_of
 from raygang.core.gang import GangState
 from raygang.core.plan import Plan, Waitings
 from raygang.core.scale import scale_candidates
@@ -119,7 +120,8 @@ class SchedulingLoop:
         waiting = plan.waiting
         self._waiting_seen = (waiting.signature() if isinstance(waiting, Waitings)
                               else frozenset(waiting))
-        return bool(plan.admissions or plan.preemptions) or self._waiting_seen != seen
+        return (bool(plan.admissions or plan.preemptions or plan.growths)
+                or self._waiting_seen != seen)
 
     def cycle(self) -> None:
         """One cycle, in this thread (tests drive it by hand)."""
@@ -141,7 +143,7 @@ class SchedulingLoop:
     def _prepare(self) -> tuple | None:
         now = self._clock()
         backlog = self._registry.backlog(now)
-        if not backlog.lines:
+        if not backlog.lines and not self._fleet.may_grow():
             self.last_plan = Plan()
             return None
         self._started = self._metrics.cycle_started()
@@ -160,6 +162,8 @@ class SchedulingLoop:
         for admission in plan.admissions:
             if admission.gang_id in admitted:
                 self._fleet.admit(self._registry.get(admission.gang_id), admission, now)
+        for growth in plan.growths:  # on settled capacity: nobody waits for it
+            self._fleet.grow(growth)
         for waiting in plan.looked_at.values():
             record = self._registry.find(waiting.gang_id)
             if record is not None and record.state is GangState.PENDING:
@@ -175,14 +179,20 @@ class SchedulingLoop:
         # Gangs leaving anyway (stopped in an earlier cycle, or ended): an admission may
         # wait for them whatever this plan does.
         leaving = {g.gang_id for g in snapshot.placed if g.draining}
+        leaving |= {member_id(g.gang_id, m) for g in snapshot.placed
+                    if g.elastic is not None for m in g.elastic.leaving}
         # Right after a gang let go, the view may still show its GPUs taken: stop no gang
         # on it (a re-check cycle decides again once the view has caught up).
         preempting = not self._fleet.settling()
         while True:
-            stopping = leaving | {p.victim for p in plan.preemptions
-                                  if p.preemptor in admitted and preempting}
-            stranded = {a.gang_id for a in plan.admissions
-                        if a.gang_id in admitted and not set(a.waits_for) <= stopping}
+            stopping = leaving | {gone for p in plan.preemptions
+                                  if p.preemptor in admitted and preempting
+                                  for gone in ([member_id(p.victim, m) for m in p.members]
+                                               or [p.victim])}
+            stranded = {a.gang_id for a in plan.admissions if a.gang_id in admitted
+                        and not all(g in stopping or member_of(g)[0] in stopping
+                                    for g in a.waits_for)}  # a gang stopped whole: its
+            # surplus members go with it
             if not stranded:
                 return admitted
             admitted -= stranded

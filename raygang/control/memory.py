@@ -83,6 +83,8 @@ class _Node:
 
 
 class MemoryCluster:
+    resizes = True  # runs add and remove an elastic gang's surplus members
+
     def __init__(self, nodes: Iterable[tuple[str, Resources]],
                  clock: Callable[[], float] = time.monotonic):
         self.nodes = {node_id: _Node(node_id, total) for node_id, total in nodes}
@@ -145,7 +147,7 @@ class MemoryCluster:
 
     def adopt(self, record: GangRecord, leftovers: Any) -> GangRun | None:
         members = self.members.get(record.gang_id, [])
-        if (record.gang_id not in self.booked or len(members) != record.spec.world_size
+        if (record.gang_id not in self.booked or len(members) != len(record.nodes)
                 or any(m.dead for m in members)):
             return None
         run = MemoryRun(self, record.gang_id, record.spec, _programs(record), record.nodes,
@@ -250,9 +252,10 @@ class MemoryRun:
         self.gang_id = gang_id
         self.spec = spec
         self.programs = programs
-        self.nodes = tuple(nodes)
+        self.nodes = tuple(nodes)  # one per member of the minimum (`spec.min_slots`)
         self.on_member_ready = on_member_ready
         self.members: list[_Member] = []
+        self.extra: dict[str, tuple[str, Resources]] = {}  # surplus member -> its booking
 
     async def reserve(self) -> None:
         """Book every bundle on its node once it fits there (a node that is not alive
@@ -261,11 +264,11 @@ class MemoryRun:
         deadline = time.monotonic() + self.spec.reservation_timeout_s
         while True:
             need: dict[str, Resources] = {}
-            for node, bundle in zip(self.nodes, self.spec.bundles):
+            for node, bundle in zip(self.nodes, self.spec.min_bundles):
                 need[node] = need.get(node, Resources()) + bundle
             if all(cluster.nodes[n].alive and amount.fits_in(cluster.free(n))
                    for n, amount in need.items()):
-                cluster.booked[self.gang_id] = list(zip(self.nodes, self.spec.bundles))
+                cluster.booked[self.gang_id] = list(zip(self.nodes, self.spec.min_bundles))
                 return
             if time.monotonic() >= deadline:
                 raise ReservationTimeout(
@@ -288,14 +291,15 @@ class MemoryRun:
         started: set[str] = set()
         roles = list(self.spec.roles)
         by_rank: list[_Member | None] = [None] * self.spec.world_size
+        node_of = dict(zip(self.spec.min_slots, self.nodes))
         while roles:
             role = next(r for r in roles if set(r.after) <= started)
             roles.remove(role)
             program = self.programs.get(role.name, MemoryProgram())
             await asyncio.sleep(program.start_s)
-            for slot in (s for s in self.spec.slots if s.role == role.name):
+            for slot in (s for s in self.spec.min_slots if s.role == role.name):
                 member = by_rank[slot.rank] = _Member(
-                    self.gang_id, slot.rank, slot.role, slot.index, self.nodes[slot.rank],
+                    self.gang_id, slot.rank, slot.role, slot.index, node_of[slot],
                     program)
                 if program.fails_to_start:
                     raise MemberFailure(GangError(member=f"{slot.role}-{slot.index}",
@@ -364,6 +368,76 @@ class MemoryRun:
         self.cluster.budgets.pop(self.gang_id, None)  # a job's budget ends with its run
         self.cluster.clear(self.gang_id)
         self.members = []
+        self.extra = {}
+
+    # Elastic gangs ----------------------------------------------------------------------
+    async def add_members(self, members: Sequence[tuple[Any, str]]) -> None:
+        """Book each member's bundle on its node once it fits (within the reservation
+        timeout), start them (their role's `start_s`) and release them."""
+        cluster, gang = self.cluster, self.gang_id
+        deadline = time.monotonic() + self.spec.reservation_timeout_s
+        wanted = {slot.name: (node, self.spec.role(slot.role).resources)
+                  for slot, node in members}
+        try:
+            while not self._fits(wanted):
+                if time.monotonic() >= deadline:
+                    raise ReservationTimeout(f"members {', '.join(wanted)} of gang {gang} "
+                                             f"were not reserved within "
+                                             f"{self.spec.reservation_timeout_s:g}s")
+                await asyncio.sleep(POLL_S)
+            self.extra.update(wanted)
+            self._rebook()
+            started = []
+            for slot, node in members:
+                program = self.programs.get(slot.role, MemoryProgram())
+                await asyncio.sleep(program.start_s)
+                if program.fails_to_start:
+                    raise MemberFailure(GangError(member=slot.name, rank=slot.rank,
+                                                  error_type="ValueError",
+                                                  message="the constructor failed"))
+                started.append(_Member(gang, slot.rank, slot.role, slot.index, node, program,
+                                       released_at=cluster.clock()))
+                self.on_member_ready(MemberStatus(
+                    role=slot.role, index=slot.index, rank=slot.rank,
+                    actor_name=f"memory-{gang}-{slot.role}-{slot.index}", node_id=node,
+                    ready_at=time.time()))
+        except BaseException:
+            for name in wanted:
+                self.extra.pop(name, None)
+            self._rebook()
+            raise
+        self.members = sorted([*self.members, *started], key=lambda m: m.rank)
+        cluster.members[gang] = self.members
+
+    async def remove_members(self, members: Sequence[Any], grace_s: float) -> None:
+        """Tell them, wait for their checkpoint (as a preemption's grace period does),
+        then stop them and free their bundles."""
+        names = {slot.name for slot in members}
+        going = [m for m in self.members if f"{m.role}-{m.index}" in names]
+        now = self.cluster.clock()
+        for member in going:
+            member.told_at = now
+        watchers = [m for m in going if m.program.on_preempt == "watch"
+                    and m.outcome(now) is None]
+        if watchers and grace_s > 0:
+            await self.wait_bodies([m.rank for m in watchers], grace_s)
+        self.members = [m for m in self.members if f"{m.role}-{m.index}" not in names]
+        self.cluster.members[self.gang_id] = self.members
+        for name in names:
+            self.extra.pop(name, None)
+        self._rebook()
+
+    def _fits(self, wanted: dict[str, tuple[str, Resources]]) -> bool:
+        need: dict[str, Resources] = {}
+        for node, bundle in wanted.values():
+            need[node] = need.get(node, Resources()) + bundle
+        return all(self.cluster.nodes[n].alive and amount.fits_in(self.cluster.free(n))
+                   for n, amount in need.items())
+
+    def _rebook(self) -> None:
+        if self.gang_id in self.cluster.booked:
+            self.cluster.booked[self.gang_id] = [
+                *zip(self.nodes, self.spec.min_bundles), *self.extra.values()]
 
 
 def _reply(member: _Member, hooks: int, error: str | None, running: bool) -> dict:

@@ -48,7 +48,7 @@ from raygang.core.lifecycle import CancelledWhilePending, decide
 from raygang.core.queues import QueueSpec
 from raygang.core.scale import never_hosted
 from raygang.core.schedule import unschedulable_reason
-from raygang.core.spec import DeploymentSpec, GangSpec, JobSpec
+from raygang.core.spec import DeploymentSpec, GangSpec, JobSpec, Resize
 
 log = logging.getLogger(__name__)
 CLUSTER_VIEW_MAX_AGE_S = 0.25  # `cluster()` observes afresh at most this often
@@ -252,12 +252,18 @@ class ControlPlane:
                  workload: Any = None, parent: str | None = None) -> GangRecord:
         """Add the gang to the book (in this step, with no await: see `submit`); it is
         admitted only once `_saved` has written it to the store."""
-        if spec.elastic:  # the core decides them (core/elastic.py); no runtime resizes yet
-            role = next(r for r in spec.roles if r.elastic)
-            raise ValueError(
-                f"roles[{spec.roles.index(role)}].replicas: elastic roles "
-                f"(replicas=({role.minimum}, {role.replicas})) are not run yet by this "
-                "version: give a fixed number of replicas")
+        if spec.elastic:  # the core decides them (core/elastic.py); runs resize where
+            where = ("inside a job" if parent is not None  # the cluster says they can
+                     else f"for a {kind}" if kind != "gang"
+                     else "with resize 'restart'" if spec.resize is Resize.RESTART
+                     else None if getattr(self._cluster, "resizes", False)
+                     else "on this cluster")
+            if where is not None:
+                role = next(r for r in spec.roles if r.elastic)
+                raise ValueError(
+                    f"roles[{spec.roles.index(role)}].replicas: elastic roles (replicas="
+                    f"({role.minimum}, {role.replicas})) are not run yet {where}: give a "
+                    "fixed number of replicas")
         policy = self.config.policy
         cls = policy.priority_class(spec)
         # A recent view may accept; only a fresh one may refuse (a node may just have joined).

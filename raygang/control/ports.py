@@ -20,6 +20,7 @@ from raygang.core.queues import QueueSpec
 from raygang.core.resources import Resources
 from raygang.core.scale import ScalePlan
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
+from raygang.core.spec import MemberSlot
 
 Clock = Callable[[], float]
 
@@ -66,6 +67,15 @@ class GangRun(Protocol):
     async def close(self) -> None:
         """Tear everything down (idempotent, never raises; finishes even if cancelled)."""
 
+    # Elastic gangs (only where `Cluster.resizes`) -------------------------------------
+    async def add_members(self, members: Sequence[tuple[MemberSlot, str]]) -> None:
+        """Reserve and start these surplus members (slot, node) beside the running ones,
+        and release them once ready; the others are told the new world."""
+
+    async def remove_members(self, members: Sequence[MemberSlot], grace_s: float) -> None:
+        """Tell these surplus members they go, give them up to `grace_s`, stop them and
+        free what they held; the others are told the new world."""
+
 
 class Leftovers(Protocol):
     """What a previous scheduler process left in the cluster, read once, by gang id."""
@@ -106,6 +116,8 @@ class JobBudget(Protocol):
 
 class Cluster(Protocol):
     """The cluster as the control plane sees it and acts on it."""
+
+    resizes: bool  # whether its runs add and remove members (elastic gangs)
 
     def observe(self, held: Iterable[PlacedGang], draining: Collection[str]) -> ClusterSnapshot:
         """Nodes with their free resources (what `held` holds counts as used even if the

@@ -10,7 +10,7 @@ from typing import Any
 from raygang.core.gang import GangState, PendingGang
 from raygang.core.lifecycle import Life, Outcome, check_move
 from raygang.core.plan import WaitCode
-from raygang.core.snapshot import PlacedGang
+from raygang.core.snapshot import Elastic, PlacedGang
 from raygang.core.spec import GangSpec
 from raygang.control.program import RoleProgram
 from raygang.control.status import GangError, GangEvent, GangStatus, MemberStatus
@@ -41,7 +41,11 @@ class GangRecord:
     state: GangState = GangState.PENDING
     reason: str | None = None
     wait_code: WaitCode | None = None
-    nodes: tuple[str, ...] = ()
+    nodes: tuple[str, ...] = ()  # one per bundle of its minimum (all, for a rigid gang)
+    # An elastic gang's members beyond its minimum: member name -> node, those it holds
+    # (growing or running) and those being removed (core/elastic.py).
+    surplus: dict[str, str] = field(default_factory=dict)
+    leaving: dict[str, str] = field(default_factory=dict)
     members: list[MemberStatus] = field(default_factory=list)
     restarts: int = 0
     preemptions: int = 0
@@ -138,6 +142,7 @@ class GangRecord:
         self.events.append(GangEvent(at=now, from_state=self.state, to_state=GangState.PENDING,
                                      reason=reason))
         self.state, self.reason, self.nodes, self.members = GangState.PENDING, reason, (), []
+        self.surplus, self.leaving = {}, {}
         if self.on_change is not None:
             self.on_change(self)
 
@@ -174,18 +179,36 @@ class GangRecord:
     def placed_view(self) -> PlacedGang:
         """The gang as a cycle sees it while it holds capacity (made again only when what
         it reads changed: every cycle reads every held gang)."""
-        key = (self.state, self.stopping, self.nodes, self.started_at)
+        key = (self.state, self.stopping, self.nodes, self.started_at,
+               tuple(self.surplus.items()), tuple(self.leaving.items()))
         if self._placed is None or self._placed[0] != key:
+            spec = self.spec
+            bundles = tuple(zip(self.nodes, spec.min_bundles))
+            elastic = None
+            if spec.elastic:
+                by_name = {slot.name: spec.role(slot.role).resources for slot in spec.slots}
+                extra = (*self.surplus.items(), *self.leaving.items())
+                bundles += tuple((node, by_name[name]) for name, node in extra)
+                elastic = Elastic(spec.strategy, tuple(self.surplus), tuple(self.leaving),
+                                  tuple((slot.name, by_name[slot.name])
+                                        for slot in spec.surplus_slots
+                                        if slot.name not in self.surplus
+                                        and slot.name not in self.leaving))
             self._placed = (key, PlacedGang(
-                self.gang_id, self.priority, tuple(zip(self.nodes, self.spec.bundles)),
-                queue=self.spec.queue, preemptible=self.preemptible,
+                self.gang_id, self.priority, bundles,
+                queue=spec.queue, preemptible=self.preemptible,
                 running_since=self.started_at if self.state is GangState.RUNNING else None,
                 min_runtime_s=self.min_runtime_s,
                 # Being preempted, or ended and being torn down: leaving, not a victim.
                 draining=self.stopping is not None or not self.state.holds_resources,
-                checkpoint_s=self.spec.checkpoint_interval_s,
+                checkpoint_s=spec.checkpoint_interval_s, elastic=elastic,
             ))
         return self._placed[1]
+
+    @property
+    def size(self) -> int:
+        """Members it runs or starts now (its minimum plus the surplus it holds)."""
+        return len(self.nodes) + len(self.surplus)
 
     def status(self) -> GangStatus:
         return GangStatus(

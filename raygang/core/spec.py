@@ -122,6 +122,11 @@ class MemberSlot(NamedTuple):
     index: int
     rank: int
 
+    @property
+    def name(self) -> str:
+        """`<role>-<index>`: how plans, statuses and actor names call the member."""
+        return f"{self.role}-{self.index}"
+
 
 class GangSpec(BaseModel):
     """What a user asks for: a set of roles that start together or not at all."""
@@ -238,6 +243,10 @@ class GangSpec(BaseModel):
         for role in self.roles:
             total = total + role.resources * role.minimum
         return total
+
+    @cached_property
+    def slots_by_name(self) -> dict[str, MemberSlot]:
+        return {slot.name: slot for slot in self.slots}
 
     def role(self, name: str) -> RoleSpec:
         for role in self.roles:

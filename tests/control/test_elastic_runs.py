@@ -1,0 +1,128 @@
+"""Elastic gangs on the in-memory cluster (its runs add and remove members): admitted at
+their minimum, grown as capacity frees, shrunk before anyone is stopped whole, never below
+their minimum, nothing left behind. Where a cluster does not resize, and for what is not
+carried out yet, a submission says so and queues nothing."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from raygang.control.memory import MemoryProgram
+from raygang.control.program import RoleProgram
+from raygang.core.gang import GangState as S
+from raygang.core.spec import Resize, RoleSpec
+
+from tests.control.harness import make_cluster, make_plane, released, submit, wait_for
+from tests.unit.builders import spec
+
+
+def run(scenario):
+    return asyncio.run(asyncio.wait_for(scenario(), 60))
+
+
+async def elastic(plane, name: str, low: int, high: int, seconds: float | None = None,
+                  **fields: object) -> str:
+    s = spec(name, "GPU=1", "PACK", **fields).model_copy(update={"roles": (
+        RoleSpec(name="worker", replicas=(low, high), resources={"GPU": 1}),)})
+    return await plane.submit(s, {"worker": RoleProgram(target=MemoryProgram(
+        seconds=seconds, on_preempt="hook"))})
+
+
+async def size_of(plane, gang_id: str, size: int, timeout: float = 5.0) -> None:
+    """Wait until the gang runs exactly `size` members."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        status = await plane.status(gang_id)
+        if status.state is S.RUNNING and len(status.members) == size:
+            return
+        assert loop.time() < deadline, (len(status.members), status.reason)
+        await asyncio.sleep(0.005)
+
+
+def test_an_elastic_gang_starts_at_its_minimum_and_grows_when_a_blocker_ends():
+    async def scenario():
+        cluster = make_cluster("n0: GPU=4")
+        plane = make_plane(cluster)
+        blocker = await submit(plane, "blocker", "2xGPU=1", seconds=0.3)
+        await wait_for(plane, blocker, S.RUNNING)
+        e = await elastic(plane, "e", 2, 4)
+        await size_of(plane, e, 2)
+        first = {m.actor_name for m in (await plane.status(e)).members}
+        await wait_for(plane, blocker, S.SUCCEEDED)
+        await size_of(plane, e, 4)
+        status = await plane.status(e)
+        assert first <= {m.actor_name for m in status.members}  # the first two untouched
+        assert any("grew to 4 members" in ev.reason for ev in status.events)
+        assert plane.fleet.driver(e).record.surplus == {"worker-2": "n0", "worker-3": "n0"}
+        await plane.cancel(e)
+        await released(plane)
+        assert cluster.booked == {} and cluster.members == {}
+    run(scenario)
+
+
+def test_a_higher_priority_gang_shrinks_the_surplus_and_stops_no_whole_gang():
+    async def scenario():
+        cluster = make_cluster("n0: GPU=4")
+        plane = make_plane(cluster)
+        e = await elastic(plane, "e", 2, 4)
+        await size_of(plane, e, 4)
+        infer = await submit(plane, "infer", "2xGPU=1", priority="inference", seconds=None)
+        await wait_for(plane, infer, S.RUNNING)
+        await size_of(plane, e, 2)
+        status = await plane.status(e)
+        assert status.state is S.RUNNING and status.preemptions == 0
+        assert any("shrinking to 2 members" in ev.reason for ev in status.events)
+        await plane.cancel(infer)
+        await size_of(plane, e, 4)  # it grows back
+        # More than the surplus: the elastic gang goes whole (never below its minimum).
+        big = await submit(plane, "big", "3xGPU=1", priority="inference", seconds=None)
+        await wait_for(plane, big, S.RUNNING)
+        status = await plane.status(e)
+        assert status.state is S.PENDING and status.preemptions == 1
+        for gang in (big, e):
+            await plane.cancel(gang)
+        await released(plane)
+        assert cluster.booked == {} and cluster.members == {}
+    run(scenario)
+
+
+def test_a_gang_of_the_same_queue_takes_back_what_growth_took():
+    async def scenario():
+        cluster = make_cluster("n0: GPU=4")
+        plane = make_plane(cluster)
+        e = await elastic(plane, "e", 1, 4)
+        await size_of(plane, e, 4)
+        later = await submit(plane, "later", "2xGPU=1", seconds=None)
+        await wait_for(plane, later, S.RUNNING)
+        await size_of(plane, e, 2)
+        for gang in (later, e):
+            await plane.cancel(gang)
+        await released(plane)
+        assert cluster.booked == {}
+    run(scenario)
+
+
+@pytest.mark.parametrize("how, message", [
+    ("no-resize", "are not run yet on this cluster"),
+    ("restart", "are not run yet with resize 'restart'"),
+])
+def test_what_is_not_carried_out_yet_is_refused_with_the_role_and_nothing_is_queued(
+        how, message):
+    async def scenario():
+        cluster = make_cluster("n0: GPU=4")
+        if how == "no-resize":
+            cluster.resizes = False
+        plane = make_plane(cluster)
+        s = spec("e", "CPU=1 + GPU=1").model_copy(update={"roles": (
+            RoleSpec(name="head"), RoleSpec(name="worker", replicas=(2, 4),
+                                            resources={"GPU": 1})),
+            "resize": Resize.RESTART if how == "restart" else Resize.LIVE})
+        programs = {r.name: RoleProgram(target=MemoryProgram()) for r in s.roles}
+        with pytest.raises(ValueError, match=r"roles\[1\]\.replicas: elastic roles "
+                                             r"\(replicas=\(2, 4\)\) " + message):
+            await plane.submit(s, programs)
+        assert await plane.list_gangs() == []
+    run(scenario)
