@@ -53,7 +53,9 @@ class GangStatus(BaseModel):
     priority: int
     state: GangState
     reason: str | None = None
-    world_size: int
+    world_size: int  # the members it runs (an elastic gang: now; pending: at its minimum)
+    min_size: int | None = None  # an elastic gang's bounds (None: a rigid gang)
+    max_size: int | None = None
     members: list[MemberStatus] = []
     restarts: int = 0
     preemptions: int = 0

@@ -50,13 +50,16 @@ def test_an_elastic_gang_starts_at_its_minimum_and_grows_when_a_blocker_ends():
         await wait_for(plane, blocker, S.RUNNING)
         e = await elastic(plane, "e", 2, 4)
         await size_of(plane, e, 2)
-        first = {m.actor_name for m in (await plane.status(e)).members}
+        status = await plane.status(e)
+        assert (status.world_size, status.min_size, status.max_size) == (2, 2, 4)
+        first = {m.actor_name for m in status.members}
         await wait_for(plane, blocker, S.SUCCEEDED)
         await size_of(plane, e, 4)
         status = await plane.status(e)
         assert first <= {m.actor_name for m in status.members}  # the first two untouched
         assert any("grew to 4 members" in ev.reason for ev in status.events)
         assert plane.fleet.driver(e).record.surplus == {"worker-2": "n0", "worker-3": "n0"}
+        assert (status.world_size, status.min_size, status.max_size) == (4, 2, 4)
         await plane.cancel(e)
         await released(plane)
         assert cluster.booked == {} and cluster.members == {}
