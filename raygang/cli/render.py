@@ -121,6 +121,7 @@ def gang_details(g: Mapping[str, Any]) -> RenderableType:
         ("queue position", _or_dash(g.get("queue_position"))),
         ("world size", str(g["world_size"]) + (
             f" (elastic: {g['min_size']} to {g['max_size']})" if g.get("max_size") else "")),
+        *([("grows", g["grow_reason"])] if g.get("grow_reason") else []),
         ("restarts", str(g.get("restarts", 0))), ("preemptions", str(g.get("preemptions", 0))),
         ("submitted", timestamp(g["submitted_at"])), ("started", timestamp(g.get("started_at"))),
         ("finished", timestamp(g.get("finished_at"))),

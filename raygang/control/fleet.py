@@ -4,7 +4,7 @@ plan's admissions and preemptions, and hands back what a gang held once it is re
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 
 from raygang.control.driver import GangDriver
 from raygang.control.journal import Journal
@@ -98,6 +98,14 @@ class Fleet:
         if driver is not None and driver.record.state is GangState.RUNNING \
                 and driver.record.stopping is None:
             driver.grow(growth.members, growth.nodes)
+
+    def note_growth(self, waits: Mapping[str, str]) -> None:
+        """Each running elastic gang's reason not to grow, as of this cycle (none: it is at
+        its maximum or grows)."""
+        for driver in self._drivers.values():
+            record = driver.record
+            if record.spec.elastic:
+                record.grow_reason = waits.get(record.gang_id)
 
     def adopt(self, record: GangRecord, run: GangRun) -> None:
         """Take over a running gang a previous scheduler process started (recovery)."""

@@ -164,6 +164,7 @@ class SchedulingLoop:
                 self._fleet.admit(self._registry.get(admission.gang_id), admission, now)
         for growth in plan.growths:  # on settled capacity: nobody waits for it
             self._fleet.grow(growth)
+        self._fleet.note_growth(plan.grow_waits)
         for waiting in plan.looked_at.values():
             record = self._registry.find(waiting.gang_id)
             if record is not None and record.state is GangState.PENDING:

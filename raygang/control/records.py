@@ -70,6 +70,7 @@ class GangRecord:
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     released: asyncio.Event = field(default_factory=asyncio.Event)  # RUNNING or finished
     pending_since: float | None = None  # when it last became PENDING (None: submitted_at)
+    grow_reason: str | None = None  # why a running elastic gang grows no further (last cycle)
     _pending: PendingGang | None = field(default=None, repr=False, compare=False)
     _placed: tuple[tuple, PlacedGang] | None = field(default=None, repr=False, compare=False)
 
@@ -221,6 +222,7 @@ class GangRecord:
             world_size=(self.size if self.state.holds_resources else len(self.spec.min_slots)),
             min_size=len(self.spec.min_slots) if self.spec.elastic else None,
             max_size=self.spec.world_size if self.spec.elastic else None,
+            grow_reason=self.grow_reason if self.state is GangState.RUNNING else None,
             members=sorted(self.members, key=lambda m: m.rank),
             restarts=self.restarts,
             preemptions=self.preemptions,

@@ -56,6 +56,7 @@ class GangStatus(BaseModel):
     world_size: int  # the members it runs (an elastic gang: now; pending: at its minimum)
     min_size: int | None = None  # an elastic gang's bounds (None: a rigid gang)
     max_size: int | None = None
+    grow_reason: str | None = None  # a running elastic gang below its maximum: why
     members: list[MemberStatus] = []
     restarts: int = 0
     preemptions: int = 0

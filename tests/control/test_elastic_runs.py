@@ -51,7 +51,12 @@ def test_an_elastic_gang_starts_at_its_minimum_and_grows_when_a_blocker_ends():
         e = await elastic(plane, "e", 2, 4)
         await size_of(plane, e, 2)
         status = await plane.status(e)
+        while status.grow_reason is None:  # the next cycle says why it does not grow
+            await asyncio.sleep(0.005)
+            status = await plane.status(e)
         assert (status.world_size, status.min_size, status.max_size) == (2, 2, 4)
+        assert status.grow_reason.startswith("runs 2 of at most 4 members; grows no further "
+                                             "now: no node has GPU 1 free for member worker-2")
         first = {m.actor_name for m in status.members}
         await wait_for(plane, blocker, S.SUCCEEDED)
         await size_of(plane, e, 4)
@@ -60,6 +65,7 @@ def test_an_elastic_gang_starts_at_its_minimum_and_grows_when_a_blocker_ends():
         assert any("grew to 4 members" in ev.reason for ev in status.events)
         assert plane.fleet.driver(e).record.surplus == {"worker-2": "n0", "worker-3": "n0"}
         assert (status.world_size, status.min_size, status.max_size) == (4, 2, 4)
+        assert status.grow_reason is None  # at its maximum
         await plane.cancel(e)
         await released(plane)
         assert cluster.booked == {} and cluster.members == {}
