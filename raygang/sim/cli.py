@@ -52,6 +52,10 @@ def _policies(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
               "deployments beside the trace (raygang.sim.inference; 0: none).")
 @click.option("--inference-gpus", "inference_gang_gpus", type=click.IntRange(1), default=8,
               show_default=True, help="GPUs of one inference deployment.")
+@click.option("--elastic", "elastic_min", type=click.FloatRange(0, 1, min_open=True),
+              help="Make every job of more than one member elastic, running between this "
+              "share of its members (rounded up) and all of them; its work progresses in "
+              "proportion to the members it runs (default: every job rigid).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="Write report.json, report.txt and the plots here.")
 @click.option("--no-plots", is_flag=True, help="With --out: no PNG plots.")
@@ -59,7 +63,7 @@ def _policies(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
 def sim(trace: str, config_paths: tuple[Path, ...], nodes: int, gpus_per_node: int,
         policies: list[str], start: str | None, end: str | None, days: float | None,
         vc_nodes: Path | None, checkpoint_s: float, grace_s: float, inference_gpus: int,
-        inference_gang_gpus: int, out: Path | None,
+        inference_gang_gpus: int, elastic_min: float | None, out: Path | None,
         no_plots: bool, quiet: bool) -> None:
     """Replay TRACE through raygang's scheduler in simulated time and compare policies.
 
@@ -88,7 +92,8 @@ def sim(trace: str, config_paths: tuple[Path, ...], nodes: int, gpus_per_node: i
         settings = SimSettings(nodes=nodes, gpus_per_node=gpus_per_node,
                                checkpoint_s=checkpoint_s, preemption_grace_s=grace_s,
                                inference_gpus=inference_gpus,
-                               inference_gang_gpus=inference_gang_gpus)
+                               inference_gang_gpus=inference_gang_gpus,
+                               elastic_min=elastic_min)
     except TraceError as error:
         raise SimUsageError(str(error)) from None
     except (ValidationError, ValueError, OSError) as error:

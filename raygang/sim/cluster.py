@@ -45,6 +45,7 @@ class SimCluster:
         self.checkpoint_s = checkpoint_s
         self.start_s = start_s  # admitted -> running (SimSettings.start_s)
         self.services: dict[str, ServiceLog] = {}  # the inference stream's (sim.inference)
+        self.resizes = False  # elastic jobs (SimSettings.elastic_min) add and remove members
         self.booked: dict[str, list[tuple[str, Resources]]] = {}  # gang id -> bundles
         self._freed: asyncio.Event | None = None  # set when something is unbooked
         # Called when a gang starts running: the scheduler's view changed without an event
@@ -131,9 +132,19 @@ class SimRun:
         self.cluster = cluster
         self.record = record
         self.log = cluster.jobs[record.spec.name]
-        self.bundles = list(zip(nodes, record.spec.bundles))
+        spec = record.spec
+        self.bundles = list(zip(nodes, spec.min_bundles))
         self.on_member_ready = on_member_ready
-        self.gpus = self.log.job.gpus
+        # An elastic job runs `size` of its `full` members; its work (`duration_s`, at full
+        # size) progresses at size/full per second: linear scaling, and a live resize
+        # loses nothing (the simulator's assumptions, said in the README).
+        self.full = spec.world_size
+        self.size = len(spec.min_slots)
+        self.each = self.log.job.gpus_per_member
+        self.gpus = self.size * self.each
+        self._marks: list[tuple[float, float]] = []  # (time, work done) from each resize on
+        self._sizes: list[int] = []  # the size from each mark on
+        self._extra: dict[str, str] = {}  # surplus member -> its booking key
         self.started: float | None = None
         self._body: asyncio.Future | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -157,11 +168,11 @@ class SimRun:
         if self.cluster.start_s:
             await asyncio.sleep(self.cluster.start_s)
         now = self.cluster.clock()
-        for slot in self.record.spec.slots:
+        for slot, (node, _) in zip(self.record.spec.min_slots, self.bundles):
             self.on_member_ready(MemberStatus(
                 role=slot.role, index=slot.index, rank=slot.rank,
                 actor_name=f"sim-{self.record.gang_id}-{slot.role}-{slot.index}",
-                node_id=self.bundles[slot.rank][0], ready_at=now))
+                node_id=node, ready_at=now))
 
     async def run(self) -> list[Any]:
         cluster, log = self.cluster, self.log
@@ -171,17 +182,79 @@ class SimRun:
         if log.first_start is None:
             log.first_start = now
         queue = log.job.queue
-        cluster.usage.change(now, queue, running=self.gpus, pending=-self.gpus,
+        cluster.usage.change(now, queue, running=self.gpus, pending=-self.full * self.each,
                              pending_jobs=-1)
         cluster.on_change()
         loop = asyncio.get_running_loop()
         self._body = loop.create_future()
-        self._timer = loop.call_at(now + log.remaining_s, _finish, self._body)
+        if self.size == self.full:  # a rigid job's arithmetic, exactly as it always was
+            self._timer = loop.call_at(now + log.remaining_s, _finish, self._body)
+        else:
+            self._marks, self._sizes = [(now, 0.0)], [self.size]
+            self._reschedule(now)
         await self._body
-        return [None] * self.record.spec.world_size
+        return [None] * self.size
 
     async def resume(self) -> list[Any]:
         raise NotImplementedError("the simulated scheduler never restarts")
+
+    # Elastic jobs -----------------------------------------------------------------------
+    def _done(self, now: float) -> float:
+        """Work done in this attempt by `now` (in seconds at full size)."""
+        if not self._marks:
+            return 0.0 if self.started is None else now - self.started
+        at, done = self._marks[-1]
+        return done + (now - at) * self._sizes[-1] / self.full
+
+    def _done_at(self, when: float) -> float:
+        """Work done by an earlier time `when` of this attempt (its last checkpoint)."""
+        for (at, done), size in zip(reversed(self._marks), reversed(self._sizes)):
+            if at <= when:
+                return done + (when - at) * size / self.full
+        return 0.0
+
+    def _resize(self, now: float, by: int) -> None:
+        if not self._marks:  # it ran at full size until now
+            self._marks, self._sizes = [(self.started, 0.0)], [self.size]
+        self._marks.append((now, self._done(now)))
+        self.size += by
+        self._sizes.append(self.size)
+        self.gpus = self.size * self.each
+        self.cluster.usage.change(now, self.log.job.queue, running=by * self.each)
+        if self._body is not None and not self._body.done():
+            self._reschedule(now)
+
+    def _reschedule(self, now: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        left = max(0.0, self.log.remaining_s - self._done(now))
+        self._timer = asyncio.get_running_loop().call_at(
+            now + left * self.full / self.size, _finish, self._body)
+
+    async def add_members(self, members: Sequence[tuple[Any, str]]) -> None:
+        cluster, gang = self.cluster, self.record.gang_id
+        wanted = [(f"{gang}/{slot.name}", [(node, Resources(GPU=self.each))])
+                  for slot, node in members]
+        async with asyncio.timeout(self.record.spec.reservation_timeout_s):
+            while not cluster.fits([b for _, bs in wanted for b in bs]):
+                await cluster.freed()
+        if self._closed:
+            raise RuntimeError(f"gang {gang} ended before its members were added")
+        for key, bundles in wanted:
+            cluster.book(key, bundles)
+        for (slot, _), (key, _) in zip(members, wanted):
+            self._extra[slot.name] = key
+        if self.started is not None and not self._closed:
+            self._resize(cluster.clock(), len(members))
+
+    async def remove_members(self, members: Sequence[Any], grace_s: float) -> None:
+        if grace_s > 0:  # a trace job runs no hook: its members work through the grace
+            await asyncio.sleep(grace_s)
+        gone = [slot.name for slot in members if slot.name in self._extra]
+        if self.started is not None and not self._closed and gone:
+            self._resize(self.cluster.clock(), -len(gone))
+        for name in gone:
+            self.cluster.unbook(self._extra.pop(name))
 
     async def signal_preempt(self, grace_s: float) -> list[dict]:
         running = self._body is not None and not self._body.done()
@@ -200,10 +273,16 @@ class SimRun:
         self._closed = True
         cluster, log = self.cluster, self.log
         cluster.unbook(self.record.gang_id)
+        for key in self._extra.values():
+            cluster.unbook(key)
+        self._extra = {}
         if self.started is None:
             return  # stopped before it ran: nothing done, nothing lost
         now = cluster.clock()
         ran = now - self.started
+        if self._marks:  # an elastic job that ran below full size: its work, not its time
+            self._close_resized(now, ran)
+            return
         log.running_s += ran
         log.attempt_start = None
         queue = log.job.queue
@@ -227,6 +306,36 @@ class SimRun:
         log.stops.append(Stop(at=now, ran_s=ran, lost_s=lost, gpus=self.gpus, action=action,
                               started_at=self.started, for_gpus=for_gpus))
         cluster.usage.change(now, queue, running=-self.gpus, pending=self.gpus,
+                             pending_jobs=1)
+
+    def _close_resized(self, now: float, ran: float) -> None:
+        """`close` for a job that ran below its full size: the work done is what its sizes
+        did; stopped, it keeps what was done by its last checkpoint (every `checkpoint_s`
+        of running)."""
+        cluster, log = self.cluster, self.log
+        log.running_s += ran
+        log.attempt_start = None
+        queue = log.job.queue
+        if self._timer is not None:
+            self._timer.cancel()
+        done = self._done(now)
+        if self.record.state is not GangState.PENDING:
+            log.remaining_s = max(0.0, log.remaining_s - done)
+            cluster.usage.change(now, queue, running=-self.gpus)
+            return
+        every = cluster.checkpoint_s
+        if done >= log.remaining_s:
+            saved = log.remaining_s
+        else:
+            saved = (self._done_at(self.started + math.floor(ran / every) * every)
+                     if every > 0 else done)
+        lost = max(0.0, min(done, log.remaining_s) - saved)
+        log.remaining_s -= saved
+        action, for_gpus = log.stopped_for or ("unknown", 0)
+        log.stopped_for = None
+        log.stops.append(Stop(at=now, ran_s=ran, lost_s=lost, gpus=self.gpus, action=action,
+                              started_at=self.started, for_gpus=for_gpus))
+        cluster.usage.change(now, queue, running=-self.gpus, pending=self.full * self.each,
                              pending_jobs=1)
 
 

@@ -26,6 +26,7 @@ with another function than `core.schedule` (a baseline: `sim.policies`).
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -120,12 +121,20 @@ class LedgerMetrics(NoMetrics):
         self._ended()
 
 
+def _replicas(members: int, settings: SimSettings) -> int | tuple[int, int]:
+    """A job's members, as (min, max) when the replay makes it elastic."""
+    share = settings.elastic_min
+    if share is None or members < 2:
+        return members
+    return (max(1, math.ceil(members * share)), members)
+
+
 def gang_of(job: TraceJob, name: str, queue: str, priority: int | str,
             settings: SimSettings) -> GangSpec:
     """The gang a trace job is submitted as: its members, each with its GPUs."""
     return GangSpec(
         name=name, queue=queue, priority=priority, strategy=Strategy.PACK,
-        roles=(RoleSpec(name="worker", replicas=job.members,
+        roles=(RoleSpec(name="worker", replicas=_replicas(job.members, settings),
                         resources=Resources(GPU=job.gpus_per_member)),),
         preemption_grace_s=settings.preemption_grace_s,
         reservation_timeout_s=settings.reservation_timeout_s,
@@ -237,6 +246,7 @@ class _Replayer:
         cluster = SimCluster(nodes, self.jobs, self.usage, clock, self.settings.checkpoint_s,
                              self.settings.start_s)
         cluster.services = self.services
+        cluster.resizes = self.settings.elastic_min is not None
         config = SchedulerConfig.model_validate({
             **part.config.model_dump(), "resync_interval_s": self.settings.resync_s,
             "state": {"store": "memory", "results_max_bytes": 0}})

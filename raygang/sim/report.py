@@ -68,7 +68,9 @@ def text_table(trace: Trace, settings: SimSettings, summaries: Sequence[dict]) -
              f"{f' from {trace.start}' if trace.start else ''}, {settings.nodes} x "
              f"{settings.gpus_per_node} GPUs, checkpoint {settings.checkpoint_s:g} s"
              + (f", inference stream peak {settings.inference_gpus} GPUs"
-                if settings.inference_gpus else ""))
+                if settings.inference_gpus else "")
+             + (f", multi-member jobs elastic from {settings.elastic_min:g} of their members"
+                if settings.elastic_min is not None else ""))
     table = Table(title=title, title_justify="left")
     table.add_column("")
     for summary in summaries:

@@ -36,6 +36,11 @@ class SimSettings(BaseModel):
         0.25, ge=0, le=1, description="the stream's nightly low, as a share of its peak")
     inference_step_s: float = Field(
         3600.0, gt=0, description="how often the stream follows demand (deploys, undeploys)")
+    elastic_min: float | None = Field(
+        None, gt=0, le=1, description="make every job of more than one member elastic: it "
+        "runs between ceil(members x this) and all its members, growing as GPUs free and "
+        "shrunk before any job is stopped whole; its work progresses in proportion to the "
+        "members it runs (linear scaling) and a resize loses none (live). None: rigid")
     product_loop: bool = Field(
         False, description="keep the control plane loop's re-checks after a release, "
         "made for Ray's lagging view (slower; the same decisions: sim.loop)")

@@ -160,3 +160,33 @@ def test_kai_usage_history_slides_and_decays():
     decayed.record(idle, 3600.0)  # one hour at 8 of 8
     decayed.record(idle, 7200.0)  # one hour at 0 of 8: the first hour counts half
     assert abs(decayed.usage()["t1"] - 0.5 / 1.5) < 1e-9
+
+
+def test_an_elastic_job_starts_at_its_minimum_grows_and_its_work_follows_its_size():
+    # Two 8-GPU nodes. "hold" (8 GPUs, 1 h) takes one node; "e" (16 GPUs: 2 members,
+    # elastic from half) starts at once on the other at 1 member, so at half speed; when
+    # "hold" ends at 3600 s it grows to 2. Its 7200 s of work: 1800 s done by then (half
+    # speed), 5400 s left at full speed: it ends at 9000 s. Rigid, it waits for "hold"
+    # and ends at 3600 + 7200 = 10800 s.
+    t = trace(job("hold", 0, 3600, gpus=8, queue="t1"), job("e", 1, 7200, gpus=16, queue="t1"),
+              quotas={"t1": 16})
+    elastic = run(t, "raygang", nodes=2, elastic_min=0.5)
+    rigid = run(t, "raygang", nodes=2)
+    assert elastic["e"][0] == 1 and abs(elastic["e"][1] - 9000) < 1
+    assert rigid["e"][0] == 3600 and rigid["e"][1] == 10800
+
+
+def test_an_elastic_job_shrinks_before_anyone_is_stopped_whole_and_loses_no_work():
+    # "e" (16 GPUs, elastic from half) runs at full size on both nodes; at 3600 s a job of
+    # another queue under its quota reclaims 8 GPUs: e loses its surplus member (after
+    # the grace period), not its work, and is never requeued.
+    t = trace(job("e", 0, 36000, gpus=16, queue="t1"), job("b", 3600, 3600, gpus=8, queue="t2"),
+              quotas={"t1": 8, "t2": 8})
+    result = replay_of(t, "raygang", nodes=2, elastic_min=0.5, preemption_grace_s=0,
+                       config=AT_ONCE)
+    by_name = {log.job.name: log for log in result.jobs.values()}
+    assert by_name["e"].stops == [] and by_name["e"].attempts == 1
+    assert by_name["b"].first_start < 3700
+    # Full speed 0-3600 s (3600 done), half while b runs (3600 s -> 1800 done), full after:
+    # 36000 - 5400 = 30600 s left from 7200 s.
+    assert abs(by_name["e"].finished_at - (7200 + 30600)) < 120
