@@ -130,9 +130,11 @@ class Cycle:
         # (elastic.py); members being removed are leaving capacity like draining gangs.
         self.pieces, leaving_units = pieces(snapshot.placed)
         self.surplus_queues: dict[str, int] = {}
+        self._units_of: dict[str, list[PlacedGang]] = {}  # gang id -> its surplus units
         for unit in self.pieces:
             if unit.of is not None:
                 self.surplus_queues[unit.queue] = self.surplus_queues.get(unit.queue, 0) + 1
+                self._units_of.setdefault(unit.of, []).append(unit)
         leaving = [g for g in snapshot.placed if g.draining]
         if leaving_units:  # those of a gang leaving whole are counted with it
             whole = {g.gang_id for g in leaving}
@@ -353,8 +355,7 @@ class Cycle:
         assert why is not None, f"action {action} stops gangs but says no why"
         # A gang stopped whole loses its surplus too (less what an earlier search of this
         # cycle took: the plan may shrink a gang, then stop it whole, for another gang).
-        for unit in with_remaining_units(
-                victims, (u for u in self.pieces if u.of and u.gang_id not in self.taken)):
+        for unit in with_remaining_units(victims, self._units_of, self.taken):
             self.capacity.release(unit.bundles)
             if unit.queue in self.tree.specs:
                 self.book.remove(unit.queue, unit.total)

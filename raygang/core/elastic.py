@@ -93,13 +93,15 @@ def units_first(key):  # noqa: ANN001, ANN201 - a sort key wrapped
     return lambda g: (g.of is None, *key(g))
 
 
-def with_remaining_units(victims: Sequence[PlacedGang], units: Iterable[PlacedGang]
-                         ) -> list[PlacedGang]:
-    """The units of gangs chosen whole that were not chosen themselves (a gang stopped
-    whole loses its surplus too)."""
-    whole = {v.gang_id for v in victims if v.of is None}
+def with_remaining_units(victims: Sequence[PlacedGang], units_of: dict[str, list[PlacedGang]],
+                         taken: set[str]) -> list[PlacedGang]:
+    """The units of gangs chosen whole that were not chosen themselves nor `taken` before
+    (a gang stopped whole loses its surplus too)."""
+    if not units_of:
+        return []
     chosen = {v.gang_id for v in victims}
-    return [u for u in units if u.of in whole and u.gang_id not in chosen]
+    return [u for v in victims if v.of is None for u in units_of.get(v.gang_id, ())
+            if u.gang_id not in chosen and u.gang_id not in taken]
 
 
 def stops(victims: Sequence[PlacedGang], gang: PendingGang, action: str,
