@@ -15,6 +15,13 @@ victims' actors, remove their placement groups, create the preemptor's placement
 wait until ready) — the floor raygang's bookkeeping adds to. After each run the
 deployment is undeployed and the requeued training gangs run again before the next run.
 
+Shrink vs preempt (elastic gangs): the 8 GPUs are held by one batch training gang, either
+elastic (`replicas=(4, 8)`, grown to 8) or rigid (8 members), running 3 s; then a 4-GPU
+inference deployment arrives. The elastic gang gives up its surplus and runs on at 4
+(nothing restarts); the rigid one is stopped whole and requeued, and loses the work since
+its last checkpoint (here it keeps none: 8 GPUs x the seconds it ran). Reported: time to
+reserved as above, whether the training gang was stopped, the GPU-seconds lost.
+
     python bench/preemption.py           # 5 runs per size, ~3 minutes here
     python bench/preemption.py --quick   # 1 run per size, for tests
 """
@@ -55,6 +62,13 @@ class Echo:
         return "ok"
 
 
+@raygang.gang_task(role="worker", replicas=(GPUS // 2, GPUS), num_gpus=1, num_cpus=0,
+                   priority="batch", preemption_grace_s=0)
+def elastic_training() -> None:
+    while True:
+        time.sleep(1)
+
+
 def _wait(predicate, timeout: float, what: str) -> None:
     deadline = time.time() + timeout
     while not predicate():
@@ -93,6 +107,35 @@ def run_raygang(size: int, run: int, port: int, fillers) -> tuple[float, float]:
     answer = time.time() - started
     raygang.undeploy(name)
     return reserve, answer
+
+
+def run_resize(elastic: bool, run: int, port: int) -> tuple[float, bool, float, int]:
+    """(reserve s, the training gang stopped, GPU-seconds lost, its members after)."""
+    if elastic:
+        gang = elastic_training.options(name=f"elastic-{run}").remote()
+    else:
+        gang = training.options(name=f"rigid-{run}", replicas=GPUS).remote()
+    _wait(lambda: (s := gang.status()).state is GangState.RUNNING and s.world_size == GPUS,
+          120, "training at 8 members")
+    time.sleep(3.0)  # it works a while before the deployment arrives
+    name = f"resize-{run}-{int(elastic)}"
+    ref = raygang.deploy(name, Echo.bind(), replicas=GPUS // 2, num_gpus=1)
+
+    def reserved_at() -> float | None:
+        return next((e.at for e in ref.status().events if e.to_state is GangState.RESERVED),
+                    None)
+
+    _wait(lambda: reserved_at() is not None, 60, f"{name} reserved")
+    reserve = reserved_at() - ref.status().submitted_at
+    status = gang.status()
+    stopped = status.preemptions > 0
+    # Stopped whole: every member's work since its start (no checkpoint); shrunk: the
+    # members staying run on, and the ones removed leave no work behind (data-parallel).
+    lost = GPUS * (reserved_at() - status.started_at) if stopped and status.started_at else 0.0
+    members = 0 if stopped else status.world_size
+    raygang.undeploy(name)
+    gang.cancel()
+    return reserve, stopped, lost, members
 
 
 @ray.remote(num_gpus=1, num_cpus=0)
@@ -156,6 +199,8 @@ def main() -> None:
                 for size in sizes}
     for ref in fillers:
         ref.cancel()
+    resized = {elastic: [run_resize(elastic, run, port) for run in range(runs)]
+               for elastic in (True, False)}
 
     victims = [_raw_victim() for _ in range(GPUS)]
     ray.get([actor.ping.remote() for _, actor in victims])
@@ -176,6 +221,18 @@ def main() -> None:
     verdict = "met" if worst < TARGET_S else "NOT met"
     print(f"target reserve < {TARGET_S} s (KAI Scheduler publishes {KAI_RECLAIM_S} s for one "
           f"GPU): {verdict} (worst median {worst:.2f} s, {KAI_RECLAIM_S / worst:.1f}x faster)")
+    print(f"shrink vs preempt: {GPUS} GPUs held by one batch training gang, elastic "
+          f"({GPUS // 2} to {GPUS} members) or rigid ({GPUS}); a {GPUS // 2}-GPU inference "
+          f"deployment takes half; median of {runs} run(s)")
+    print(f"{'training gang':>16}  {'reserve s':>9}  {'stopped':>7}  {'GPU-s lost':>10}  "
+          f"{'members after':>13}")
+    for elastic in (True, False):
+        rows = resized[elastic]
+        label = f"elastic {GPUS // 2}..{GPUS}" if elastic else f"rigid {GPUS}"
+        print(f"{label:>16}  {statistics.median(r for r, *_ in rows):>9.2f}  "
+              f"{sum(s for _, s, *_ in rows):>3}/{len(rows):<3}  "
+              f"{statistics.median(x for *_, x, _ in rows):>10.1f}  "
+              f"{statistics.median(m for *_, m in rows):>13g}")
     for _, actor in victims:
         ray.kill(actor)
     raygang.shutdown()

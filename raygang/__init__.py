@@ -46,6 +46,7 @@ _PUBLIC = {
     "QueueSpec": "raygang.core.queues",
     "get_context": "raygang.runtime.context",
     "GangContext": "raygang.runtime.context",
+    "World": "raygang.runtime.context",
     "GangStatus": "raygang.control.status",
     "MemberStatus": "raygang.control.status",
     "GangError": "raygang.control.status",
@@ -84,7 +85,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from raygang.core.queues import QueueSpec
     from raygang.core.resources import Resources
     from raygang.core.spec import DeploymentSpec, GangSpec, RoleSpec, SpecError, Strategy
-    from raygang.runtime.context import GangContext, get_context
+    from raygang.runtime.context import GangContext, World, get_context
     from raygang.control.errors import (
         DeploymentExistsError, GangCancelledError, GangFailedError, SchedulerNotRunningError,
         UnschedulableError,

@@ -42,10 +42,10 @@ from raygang.control.status import ClusterStatus, DryRunResult, GangStatus, Queu
 # Options of a whole gang, and options of one role (the rest of the decorator's keywords).
 _GANG_OPTIONS = {
     "name", "queue", "priority", "strategy", "reservation_timeout_s", "startup_timeout_s",
-    "max_restarts", "preemption_grace_s",
+    "max_restarts", "preemption_grace_s", "resize", "checkpoint_interval_s",
 }
 _ROLE_OPTIONS = {
-    "role", "replicas", "resources", "num_cpus", "num_gpus", "memory", "after",
+    "role", "replicas", "min_replicas", "resources", "num_cpus", "num_gpus", "memory", "after",
     "max_concurrency", "runtime_env",
 }
 
@@ -62,9 +62,11 @@ def gang_task(_target: Any = None, /, **options: Any):
     """Declare a gang whose members run a function or a class.
 
     Works bare (`@gang_task`) and with options (`@gang_task(replicas=4, num_gpus=1)`).
-    Role options: `replicas`, `resources` (or `num_cpus`/`num_gpus`/`memory`), `after`,
-    `role` (name), `max_concurrency`, `runtime_env`. Gang options: `name`, `queue`,
-    `priority`, `strategy`, `reservation_timeout_s`, `startup_timeout_s`, `max_restarts`.
+    Role options: `replicas` (a count, or `(min, max)`: an elastic role), `min_replicas`,
+    `resources` (or `num_cpus`/`num_gpus`/`memory`), `after`, `role` (name),
+    `max_concurrency`, `runtime_env`. Gang options: `name`, `queue`, `priority`,
+    `strategy`, `reservation_timeout_s`, `startup_timeout_s`, `max_restarts`,
+    `preemption_grace_s`, `resize`, `checkpoint_interval_s`.
     """
     if _target is not None:
         return GangTask(_target, options)
@@ -417,6 +419,8 @@ def _role_spec(name: str, options: Mapping[str, Any], what: str) -> RoleSpec:
         raise SpecError(what, problems)
     fields: dict[str, Any] = {"name": name, "replicas": options.get("replicas", 1),
                               "after": tuple(options.get("after") or ())}
+    if options.get("min_replicas") is not None:
+        fields["min_replicas"] = options["min_replicas"]
     if resources or "resources" in options:
         fields["resources"] = resources
     return role_spec(what, **fields)

@@ -28,7 +28,7 @@ from raygang.runtime.deployment import ServeLaunch
 from raygang.runtime.handoff import holds_of
 from raygang.runtime.jobs import JOB_ACTOR, JobClient, JobLaunch
 from raygang.runtime.trainrun import TrainLaunch, TrainSession
-from raygang.runtime.launcher import NAMESPACE, SCHEDULER_NAME, GangLaunch
+from raygang.runtime.launcher import NAMESPACE, SCHEDULER_NAME, GangLaunch, member_name, pg_name
 from raygang.runtime.observe import observe
 from raygang.runtime.ray_private import group_nodes, placement_group
 
@@ -37,6 +37,8 @@ PREFIX = "raygang-"
 
 
 class RayCluster:
+    resizes = True  # GangLaunch adds and removes an elastic gang's surplus members
+
     def __init__(self, serve_http_port: int | None, lease_s: float = 120.0,
                  jobs_address: str | None = None):
         self.serve_http_port = serve_http_port
@@ -100,12 +102,35 @@ class RayCluster:
             return TrainLaunch.adopted(record.gang_id, record.spec, record.nodes,
                                        self.lease_s, record.workload.get("controller"), group,
                                        self.sessions)
-        groups = leftovers.groups.get(record.gang_id, [])
-        actors = leftovers.actors.get(record.gang_id, [])
-        if len(groups) != 1 or len(actors) != len(record.spec.slots):
+        return self._adopt_gang(record, leftovers)
+
+    @staticmethod
+    def _adopt_gang(record: GangRecord, leftovers: RayLeftovers) -> GangLaunch | None:
+        """Its minimum's group and members must all be there; an elastic gang's surplus
+        members are those found whole (member and own group, `record.surplus` is set to
+        them: the journal does not follow resizes); a half-made one is removed."""
+        gang_id, spec = record.gang_id, record.spec
+        groups = {leftovers.names[g]: g for g in leftovers.groups.get(gang_id, [])}
+        actors = set(leftovers.actors.get(gang_id, []))
+        main = groups.pop(pg_name(gang_id), None)
+        if main is None or any(member_name(gang_id, s) not in actors for s in spec.min_slots):
             return None
-        return GangLaunch.adopt(record.gang_id, record.spec, record.nodes,
-                                attempt=record.restarts + record.preemptions, pg_id=groups[0])
+        surplus = {}
+        for slot in spec.surplus_slots:
+            group, actor = groups.pop(member_name(gang_id, slot), None), member_name(gang_id, slot)
+            if group is not None and actor in actors:
+                surplus[slot.name] = group
+            else:
+                leftovers.remove(actor if actor in actors else None, group)
+        if groups:  # a group of no member of it: not this gang's as it runs
+            return None
+        launch = GangLaunch.adopt(gang_id, spec, record.nodes,
+                                  attempt=record.restarts + record.preemptions, pg_id=main,
+                                  surplus=surplus)
+        if launch is not None:
+            record.surplus = {name: (group_nodes(g) or [None])[0] or ""
+                              for name, g in surplus.items()}
+        return launch
 
     def _job(self, gang_id: str, launch: JobLaunch) -> JobLaunch:
         self.launches[gang_id] = launch
@@ -140,6 +165,7 @@ class RayLeftovers:
     def __init__(self, known: set[str]):
         self.actors: dict[str | None, list[str]] = {}  # gang id (None: no known gang) -> names
         self.groups: dict[str | None, list[str]] = {}  # gang id -> placement group ids
+        self.names: dict[str, str] = {}  # placement group id -> its name
         for actor in ray.util.list_named_actors(all_namespaces=True):
             name = actor["name"]
             if actor["namespace"] == NAMESPACE and name.startswith(PREFIX) \
@@ -149,6 +175,7 @@ class RayLeftovers:
             name = info.get("name") or ""
             if name.startswith(PREFIX) and info.get("state") != "REMOVED":
                 self.groups.setdefault(gang_of(name, known), []).append(pg_id)
+                self.names[pg_id] = name
 
     def take(self, gang_id: str) -> None:
         self.actors.pop(gang_id, None)
@@ -158,12 +185,22 @@ class RayLeftovers:
         """Kill the gang's members and remove its placement groups; how many there were."""
         removed = 0
         for name in self.actors.pop(gang_id, []):
+            removed += self.remove(name, None)
+        for pg_id in self.groups.pop(gang_id, []):
+            removed += self.remove(None, pg_id)
+        return removed
+
+    @staticmethod
+    def remove(actor: str | None, pg_id: str | None) -> int:
+        """Kill member actor `actor` and remove placement group `pg_id`; how many were."""
+        removed = 0
+        if actor is not None:
             try:
-                ray.kill(ray.get_actor(name, namespace=NAMESPACE), no_restart=True)
+                ray.kill(ray.get_actor(actor, namespace=NAMESPACE), no_restart=True)
                 removed += 1
             except ValueError:  # gone meanwhile
                 pass
-        for pg_id in self.groups.pop(gang_id, []):
+        if pg_id is not None:
             try:  # by id: a name is only unique within the namespace that created it
                 remove_placement_group(placement_group(pg_id))
                 removed += 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -19,13 +20,14 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from raygang.control.driver import still_finishing
 from raygang.control.ports import MemberFailure, ReservationTimeout
 from raygang.control.program import RoleProgram
 from raygang.control.status import GangError, MemberStatus
 from raygang.control.tasks import run_to_completion
 from raygang.core.resources import Resources
 from raygang.core.spec import GangSpec, MemberSlot
-from raygang.runtime.context import GangContext
+from raygang.runtime.context import GangContext, World, dense_role_ranks
 from raygang.runtime.member import DONE, constructor_args, member_actor_class
 from raygang.runtime.ray_private import placement_group as ray_placement_group
 
@@ -80,6 +82,11 @@ def actor_resource_options(bundle: Resources) -> dict[str, Any]:
 
 
 class GangLaunch:
+    """One gang on Ray. An elastic gang (`resize: live`) reserves its minimum as one
+    placement group and each surplus member in a group of its own (Ray cannot resize a
+    placement group: ray-project/ray #16403), so members come and go one at a time while
+    the others run on; `present` is who is in the gang's world now."""
+
     def __init__(
         self,
         gang_id: str,
@@ -95,27 +102,44 @@ class GangLaunch:
         self.nodes = tuple(nodes)
         self.attempt = attempt
         self.on_member_ready = on_member_ready
-        self.pg: PlacementGroup | None = None
+        self.pg: PlacementGroup | None = None  # the minimum's (a rigid gang: all of it)
+        self.member_pgs: dict[str, PlacementGroup] = {}  # surplus member -> its own group
+        self._unsettled: set[str] = set()  # surplus members whose group is being prepared
         # The placement group is not being prepared: it was reported ready, or it waited a
         # whole reservation timeout (so it is pending for lack of room, not mid-prepare).
         self._at_rest = False
-        self.handles: list[Any] = [None] * spec.world_size
-        self._markers: list[Any] = []  # per rank, once released: its run's marker ref
+        self.handles: list[Any] = [None] * spec.world_size  # by gang rank (slot.rank)
+        # The members in the gang's world, in rank order: the minimum at first (a rigid
+        # gang's minimum is all of it); a resize changes it and tells every member.
+        self.present: list[MemberSlot] = list(spec.min_slots)
+        self.generation = 0  # resizes so far
+        self._bundle_index = {slot.rank: i for i, slot in enumerate(spec.min_slots)}
+        self._markers: dict[int, Any] = {}  # by gang rank, once released: its run's marker
+        self._results: dict[int, Any] = {}  # by gang rank: its run's result ref
+        self._watching: dict[int, asyncio.Task] = {}  # by gang rank: until its run ends
+        self._changed: asyncio.Future | None = None  # wakes run() when members change
+        self._world_lock = asyncio.Lock()  # one resize at a time tells the members
         self._tasks: list[asyncio.Task] = []
-        self._role_ranks = _role_ranks(spec)
 
     @classmethod
     def adopt(cls, gang_id: str, spec: GangSpec, nodes: Sequence[str], attempt: int,
-              pg_id: str) -> GangLaunch | None:
+              pg_id: str, surplus: dict[str, str] | None = None) -> GangLaunch | None:
         """The launch of a gang that a previous scheduler process started: its members
-        (detached, named) and its placement group `pg_id` (hex); None if a member is gone."""
+        (detached, named), its placement group `pg_id` (hex) and, for an elastic gang, the
+        surplus members it had added (member name -> its own group's id); None if a
+        member is gone."""
         launch = cls(gang_id, spec, {}, nodes, attempt)
+        surplus = surplus or {}
+        launch.present = [s for s in spec.slots
+                          if s.rank in launch._bundle_index or s.name in surplus]
         try:
-            launch.handles = [ray.get_actor(member_name(gang_id, slot), namespace=NAMESPACE)
-                              for slot in spec.slots]
+            for slot in launch.present:
+                launch.handles[slot.rank] = ray.get_actor(member_name(gang_id, slot),
+                                                          namespace=NAMESPACE)
         except ValueError:
             return None
         launch.pg = ray_placement_group(pg_id)
+        launch.member_pgs = {name: ray_placement_group(g) for name, g in surplus.items()}
         launch._at_rest = True
         return launch
 
@@ -123,7 +147,7 @@ class GangLaunch:
     async def reserve(self) -> None:
         """One placement group, each bundle pinned to the node the plan chose."""
         self.pg = placement_group(
-            [b.to_dict() for b in self.spec.bundles],
+            [b.to_dict() for b in self.spec.min_bundles],
             strategy=self.spec.strategy.value,
             name=pg_name(self.gang_id),
             lifetime="detached",  # the gang must outlive a restart of the scheduler
@@ -154,10 +178,10 @@ class GangLaunch:
             role = self.spec.role(role_name)
             for dep in role.after:
                 await ready[dep].wait()
-            slots = [s for s in self.spec.slots if s.role == role_name]
+            slots = [s for s in self.present if s.role == role_name]
             actor_cls = member_actor_class(self.programs[role_name])
             for slot in slots:
-                self.handles[slot.rank] = self._create(actor_cls, slot)
+                self.handles[slot.rank] = self._create(actor_cls, slot, self.present)
             await asyncio.gather(*(self._await_ready(slot) for slot in slots))
             ready[role_name].set()
 
@@ -166,26 +190,35 @@ class GangLaunch:
             f"members were not all ready within {self.spec.startup_timeout_s:g}s",
         )
 
-    def _create(self, actor_cls, slot: MemberSlot):
+    def _create(self, actor_cls, slot: MemberSlot, world: Sequence[MemberSlot]):
+        """Start `slot`'s member, in the minimum's group or in its own, as a member of
+        `world` (the members it starts among, in rank order)."""
         program = self.programs[slot.role]
+        names = tuple(s.name for s in world)
+        elastic = self.spec.elastic
         context = GangContext(
             gang_id=self.gang_id,
             gang_name=self.spec.name,
             role=slot.role,
             role_rank=slot.index,
-            rank=slot.rank,
-            world_size=self.spec.world_size,
-            role_sizes={r.name: r.replicas for r in self.spec.roles},
+            rank=list(world).index(slot),
+            world_size=len(world),
+            role_sizes=_role_sizes(self.spec, world),
             attempt=self.attempt,
-            _role_ranks=self._role_ranks,
+            _role_ranks=dense_role_ranks(names),
+            generation=self.generation,
+            min_size=len(self.spec.min_slots) if elastic else None,
+            max_size=self.spec.world_size if elastic else None,
         )
+        own = self.member_pgs.get(slot.name)
         options: dict[str, Any] = dict(
             name=member_name(self.gang_id, slot),
             namespace=NAMESPACE,
             lifetime="detached",
             max_restarts=0,  # a member never restarts alone: the gang restarts whole
             scheduling_strategy=PlacementGroupSchedulingStrategy(
-                placement_group=self.pg, placement_group_bundle_index=slot.rank
+                placement_group=own or self.pg,
+                placement_group_bundle_index=0 if own else self._bundle_index[slot.rank],
             ),
             **actor_resource_options(self.spec.bundles[slot.rank]),
         )
@@ -216,33 +249,60 @@ class GangLaunch:
         blocked on it in a collective). Service members (no `run()`) are watched until
         they die or the gang is cancelled.
         """
-        peers = tuple(self.handles)
-        return await self._outcome([h.__raygang_run__.remote(peers) for h in self.handles])
+        peers = self._peers()
+        for slot in self.present:
+            if slot.rank not in self._markers:  # (a member added meanwhile is released)
+                self._watch(slot, *self.handles[slot.rank].__raygang_run__.remote(peers))
+        return await self._outcome()
 
     async def resume(self) -> list[Any]:
         """`run()` for an adopted gang: each member's outcome of the run the previous
         scheduler released it into; members it had not released yet (it died in between)
         are released now, with the same peers."""
+        present = list(self.present)
         started = await self._all_or_first_error(
             [self._await(slot, self.handles[slot.rank].__raygang_started__.remote())
-             for slot in self.spec.slots])
-        peers = tuple(self.handles)
-        return await self._outcome([
-            h.__raygang_outcome__.remote() if began else h.__raygang_run__.remote(peers)
-            for h, began in zip(self.handles, started)
-        ])
+             for slot in present])
+        peers = self._peers()
+        for slot, began in zip(present, started):
+            handle = self.handles[slot.rank]
+            self._watch(slot, *(handle.__raygang_outcome__.remote() if began
+                                else handle.__raygang_run__.remote(peers)))
+        return await self._outcome()
 
-    async def _outcome(self, pairs: list) -> list[Any]:
-        self._markers = [marker for marker, _ in pairs]
-        markers = await self._all_or_first_error(
-            [self._await(slot, pairs[slot.rank][0]) for slot in self.spec.slots]
-        )
-        if any(m != DONE for m in markers):
-            await self._all_or_first_error(
-                [self._await(slot, self.handles[slot.rank].__raygang_watch__.remote())
-                 for slot in self.spec.slots]
-            )
-        return [result for _, result in pairs]
+    def _peers(self) -> tuple[Any, ...]:
+        return tuple(self.handles[slot.rank] for slot in self.present)
+
+    def _watch(self, slot: MemberSlot, marker: Any, result: Any) -> None:
+        """Follow a released member's run: its marker, then (a service) its life."""
+        self._markers[slot.rank] = marker
+        self._results[slot.rank] = result
+        task = asyncio.ensure_future(self._member_run(slot, marker))
+        self._watching[slot.rank] = task
+        self._tasks.append(task)
+        if self._changed is not None and not self._changed.done():
+            self._changed.set_result(None)
+
+    async def _member_run(self, slot: MemberSlot, marker: Any) -> None:
+        if await self._await(slot, marker) != DONE:  # a service: until it dies
+            await self._await(slot, self.handles[slot.rank].__raygang_watch__.remote())
+
+    async def _outcome(self) -> list[Any]:
+        """Wait for every member's run (members added or removed meanwhile included);
+        the result refs in rank order. The first member failing fails the gang at once
+        (the others may be blocked on it in a collective)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            running = []
+            for task in list(self._watching.values()):
+                if not task.done():
+                    running.append(task)
+                elif not task.cancelled() and task.exception() is not None:
+                    raise task.exception()
+            if not running:
+                return [self._results[slot.rank] for slot in self.present]
+            self._changed = loop.create_future()
+            await asyncio.wait([*running, self._changed], return_when=asyncio.FIRST_COMPLETED)
 
     async def _await(self, slot: MemberSlot, ref) -> Any:
         try:
@@ -268,7 +328,8 @@ class GangLaunch:
                 task.cancel()
 
     # Preemption signal (before teardown) ----------------------------------------------
-    async def signal_preempt(self, grace_s: float) -> list[dict]:
+    async def signal_preempt(self, grace_s: float,
+                             members: Sequence[MemberSlot] | None = None) -> list[dict]:
         """Tell every started member its gang is being preempted; wait up to `grace_s`.
 
         Calls `__raygang_preempt__` on each member that has a handle and returns, once all
@@ -285,7 +346,8 @@ class GangLaunch:
         """
         if not grace_s or grace_s <= 0:
             return []
-        slots = [s for s in self.spec.slots if self.handles[s.rank] is not None]
+        slots = [s for s in (self.spec.slots if members is None else members)
+                 if self.handles[s.rank] is not None]
         tasks = [asyncio.ensure_future(self._preempt_one(s, self.handles[s.rank])) for s in slots]
         if not tasks:
             return []
@@ -311,7 +373,7 @@ class GangLaunch:
     async def wait_bodies(self, ranks: Sequence[int], timeout: float) -> None:
         """Wait up to `timeout` seconds for the bodies of the members `ranks` to return
         (or raise, or die). Never raises, except `CancelledError`."""
-        refs = [self._markers[r] for r in ranks if r < len(self._markers)]
+        refs = [self._markers[r] for r in ranks if r in self._markers]
         if not refs or timeout <= 0:
             return
         waits = [asyncio.ensure_future(_settled(ref)) for ref in refs]
@@ -320,6 +382,135 @@ class GangLaunch:
         finally:
             for wait in waits:
                 wait.cancel()
+
+    # Resizes (elastic gangs, `resize: live`) ------------------------------------------
+    async def add_members(self, members: Sequence[tuple[MemberSlot, str]]) -> None:
+        """Reserve each new member a placement group of its own on its node, start it,
+        tell every member already there the new world and wait for their `on_resize`
+        hooks (the barrier), then release the new members. Whatever fails on the way is
+        undone (the gang runs on without them) and raised."""
+        slots = [slot for slot, _ in members]
+        try:
+            await self._reserve_members(members)
+            world = sorted([*self.present, *slots], key=lambda s: s.rank)
+            for slot in slots:
+                actor_cls = member_actor_class(self.programs[slot.role])
+                self.handles[slot.rank] = self._create(actor_cls, slot, world)
+            await self._all_or_first_error(
+                [self._await_ready(slot) for slot in slots], self.spec.startup_timeout_s,
+                f"members {', '.join(s.name for s in slots)} were not ready within "
+                f"{self.spec.startup_timeout_s:g}s")
+            async with self._world_lock:
+                self.present = sorted([*self.present, *slots], key=lambda s: s.rank)
+                worlds = await self._tell_world(added=slots, removed=())
+                peers = self._peers()
+                for slot in slots:  # past the barrier: the new members start their bodies
+                    self._watch(slot, *self.handles[slot.rank].__raygang_run__.remote(
+                        peers, worlds[slot.rank]))
+        except BaseException:
+            self.present = [s for s in self.present if s not in slots]
+            await run_to_completion(self._drop(slots))
+            raise
+
+    async def remove_members(self, members: Sequence[MemberSlot], grace_s: float) -> None:
+        """Tell these members they go (as a preemption: `preempted`, `on_preempt`), give
+        them up to `grace_s` to checkpoint, stop them, free their groups, then tell the
+        members staying the new world and wait for their `on_resize` hooks."""
+        slots = [s for s in members if s in self.present or self.handles[s.rank] is not None]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        replies = await self.signal_preempt(grace_s, slots)
+        busy = still_finishing(replies)
+        if busy:
+            await self.wait_bodies(busy, deadline - loop.time())
+        async with self._world_lock:
+            for slot in slots:  # gone on purpose: its run's end is not the gang's failure
+                watch = self._watching.pop(slot.rank, None)
+                if watch is not None:
+                    watch.cancel()
+                self._markers.pop(slot.rank, None)
+                self._results.pop(slot.rank, None)
+            self.present = [s for s in self.present if s not in slots]
+            await run_to_completion(self._drop(slots))
+            await self._tell_world(added=(), removed=slots)
+
+    async def _reserve_members(self, members: Sequence[tuple[MemberSlot, str]]) -> None:
+        """A placement group per member, pinned to its node; ready within the gang's
+        reservation timeout (else ReservationTimeout)."""
+        readies = []
+        for slot, node in members:
+            pg = placement_group(
+                [self.spec.bundles[slot.rank].to_dict()], strategy="PACK",
+                name=member_name(self.gang_id, slot), lifetime="detached",
+                bundle_label_selector=[{NODE_ID_LABEL: node}])
+            self.member_pgs[slot.name] = pg
+            self._unsettled.add(slot.name)
+            readies.append(asyncio.ensure_future(pg.ready()))
+        try:
+            done, pending = await asyncio.wait(readies, timeout=self.spec.reservation_timeout_s)
+        finally:
+            for ready in readies:
+                ready.cancel()
+        for (slot, _), ready in zip(members, readies):
+            if ready in done:  # ready: at rest; else waited a whole timeout: not preparing
+                ready.result()
+            self._unsettled.discard(slot.name)
+        if pending:
+            raise ReservationTimeout(
+                f"placement groups of members {', '.join(s.name for s, _ in members)} were "
+                f"not ready within {self.spec.reservation_timeout_s:g}s")
+
+    async def _drop(self, slots: Sequence[MemberSlot]) -> None:
+        """Kill these members and remove their own groups (one still being prepared may
+        settle first: see close())."""
+        for slot in slots:
+            handle, self.handles[slot.rank] = self.handles[slot.rank], None
+            if handle is not None:
+                try:
+                    ray.kill(handle, no_restart=True)
+                except Exception:  # already gone
+                    log.debug("kill of %s failed", member_name(self.gang_id, slot),
+                              exc_info=True)
+            pg = self.member_pgs.pop(slot.name, None)
+            if pg is None:
+                continue
+            if slot.name in self._unsettled:
+                await _wait_ready(pg, SETTLE_S)
+                self._unsettled.discard(slot.name)
+            try:
+                remove_placement_group(pg)
+            except Exception:
+                log.warning("removing the group of %s failed", member_name(self.gang_id, slot),
+                            exc_info=True)
+
+    async def _tell_world(self, added: Sequence[MemberSlot],
+                          removed: Sequence[MemberSlot]) -> dict[int, World]:
+        """The next generation's world, as each present member sees it (by gang rank);
+        told to every released member that stays, whose replies are awaited (the barrier,
+        up to the startup timeout). A hook that raised is logged: the gang runs on (a
+        member that died fails it through its run)."""
+        self.generation += 1
+        names = tuple(s.name for s in self.present)
+        peers = self._peers()
+        sizes = _role_sizes(self.spec, self.present)
+        worlds = {slot.rank: World(
+            generation=self.generation, size=len(self.present), rank=i, members=names,
+            peers=peers, role_sizes=sizes, added=tuple(s.name for s in added),
+            removed=tuple(s.name for s in removed)) for i, slot in enumerate(self.present)}
+        told = [s for s in self.present if s.rank in self._markers and s not in added]
+        calls = [asyncio.ensure_future(self._await(
+            s, self.handles[s.rank].__raygang_resize__.remote(worlds[s.rank]))) for s in told]
+        if calls:
+            done, pending = await asyncio.wait(calls, timeout=self.spec.startup_timeout_s)
+            for slot, call in zip(told, calls):
+                if call in pending:
+                    call.cancel()
+                    log.warning("%s did not answer the resize of %s within %gs", slot.name,
+                                self.gang_id, self.spec.startup_timeout_s)
+                elif call.exception() is not None or call.result().get("error"):
+                    log.warning("the resize hooks of %s of %s failed: %s", slot.name,
+                                self.gang_id, call.exception() or call.result()["error"])
+        return worlds
 
     # 4. Tear down ----------------------------------------------------------------------
     async def close(self) -> None:
@@ -332,8 +523,12 @@ class GangLaunch:
         SETTLE_S to become ready before it is removed; one pinned to nodes with room takes
         milliseconds, and one that cannot be placed is not being prepared anyway.
         """
+        unsettled = [self.member_pgs[m] for m in self._unsettled if m in self.member_pgs]
         if self.pg is not None and not self._at_rest:
-            await run_to_completion(_wait_ready(self.pg, SETTLE_S))
+            unsettled.append(self.pg)
+        if unsettled:
+            await run_to_completion(asyncio.gather(*(_wait_ready(pg, SETTLE_S)
+                                                     for pg in unsettled)))
         self.teardown()
 
     def teardown(self) -> None:
@@ -347,12 +542,14 @@ class GangLaunch:
                 except Exception:  # already gone
                     log.debug("kill of a member of %s failed", self.gang_id, exc_info=True)
         self.handles = [None] * len(self.handles)
-        if self.pg is not None:
-            try:
-                remove_placement_group(self.pg)
-            except Exception:
-                log.warning("removing %s failed", pg_name(self.gang_id), exc_info=True)
-            self.pg = None
+        for name, pg in [*self.member_pgs.items(), ("", self.pg)]:
+            if pg is not None:
+                try:
+                    remove_placement_group(pg)
+                except Exception:
+                    log.warning("removing %s%s failed", pg_name(self.gang_id),
+                                f"-{name}" if name else "", exc_info=True)
+        self.pg, self.member_pgs = None, {}
 
 
 async def _wait_ready(pg: PlacementGroup, timeout: float) -> None:
@@ -379,9 +576,6 @@ def _preempt_entry(slot: MemberSlot, hooks: int = 0, error: GangError | str | No
             "error": error, "running": running}
 
 
-def _role_ranks(spec: GangSpec) -> dict[str, range]:
-    ranks: dict[str, range] = {}
-    for slot in spec.slots:
-        start = ranks[slot.role].start if slot.role in ranks else slot.rank
-        ranks[slot.role] = range(start, slot.rank + 1)
-    return ranks
+def _role_sizes(spec: GangSpec, world: Sequence[MemberSlot]) -> dict[str, int]:
+    counts = Counter(slot.role for slot in world)
+    return {role.name: counts[role.name] for role in spec.roles}

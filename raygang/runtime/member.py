@@ -6,8 +6,8 @@ stay out of the user's namespace:
 
 - `__raygang_ready__()`: after the constructor; re-raises a constructor error so that it
   reaches the scheduler as an ordinary task error (class, message, traceback).
-- `__raygang_run__(peers)`: called on every member only after all are ready (the launch
-  barrier). Returns two objects: a small marker the scheduler awaits, and the result,
+- `__raygang_run__(peers, world=None)`: called on every member only after all are ready
+  (the launch barrier); a member added to an elastic gang gets the world it joins. Returns two objects: a small marker the scheduler awaits, and the result,
   which stays in the object store for the client (the scheduler never copies it).
 - `__raygang_watch__()`: in a concurrency group of its own, blocks until the actor dies;
   it is how the scheduler notices a member of a long-running service dying.
@@ -17,6 +17,10 @@ stay out of the user's namespace:
   the scheduler (they are detached) and so does their run; only the refs of its results
   were the old process's. A second `__raygang_run__` never runs the body twice: it
   returns the first one's outcome.
+- `__raygang_resize__(world)`: an elastic gang's members changed; in the control group,
+  like the preemption signal. Takes on the new `World` (rank, world size, peers), then
+  runs the user class's `on_resize(world)` and the `get_context().on_resize` callbacks;
+  the scheduler starts a new member's body only once every staying member replied.
 - `__raygang_preempt__()`: the graceful preemption signal, in the same control group so
   that it runs while `run()` is busy. Sets the context's `preempted` flag, then runs the
   user class's `on_preempt()` method (if any) and the callbacks registered with
@@ -117,8 +121,9 @@ class _SyncControl:
         return _node_id()
 
     @ray.method(num_returns=2)
-    def __raygang_run__(self, peers: tuple[Any, ...]) -> tuple[str, Any]:
-        _ctx.get_context().peers = peers
+    def __raygang_run__(self, peers: tuple[Any, ...],
+                        world: _ctx.World | None = None) -> tuple[str, Any]:
+        _ctx._released(peers, world)
         body = self._raygang_body()
         if body is None:
             return self._raygang_record(lambda: (SERVING, None))
@@ -145,27 +150,47 @@ class _SyncControl:
         own = self._raygang_own_hook()
         return ([own] if callable(own) else []) + callbacks
 
-    def _raygang_own_hook(self) -> Callable[[], Any] | None:
+    def _raygang_own_hook(self, name: str = "on_preempt") -> Callable[..., Any] | None:
         # The user class's own method (a class member's user class is a base of it);
         # function members have no user class, so only callbacks.
-        return getattr(self, "on_preempt", None)
+        return getattr(self, name, None)
 
-    @ray.method(concurrency_group=CONTROL_GROUP)
-    def __raygang_preempt__(self) -> dict[str, Any]:
+    def _raygang_resize_hooks(self, world: _ctx.World) -> list[Callable[..., Any]]:
+        """Take on the new world; the hooks to call with it (none for an older world)."""
+        callbacks = _ctx.get_context()._resized(world)
+        if callbacks is None:
+            return []
+        own = self._raygang_own_hook("on_resize")
+        return ([own] if callable(own) else []) + callbacks
+
+    @staticmethod
+    def _raygang_call_hooks(hooks: list[Callable[..., Any]], *args: Any) -> list[str]:
         # A thread of the control group: hooks run here, concurrently with run() (which
         # holds the default group's thread); an `async def` callback gets its own loop.
-        hooks = self._raygang_preempt_hooks()
-        if hooks is None:
-            return _preempt_reply(self, 0, [])
         errors = []
         for hook in hooks:
             try:
-                result = hook()
+                result = hook(*args)
                 if inspect.isawaitable(result):
                     asyncio.run(_ctx._awaited(result))
             except Exception as exc:
                 errors.append(_hook_error(hook, exc))
-        return _preempt_reply(self, len(hooks), errors)
+        return errors
+
+    @ray.method(concurrency_group=CONTROL_GROUP)
+    def __raygang_preempt__(self) -> dict[str, Any]:
+        hooks = self._raygang_preempt_hooks()
+        if hooks is None:
+            return _preempt_reply(self, 0, [])
+        return _preempt_reply(self, len(hooks), self._raygang_call_hooks(hooks))
+
+    @ray.method(concurrency_group=CONTROL_GROUP)
+    def __raygang_resize__(self, world: _ctx.World) -> dict[str, Any]:
+        """Take on `world` (an elastic gang's members changed) and run the resize hooks;
+        {"hooks": n, "error": None | "Class: message"} once they returned."""
+        hooks = self._raygang_resize_hooks(world)
+        errors = self._raygang_call_hooks(hooks, world)
+        return {"hooks": len(hooks), "error": "; ".join(errors) if errors else None}
 
 
 class _AsyncControl(_SyncControl):
@@ -179,9 +204,10 @@ class _AsyncControl(_SyncControl):
         return _SyncControl.__raygang_ready__(self)
 
     @ray.method(num_returns=2)
-    async def __raygang_run__(self, peers: tuple[Any, ...]) -> tuple[str, Any]:  # type: ignore[override]
+    async def __raygang_run__(self, peers: tuple[Any, ...],  # type: ignore[override]
+                              world: _ctx.World | None = None) -> tuple[str, Any]:
         self._raygang_loop = asyncio.get_running_loop()
-        _ctx.get_context().peers = peers
+        _ctx._released(peers, world)
         body = self._raygang_body()
         if self._raygang_started:  # a repeated release: the first run's outcome, once
             await asyncio.to_thread(self._raygang_ended.wait)
@@ -229,21 +255,34 @@ class _AsyncControl(_SyncControl):
         hooks = self._raygang_preempt_hooks()
         if hooks is None:
             return _preempt_reply(self, 0, [])
+        return _preempt_reply(self, len(hooks), await self._raygang_hooks_on_loop(hooks))
+
+    @ray.method(concurrency_group=CONTROL_GROUP)
+    async def __raygang_resize__(self, world: _ctx.World) -> dict[str, Any]:  # type: ignore[override]
+        # On the member's main loop, as preemption hooks are (see __raygang_preempt__).
+        hooks = self._raygang_resize_hooks(world)
+        errors = await self._raygang_hooks_on_loop(hooks, world)
+        return {"hooks": len(hooks), "error": "; ".join(errors) if errors else None}
+
+    async def _raygang_hooks_on_loop(self, hooks: list[Callable[..., Any]],
+                                     *args: Any) -> list[str]:
         loop = getattr(self, "_raygang_loop", None)
         errors = []
         for hook in hooks:
             try:
-                await _call_on_loop(loop, hook)
+                await _call_on_loop(loop, hook, *args)
             except Exception as exc:
                 errors.append(_hook_error(hook, exc))
-        return _preempt_reply(self, len(hooks), errors)
+        return errors
 
 
-async def _call_on_loop(loop: asyncio.AbstractEventLoop | None, hook: Callable[[], Any]) -> Any:
-    """Call `hook` (awaiting what it returns) on `loop`, from another loop's coroutine."""
+async def _call_on_loop(loop: asyncio.AbstractEventLoop | None, hook: Callable[..., Any],
+                        *args: Any) -> Any:
+    """Call `hook(*args)` (awaiting what it returns) on `loop`, from another loop's
+    coroutine."""
 
     async def call() -> Any:
-        result = hook()
+        result = hook(*args)
         if inspect.isawaitable(result):
             result = await result
         return result
@@ -338,8 +377,8 @@ class _ImportedMember(_SyncControl):
 
         return run
 
-    def _raygang_own_hook(self) -> Callable[[], Any] | None:
-        return getattr(self._instance, "on_preempt", None)
+    def _raygang_own_hook(self, name: str = "on_preempt") -> Callable[..., Any] | None:
+        return getattr(self._instance, name, None)
 
 
 _actor_classes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

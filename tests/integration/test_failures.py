@@ -125,13 +125,13 @@ def test_unknown_priority_class_is_refused_with_the_known_ones(ray_cluster):
         Service.options(priority="urgent").remote()
 
 
-def test_elastic_roles_are_refused_on_ray_until_its_runs_resize(ray_cluster):
-    # The core schedules them (tests/unit/test_elastic.py), the in-memory cluster runs
-    # them (tests/control/test_elastic_submit.py); Ray's runs do not add members yet.
+def test_elastic_roles_that_cannot_resize_live_are_refused_naming_the_role(ray_cluster):
+    # Ray's runs add and remove members live (tests/integration/test_elastic.py); a
+    # restart at the new size is not run yet.
     with pytest.raises(ValueError, match=r"roles\[0\]\.replicas: elastic roles "
-                                         r"\(replicas=\(1, 2\)\) are not run yet on this "
-                                         "cluster"):
-        Service.options(replicas=(1, 2)).remote()
+                                         r"\(replicas=\(1, 2\)\) are not run yet with "
+                                         "resize 'restart'"):
+        Service.options(replicas=(1, 2), resize="restart").remote()
     assert not [g for g in raygang.list_gangs() if g.state is GangState.PENDING]
 
 

@@ -1,0 +1,133 @@
+"""Elastic gangs on Ray (`replicas=(min, max)`, `resize="live"`): the minimum is one
+placement group, each surplus member one of its own; members come and go while the others
+run on and are told the new world (`get_context()`, `on_resize`) before a new member's
+body starts. The shared cluster has 8 GPUs (two workers of 4)."""
+
+from __future__ import annotations
+
+import time
+
+import ray
+
+import raygang
+from raygang import GangState
+from tests.integration.helpers import wait_state
+from tests.integration.leaks import raygang_placement_groups
+
+
+@raygang.gang_task(replicas=4, num_gpus=1, num_cpus=0)
+class Hold:
+    """Holds GPUs until cancelled or preempted."""
+
+
+@raygang.gang_task(role="worker", replicas=(2, 4), num_gpus=1, num_cpus=0,
+                   preemption_grace_s=5)
+class DataParallel:
+    """Runs until its world is `until` members (or it is preempted), then reports what it
+    saw: its name, rank and world, its actor id, and each resize it was told of."""
+
+    def __init__(self, until: int):
+        self.until = until
+        self.resizes: list[tuple[int, int, int, tuple[str, ...]]] = []
+        self.told_to_go = False
+
+    def on_resize(self, world: raygang.World) -> None:
+        self.resizes.append((world.generation, world.size, world.rank, world.removed))
+
+    def on_preempt(self) -> None:
+        self.told_to_go = True
+
+    def run(self):
+        ctx = raygang.get_context()
+        while ctx.world_size != self.until and not ctx.preempted:
+            time.sleep(0.05)
+        return {"member": f"{ctx.role}-{ctx.role_rank}", "rank": ctx.rank,
+                "world_size": ctx.world_size, "peers": len(ctx.peers),
+                "actor": ray.get_runtime_context().get_actor_id(),
+                "resizes": self.resizes, "min": ctx.min_size, "max": ctx.max_size}
+
+
+def _actor_ids(gang_id: str, members: list[str]) -> dict[str, str]:
+    return {m: ray.get_actor(f"raygang-{gang_id}-{m}", namespace="raygang")._actor_id.hex()
+            for m in members}
+
+
+def _wait(what, timeout: float = 60):
+    deadline = time.time() + timeout
+    while not (value := what()):
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return value
+
+
+def test_admitted_at_its_minimum_it_grows_live_when_a_blocker_ends(ray_cluster):
+    blocker = Hold.options(replicas=6).remote()
+    wait_state(blocker, GangState.RUNNING)
+    gang = DataParallel.remote(4)
+    status = wait_state(gang, GangState.RUNNING)
+    assert (status.world_size, status.min_size, status.max_size) == (2, 2, 4)
+    first = _actor_ids(gang.gang_id, ["worker-0", "worker-1"])
+    groups = {pg["name"] for pg in raygang_placement_groups()}
+    assert f"raygang-{gang.gang_id}" in groups  # the minimum's group: 2 bundles
+    blocker.cancel()
+    results = gang.result(timeout=90)
+    # Same gang, four members, every one saw a world of 4; the first two were never
+    # restarted (same actors) and were told of each resize.
+    assert [r["member"] for r in results] == [f"worker-{i}" for i in range(4)]
+    assert [r["rank"] for r in results] == [0, 1, 2, 3]
+    assert {(r["world_size"], r["peers"], r["min"], r["max"]) for r in results} == {(4, 4, 2, 4)}
+    assert {r["member"]: r["actor"] for r in results[:2]} == first
+    for r in results[:2]:
+        assert r["resizes"] and r["resizes"][-1][1:3] == (4, r["rank"]), r
+    final = gang.status()
+    assert (final.state, final.restarts, final.preemptions) == (GangState.SUCCEEDED, 0, 0)
+    assert any("grew to 4 members" in e.reason for e in final.events), final.events
+
+
+def test_a_higher_priority_gang_takes_the_surplus_first_then_a_whole_gang(ray_cluster):
+    keep = Hold.options(priority=1000).remote()  # 4 GPUs no one here may preempt
+    wait_state(keep, GangState.RUNNING)
+    gang = DataParallel.options(priority=0).remote(0)  # runs until preempted
+    wait_state(gang, GangState.RUNNING)
+    _wait(lambda: gang.status().world_size == 4)
+    before = _actor_ids(gang.gang_id, ["worker-0", "worker-1"])
+
+    first = Hold.options(name="first", replicas=2, priority=500).remote()
+    wait_state(first, GangState.RUNNING)
+    shrunk = _wait(lambda: (s := gang.status()).world_size == 2 and not s.members[2:] and s)
+    assert (shrunk.state, shrunk.preemptions) == (GangState.RUNNING, 0)
+    assert keep.status().state is GangState.RUNNING and keep.status().preemptions == 0
+    assert _actor_ids(gang.gang_id, ["worker-0", "worker-1"]) == before
+    assert any("shrinking to 2 members" in e.reason for e in shrunk.events), shrunk.events
+    assert len([pg for pg in raygang_placement_groups()
+                if pg["name"].startswith(f"raygang-{gang.gang_id}")]) == 1
+
+    second = Hold.options(name="second", replicas=2, priority=500).remote()  # > the surplus
+    wait_state(second, GangState.RUNNING)
+    status = wait_state(gang, GangState.PENDING)
+    assert status.preemptions == 1
+    for ref in (second, first, gang, keep):
+        ref.cancel()
+
+
+def test_a_restarted_scheduler_adopts_the_surplus_members_too(ray_cluster):
+    from tests.integration.test_recovery import restart_scheduler
+
+    gang = DataParallel.options(priority=0).remote(0)  # runs until preempted
+    _wait(lambda: gang.status().world_size == 4)
+    members = [f"worker-{i}" for i in range(4)]
+    actors = _actor_ids(gang.gang_id, members)
+
+    restart_scheduler()  # the journal knows the minimum; the surplus is found in Ray
+
+    status = gang.status()
+    assert (status.state, status.world_size, status.restarts) == (GangState.RUNNING, 4, 0)
+    assert _actor_ids(gang.gang_id, members) == actors
+    # The new process books the surplus and takes it back first, as the old one would.
+    high = Hold.options(replicas=6, priority=500).remote()
+    wait_state(high, GangState.RUNNING)
+    shrunk = _wait(lambda: (s := gang.status()).world_size == 2 and s)
+    assert (shrunk.state, shrunk.preemptions) == (GangState.RUNNING, 0)
+    assert _actor_ids(gang.gang_id, members[:2]) == {m: actors[m] for m in members[:2]}
+    for ref in (high, gang):
+        ref.cancel()
