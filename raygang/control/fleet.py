@@ -98,6 +98,7 @@ class Fleet:
         if driver is not None and driver.record.state is GangState.RUNNING \
                 and driver.record.stopping is None:
             driver.grow(growth.members, growth.nodes)
+            self._metrics.resized(driver.record, len(growth.members), 0)
 
     def note_growth(self, waits: Mapping[str, str]) -> None:
         """Each running elastic gang's reason not to grow, as of this cycle (none: it is at
@@ -122,6 +123,7 @@ class Fleet:
             return  # it ended on its own meanwhile
         if preemption.members:  # a shrink: only surplus members go, the gang runs on
             driver.shrink(preemption.members, preemption.reason)
+            self._metrics.resized(victim, 0, len(preemption.members))
             return
         self._metrics.preempted(victim, preemptor, preemption)
         verb = "reclaimed" if preemption.action == "reclaim" else "preempted"

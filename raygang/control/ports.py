@@ -132,7 +132,8 @@ class Cluster(Protocol):
 
     def adopt(self, record: GangRecord, leftovers: Leftovers) -> GangRun | None:
         """A run taking over the running gang `record` if all its parts are among
-        `leftovers` (else None)."""
+        `leftovers` (else None); for an elastic gang, `record.surplus` is set to the
+        surplus members found with it (the journal does not follow resizes)."""
 
     def budget(self, job_id: str) -> JobBudget | None:
         """The budget of running job `job_id` that gangs its driver submits are placed
@@ -150,6 +151,7 @@ class Metrics(Protocol):
     def preempted(self, victim: GangRecord, preemptor: GangRecord,
                   preemption: Preemption) -> None: ...
     def finished(self, record: GangRecord) -> None: ...
+    def resized(self, record: GangRecord, added: int, removed: int) -> None: ...
     def cycle_started(self) -> float: ...
     def cycle_done(self, started: float, plan: Plan) -> None: ...
     def refresh(self, gangs: Iterable[GangRecord], queues: Sequence[QueueSpec],
@@ -167,6 +169,9 @@ class NoMetrics:
         pass
 
     def finished(self, record: GangRecord) -> None:
+        pass
+
+    def resized(self, record: GangRecord, added: int, removed: int) -> None:
         pass
 
     def cycle_started(self) -> float:

@@ -10,6 +10,7 @@ from typing import Any
 from raygang.core.gang import GangState, PendingGang
 from raygang.core.lifecycle import Life, Outcome, check_move
 from raygang.core.plan import WaitCode
+from raygang.core.resources import Resources
 from raygang.core.snapshot import Elastic, PlacedGang
 from raygang.core.spec import GangSpec
 from raygang.control.program import RoleProgram
@@ -205,6 +206,17 @@ class GangRecord:
                 checkpoint_s=spec.checkpoint_interval_s, elastic=elastic,
             ))
         return self._placed[1]
+
+    @property
+    def held_total(self) -> Resources:
+        """What it holds while admitted: its minimum plus the surplus members it holds or
+        is removing (a rigid gang: all of it)."""
+        if not self.spec.elastic:
+            return self.spec.total
+        total = self.spec.min_total
+        for name in (*self.surplus, *self.leaving):
+            total = total + self.spec.role(self.spec.slots_by_name[name].role).resources
+        return total
 
     @property
     def size(self) -> int:

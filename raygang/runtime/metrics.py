@@ -12,6 +12,9 @@ front of every user metric, so Prometheus shows them as `ray_raygang_*`:
     ray_raygang_gangs_finished_total{queue, state}         counter
     ray_raygang_admission_wait_time_seconds{queue}         histogram (_bucket, _count, _sum)
     ray_raygang_admission_cycle_duration_seconds{result}   histogram (_bucket, _count, _sum)
+    ray_raygang_surplus_members{queue}                     gauge   (elastic gangs' members
+                                                                    beyond their minimum)
+    ray_raygang_gang_resizes_total{queue, direction}       counter (grow / shrink, by member)
 
 Ray adds its own labels to every series: Component="core_worker", NodeAddress, SessionName,
 Version, WorkerId (the scheduler actor's worker: a restarted scheduler starts new series)
@@ -66,6 +69,8 @@ NAMES = SimpleNamespace(
     finished="raygang_gangs_finished_total",
     wait="raygang_admission_wait_time_seconds",
     cycle="raygang_admission_cycle_duration_seconds",
+    surplus="raygang_surplus_members",
+    resizes="raygang_gang_resizes_total",
 )
 
 
@@ -121,6 +126,12 @@ class SchedulerMetrics:
         self._cycle = metrics.Histogram(
             NAMES.cycle, "Seconds one scheduling cycle took (observe, schedule, apply)",
             boundaries=CYCLE_BUCKETS, tag_keys=("result",))
+        self._surplus = metrics.Gauge(
+            NAMES.surplus, "Members elastic gangs run beyond their minimum (borrowed: "
+            "taken back first), per queue", tag_keys=("queue",))
+        self._resizes = metrics.Counter(
+            NAMES.resizes, "Members added to (grow) or removed from (shrink) running "
+            "elastic gangs, per queue", tag_keys=("queue", "direction"))
         self._usage_seen: set[tuple[str, str]] = set()  # reported once: 0 when released
 
     # Events ---------------------------------------------------------------------------
@@ -146,6 +157,12 @@ class SchedulerMetrics:
         """Call once, when the gang reaches its final state."""
         self._finished.inc(tags={"queue": record.spec.queue, "state": record.state.value})
 
+    @_quiet
+    def resized(self, record: GangRecord, added: int, removed: int) -> None:
+        for direction, n in (("grow", added), ("shrink", removed)):
+            if n:
+                self._resizes.inc(n, tags={"queue": record.spec.queue, "direction": direction})
+
     def cycle_started(self) -> float:
         return self._timer()
 
@@ -164,6 +181,7 @@ class SchedulerMetrics:
         queues = list(queues)
         pending = {q.name: 0 for q in queues}
         running = dict(pending)
+        surplus = dict(pending)
         usage: dict[tuple[str, str], float] = {}
         parents = {q.name: q.parent for q in queues}
         for (state, queue), n in (counts or {}).items():
@@ -178,15 +196,19 @@ class SchedulerMetrics:
             elif r.state.holds_resources:
                 if counts is None:
                     running[queue] = running.get(queue, 0) + 1
+                if r.surplus:
+                    surplus[queue] = surplus.get(queue, 0) + len(r.surplus)
                 if r.parent is not None:
                     continue  # inside a job: the job's usage counts it already
-                for name, amount in r.spec.total.items():
+                for name, amount in r.held_total.items():
                     for q in _self_and_ancestors(queue, parents):
                         usage[q, name] = usage.get((q, name), 0.0) + amount
         for queue, n in pending.items():
             self._pending.set(n, tags={"queue": queue})
         for queue, n in running.items():
             self._running.set(n, tags={"queue": queue})
+        for queue, n in surplus.items():
+            self._surplus.set(n, tags={"queue": queue})
         self._usage_seen |= usage.keys()
         for queue, resource in self._usage_seen:
             value = usage.get((queue, resource), 0.0)

@@ -73,7 +73,7 @@ def test_names_follow_prometheus_conventions():
         assert PROMETHEUS_NAME.match(name) and name.startswith("raygang_"), name
         assert "gang_id" not in metric.tag_keys and "id" not in metric.tag_keys
     assert [n for n in made if n.endswith("_total")] == [
-        NAMES.admitted, NAMES.preempted, NAMES.finished]
+        NAMES.admitted, NAMES.preempted, NAMES.finished, NAMES.resizes]
     assert made[NAMES.wait].boundaries[-1] >= 3600  # hours
     assert made[NAMES.cycle].boundaries[0] <= 0.001  # milliseconds
 
@@ -137,3 +137,21 @@ def test_a_failing_metric_never_raises():
     made[NAMES.pending].set = None  # not callable: TypeError inside refresh
     m.refresh([_record("p", "1xCPU=1", "b")], QUEUES)
     m.refresh([_record("p", "1xCPU=1", "b")], QUEUES)
+
+
+def test_an_elastic_gang_counts_what_it_holds_its_surplus_and_its_resizes():
+    from raygang.core.spec import GangSpec, RoleSpec
+
+    made, fake = _fake_metrics()
+    m = SchedulerMetrics(fake)
+    r = GangRecord(gang_id="e", spec=GangSpec(name="e", queue="b", roles=(RoleSpec(
+        name="w", replicas=(2, 4), resources={"GPU": 1}),)), programs={}, priority=0,
+        seq=0, submitted_at=10.0)
+    r.state, r.nodes, r.surplus = GangState.RUNNING, ("n1", "n1"), {"w-2": "n2"}
+    m.refresh([r], QUEUES)
+    assert made[NAMES.usage].values[(("queue", "b"), ("resource", "GPU"))] == 3  # not 4
+    assert made[NAMES.surplus].values == {q("org"): 0, q("team-a"): 0, q("b"): 1}
+    m.resized(r, 1, 0)
+    m.resized(r, 0, 2)
+    assert made[NAMES.resizes].values == {
+        (("direction", "grow"), ("queue", "b")): 1, (("direction", "shrink"), ("queue", "b")): 2}

@@ -236,13 +236,22 @@
     $("gang-count").textContent = "(" + page.total + ")";
   }
 
+  // An elastic gang: the members it runs now, of its min..max, and why it grows no further.
+  function elasticSize(g) {
+    if (!g.max_size) return null;
+    return el("span", { class: "kind elastic", title: g.grow_reason || "elastic: " +
+      g.min_size + " to " + g.max_size + " members" },
+      g.world_size + " of " + g.min_size + "\u2013" + g.max_size);
+  }
+
   function gangRow(g, now) {
     const position = positionOf(g);
     const submitted = "submitted " + new Date(g.submitted_at * 1000).toLocaleString();
     return el("tr", { data: { gangId: g.gang_id, state: g.state } },
       el("td", { class: "id mono", title: g.gang_id }, g.gang_id),
       el("td", { class: "name" }, g.name,
-         g.kind !== "gang" ? el("span", { class: "kind" }, g.kind) : null),
+         g.kind !== "gang" ? el("span", { class: "kind" }, g.kind) : null,
+         elasticSize(g)),
       el("td", { class: "queue" }, g.queue),
       el("td", { class: "priority num" }, String(g.priority)),
       el("td", { class: "state" }, el("span", { class: "pill state-" + g.state }, g.state)),
