@@ -195,6 +195,10 @@ def explain(g: Mapping[str, Any], queues: list[Mapping[str, Any]] | None,
         lines.append(Text(f"  queue position: {g['queue_position']} (1 = next in its queue)"))
     if g.get("error"):
         lines.append(Text(f"  error: {error_summary(g['error'])}"))
+    if g.get("max_size"):  # elastic: what it runs now, and why it grows no further
+        lines.append(Text(f"  elastic: runs {g['world_size']} of {g['min_size']} to "
+                          f"{g['max_size']} members"
+                          + (f"; grows: {g['grow_reason']}" if g.get("grow_reason") else "")))
     preemptions = [e for e in g.get("events", []) if e["to_state"] == "PREEMPTED"]
     lines.append(Text(f"  preempted {g.get('preemptions', 0)} time(s), "
                       f"restarted {g.get('restarts', 0)} time(s)"))

@@ -37,6 +37,13 @@ EXPECTED = {
         "same id True; attempt 1 said: worker 0 starts at step",
         "training done: error=None",
     ],
+    "elastic_training.py": [
+        "other holds 2 GPUs; trainer RUNNING at world size 2 (elastic: 2 to 4)",
+        "other ended: trainer grew to 4, live",
+        "urgent RUNNING on 2 GPUs: trainer shrank to 2, state RUNNING, preemptions 0, restarts 0",
+        "worker-0 and worker-1 the same actors throughout: True, restarts 0, preemptions 0",
+        "worker-0 told of worlds of ", "-> 2 -> 4",
+    ],
     "all_or_nothing.py": [
         "job A has 2/3 members, job B 2/3, 0 GPUs free -> DEADLOCK",
         "PENDING, holding nothing: needs {GPU: 3} in all", "never both, never half",

@@ -1,0 +1,42 @@
+"""How `raygang status` and `raygang explain` show an elastic gang (no server: the
+renderers take the status JSON the API returns)."""
+
+from __future__ import annotations
+
+import re
+
+from rich.console import Console
+
+from raygang.cli import render
+
+ELASTIC = {
+    "gang_id": "dp-1", "name": "dp", "kind": "gang", "queue": "team-a", "priority": 100,
+    "state": "RUNNING", "reason": None, "queue_position": None, "world_size": 3,
+    "min_size": 2, "max_size": 4, "grow_reason": "no free GPU on any node (needs {GPU: 1})",
+    "restarts": 0, "preemptions": 0, "submitted_at": 1.0, "started_at": 2.0,
+    "finished_at": None, "events": [], "members": [],
+}
+
+
+def _text(renderable) -> str:
+    console = Console(width=200, record=True)
+    console.print(renderable)
+    return console.export_text()
+
+
+def test_status_shows_the_world_size_its_range_and_why_it_grows_no_further():
+    out = _text(render.gang_details(ELASTIC))
+    assert re.search(r"world size +3 \(elastic: 2 to 4\)", out), out
+    assert re.search(r"grows +no free GPU on any node \(needs \{GPU: 1\}\)", out), out
+    rigid = {**ELASTIC, "world_size": 2, "min_size": None, "max_size": None,
+             "grow_reason": None}
+    out = _text(render.gang_details(rigid))
+    assert re.search(r"world size +2 *\n", out), out
+    assert "elastic" not in out and "grows" not in out
+
+
+def test_explain_says_what_an_elastic_gang_runs_and_why_it_grows_no_further():
+    out = _text(render.explain(ELASTIC, None))
+    assert ("elastic: runs 3 of 2 to 4 members; grows: no free GPU on any node "
+            "(needs {GPU: 1})") in out
+    assert "elastic" not in _text(render.explain({**ELASTIC, "max_size": None}, None))
