@@ -280,55 +280,30 @@ class SimRun:
             return  # stopped before it ran: nothing done, nothing lost
         now = cluster.clock()
         ran = now - self.started
-        if self._marks:  # an elastic job that ran below full size: its work, not its time
-            self._close_resized(now, ran)
-            return
         log.running_s += ran
         log.attempt_start = None
         queue = log.job.queue
         if self._timer is not None:
             self._timer.cancel()
+        # An elastic job that ran below full size did its sizes' work, not its time's; a
+        # rigid job's arithmetic stays exactly as it always was (no marks).
+        resized = bool(self._marks)
+        done = self._done(now) if resized else ran
         if self.record.state is not GangState.PENDING:  # it ended (succeeded, or failed)
-            log.remaining_s = max(0.0, log.remaining_s - ran)
+            log.remaining_s = max(0.0, log.remaining_s - done)
             cluster.usage.change(now, queue, running=-self.gpus)
             return
         # Requeued (preempted; a body that ended during its grace period counts as
         # stopped too, as the lifecycle has it: it runs again, with nothing left to do).
-        if ran >= log.remaining_s:
-            saved = log.remaining_s
-        else:
-            every = cluster.checkpoint_s
-            saved = math.floor(ran / every) * every if every > 0 else ran
-        lost = max(0.0, min(ran, log.remaining_s) - saved)
-        log.remaining_s -= saved
-        action, for_gpus = log.stopped_for or ("unknown", 0)
-        log.stopped_for = None
-        log.stops.append(Stop(at=now, ran_s=ran, lost_s=lost, gpus=self.gpus, action=action,
-                              started_at=self.started, for_gpus=for_gpus))
-        cluster.usage.change(now, queue, running=-self.gpus, pending=self.gpus,
-                             pending_jobs=1)
-
-    def _close_resized(self, now: float, ran: float) -> None:
-        """`close` for a job that ran below its full size: the work done is what its sizes
-        did; stopped, it keeps what was done by its last checkpoint (every `checkpoint_s`
-        of running)."""
-        cluster, log = self.cluster, self.log
-        log.running_s += ran
-        log.attempt_start = None
-        queue = log.job.queue
-        if self._timer is not None:
-            self._timer.cancel()
-        done = self._done(now)
-        if self.record.state is not GangState.PENDING:
-            log.remaining_s = max(0.0, log.remaining_s - done)
-            cluster.usage.change(now, queue, running=-self.gpus)
-            return
+        # It keeps the work done by its last checkpoint (every `checkpoint_s` of running).
         every = cluster.checkpoint_s
         if done >= log.remaining_s:
             saved = log.remaining_s
+        elif every <= 0:
+            saved = done
         else:
-            saved = (self._done_at(self.started + math.floor(ran / every) * every)
-                     if every > 0 else done)
+            last = math.floor(ran / every) * every
+            saved = self._done_at(self.started + last) if resized else last
         lost = max(0.0, min(done, log.remaining_s) - saved)
         log.remaining_s -= saved
         action, for_gpus = log.stopped_for or ("unknown", 0)
