@@ -19,6 +19,7 @@ from raygang.control.records import GangRecord
 from raygang.control.status import GangError
 from raygang.control.tasks import cancel_and_wait, run_to_completion
 from raygang.core.gang import GangState
+from raygang.core.spec import MemberSlot
 from raygang.core.lifecycle import (
     Event,
     Finished,
@@ -44,6 +45,21 @@ def still_finishing(replies: Sequence[dict]) -> list[int]:
     that did not answer within the grace."""
     return [r["rank"] for r in replies
             if r.get("running") and not r.get("hooks") and r.get("error") is None]
+
+
+async def grace_period(run: GangRun, grace_s: float,
+                       members: Sequence[MemberSlot] | None = None) -> None:
+    """Tell the gang's members (or only `members`) they are being stopped, and wait until
+    none has anything left to finish, or `grace_s` passed (<= 0: no time to checkpoint,
+    nothing is sent)."""
+    if grace_s <= 0:
+        return
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace_s
+    replies = await run.signal_preempt(grace_s, members)
+    busy = still_finishing(replies)
+    if busy:
+        await run.wait_bodies(busy, deadline - loop.time())
 
 
 class GangDriver:
@@ -177,7 +193,8 @@ class GangDriver:
     async def _shrink(self, slots: list) -> None:
         record, names = self.record, {slot.name for slot in slots}
         try:
-            await self.run.remove_members(slots, record.spec.preemption_grace_s)
+            await grace_period(self.run, record.spec.preemption_grace_s, slots)
+            await self.run.remove_members(slots)
         finally:
             for name in names:
                 record.leaving.pop(name, None)
@@ -205,15 +222,8 @@ class GangDriver:
         # task nobody references may be garbage-collected before it ends
 
     async def _stop(self) -> None:
-        grace = self.record.spec.preemption_grace_s
-        if self.record.state is GangState.RUNNING and grace > 0:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + grace
-            replies = await self.run.signal_preempt(grace)
-            # The grace period ends as soon as no member has anything left to finish.
-            busy = still_finishing(replies)
-            if busy:
-                await self.run.wait_bodies(busy, deadline - loop.time())
+        if self.record.state is GangState.RUNNING:
+            await grace_period(self.run, self.record.spec.preemption_grace_s)
         await self.halt()
 
     async def halt(self) -> None:

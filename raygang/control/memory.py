@@ -338,12 +338,16 @@ class MemoryRun:
                 return [o[1] for o in outcomes if o is not None]
             await asyncio.sleep(POLL_S)
 
-    async def signal_preempt(self, grace_s: float) -> list[dict]:
+    async def signal_preempt(self, grace_s: float,
+                             members: Sequence[Any] | None = None) -> list[dict]:
         if not grace_s or grace_s <= 0:
             return []
         now = self.cluster.clock()
         replies = []
+        told = None if members is None else {slot.rank for slot in members}
         for m in self.members:
+            if told is not None and m.rank not in told:
+                continue
             if m.dead:
                 replies.append(_reply(m, 0, f"ActorDiedError: {m.dead}", False))
                 continue
@@ -409,18 +413,9 @@ class MemoryRun:
         self.members = sorted([*self.members, *started], key=lambda m: m.rank)
         cluster.members[gang] = self.members
 
-    async def remove_members(self, members: Sequence[Any], grace_s: float) -> None:
-        """Tell them, wait for their checkpoint (as a preemption's grace period does),
-        then stop them and free their bundles."""
+    async def remove_members(self, members: Sequence[Any]) -> None:
+        """Stop them (told and given their grace period before) and free their bundles."""
         names = {slot.name for slot in members}
-        going = [m for m in self.members if f"{m.role}-{m.index}" in names]
-        now = self.cluster.clock()
-        for member in going:
-            member.told_at = now
-        watchers = [m for m in going if m.program.on_preempt == "watch"
-                    and m.outcome(now) is None]
-        if watchers and grace_s > 0:
-            await self.wait_bodies([m.rank for m in watchers], grace_s)
         self.members = [m for m in self.members if f"{m.role}-{m.index}" not in names]
         self.cluster.members[self.gang_id] = self.members
         for name in names:

@@ -57,9 +57,11 @@ class GangRun(Protocol):
     async def resume(self) -> list[Any]:
         """`run()` for a gang a previous scheduler process released (adopted)."""
 
-    async def signal_preempt(self, grace_s: float) -> list[dict]:
-        """Tell the members; one reply per member once its hooks returned or the grace
-        ran out: {"member", "rank", "hooks", "error", "running"} (launcher.py)."""
+    async def signal_preempt(self, grace_s: float,
+                             members: Sequence[MemberSlot] | None = None) -> list[dict]:
+        """Tell the members (or only `members`, surplus members being removed); one reply
+        per member once its hooks returned or the grace ran out: {"member", "rank",
+        "hooks", "error", "running"} (launcher.py)."""
 
     async def wait_bodies(self, ranks: Sequence[int], timeout: float) -> None:
         """Wait up to `timeout` for these members' bodies to return."""
@@ -72,9 +74,10 @@ class GangRun(Protocol):
         """Reserve and start these surplus members (slot, node) beside the running ones,
         and release them once ready; the others are told the new world."""
 
-    async def remove_members(self, members: Sequence[MemberSlot], grace_s: float) -> None:
-        """Tell these surplus members they go, give them up to `grace_s`, stop them and
-        free what they held; the others are told the new world."""
+    async def remove_members(self, members: Sequence[MemberSlot]) -> None:
+        """Stop these surplus members and free what they held (their grace period is
+        over: the driver gave it, as to a whole gang); the others are told the new
+        world."""
 
 
 class Leftovers(Protocol):

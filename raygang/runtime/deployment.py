@@ -98,7 +98,8 @@ class ServeLaunch:
         """`run()` for an adopted deployment: watch the app that is already there."""
         return await self.run()
 
-    async def signal_preempt(self, grace_s: float) -> list[dict]:
+    async def signal_preempt(self, grace_s: float,
+                             members: Sequence[Any] | None = None) -> list[dict]:
         return []  # Serve drains its replicas itself (graceful_shutdown_timeout_s)
 
     async def wait_bodies(self, ranks: Sequence[int], timeout: float) -> None:

@@ -304,7 +304,8 @@ class JobLaunch:
         return [s for s in self._mine.values() if s.adopted.is_set()
                 and not s.released.is_set()]
 
-    async def signal_preempt(self, grace_s: float) -> list[dict]:
+    async def signal_preempt(self, grace_s: float,
+                             members: Sequence[Any] | None = None) -> list[dict]:
         """Train runs inside the job: through Train's preemption path. A job without
         one: SIGTERM now, and Ray's hard stop after the grace period."""
         running = self._running()

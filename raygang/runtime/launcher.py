@@ -20,7 +20,6 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from raygang.control.driver import still_finishing
 from raygang.control.ports import MemberFailure, ReservationTimeout
 from raygang.control.program import RoleProgram
 from raygang.control.status import GangError, MemberStatus
@@ -153,21 +152,13 @@ class GangLaunch:
             lifetime="detached",  # the gang must outlive a restart of the scheduler
             bundle_label_selector=[{NODE_ID_LABEL: n} for n in self.nodes],
         )
-        # Not asyncio.wait_for: before Python 3.12 it can swallow a cancellation that
-        # arrives as the placement group becomes ready, and the gang would run on.
-        ready = asyncio.ensure_future(self.pg.ready())
-        try:
-            done, _ = await asyncio.wait([ready], timeout=self.spec.reservation_timeout_s)
-        finally:
-            if not ready.done():
-                ready.cancel()
+        ready = await _ready_within([self.pg], self.spec.reservation_timeout_s)
         self._at_rest = True
-        if not done:
+        if not ready:
             raise ReservationTimeout(
                 f"placement group {pg_name(self.gang_id)} was not ready within "
                 f"{self.spec.reservation_timeout_s:g}s"
             )
-        ready.result()
 
     # 2. Start, in `after` order --------------------------------------------------------
     async def start_members(self) -> None:
@@ -412,17 +403,11 @@ class GangLaunch:
             await run_to_completion(self._drop(slots))
             raise
 
-    async def remove_members(self, members: Sequence[MemberSlot], grace_s: float) -> None:
-        """Tell these members they go (as a preemption: `preempted`, `on_preempt`), give
-        them up to `grace_s` to checkpoint, stop them, free their groups, then tell the
-        members staying the new world and wait for their `on_resize` hooks."""
+    async def remove_members(self, members: Sequence[MemberSlot]) -> None:
+        """Stop these members (told before, as a preemption: `preempted`, `on_preempt`,
+        the grace period), free their groups, then tell the members staying the new world
+        and wait for their `on_resize` hooks."""
         slots = [s for s in members if s in self.present or self.handles[s.rank] is not None]
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + grace_s
-        replies = await self.signal_preempt(grace_s, slots)
-        busy = still_finishing(replies)
-        if busy:
-            await self.wait_bodies(busy, deadline - loop.time())
         async with self._world_lock:
             for slot in slots:  # gone on purpose: its run's end is not the gang's failure
                 watch = self._watching.pop(slot.rank, None)
@@ -437,25 +422,17 @@ class GangLaunch:
     async def _reserve_members(self, members: Sequence[tuple[MemberSlot, str]]) -> None:
         """A placement group per member, pinned to its node; ready within the gang's
         reservation timeout (else ReservationTimeout)."""
-        readies = []
+        names = {slot.name for slot, _ in members}
         for slot, node in members:
-            pg = placement_group(
+            self.member_pgs[slot.name] = placement_group(
                 [self.spec.bundles[slot.rank].to_dict()], strategy="PACK",
                 name=member_name(self.gang_id, slot), lifetime="detached",
                 bundle_label_selector=[{NODE_ID_LABEL: node}])
-            self.member_pgs[slot.name] = pg
-            self._unsettled.add(slot.name)
-            readies.append(asyncio.ensure_future(pg.ready()))
-        try:
-            done, pending = await asyncio.wait(readies, timeout=self.spec.reservation_timeout_s)
-        finally:
-            for ready in readies:
-                ready.cancel()
-        for (slot, _), ready in zip(members, readies):
-            if ready in done:  # ready: at rest; else waited a whole timeout: not preparing
-                ready.result()
-            self._unsettled.discard(slot.name)
-        if pending:
+        self._unsettled |= names  # until ready, or a whole timeout: see close()
+        ready = await _ready_within([self.member_pgs[n] for n in names],
+                                    self.spec.reservation_timeout_s)
+        self._unsettled -= names
+        if not ready:
             raise ReservationTimeout(
                 f"placement groups of members {', '.join(s.name for s, _ in members)} were "
                 f"not ready within {self.spec.reservation_timeout_s:g}s")
@@ -465,23 +442,12 @@ class GangLaunch:
         settle first: see close())."""
         for slot in slots:
             handle, self.handles[slot.rank] = self.handles[slot.rank], None
-            if handle is not None:
-                try:
-                    ray.kill(handle, no_restart=True)
-                except Exception:  # already gone
-                    log.debug("kill of %s failed", member_name(self.gang_id, slot),
-                              exc_info=True)
+            _kill(handle, member_name(self.gang_id, slot))
             pg = self.member_pgs.pop(slot.name, None)
-            if pg is None:
-                continue
-            if slot.name in self._unsettled:
+            if pg is not None and slot.name in self._unsettled:
                 await _wait_ready(pg, SETTLE_S)
                 self._unsettled.discard(slot.name)
-            try:
-                remove_placement_group(pg)
-            except Exception:
-                log.warning("removing the group of %s failed", member_name(self.gang_id, slot),
-                            exc_info=True)
+            _remove(pg, member_name(self.gang_id, slot))
 
     async def _tell_world(self, added: Sequence[MemberSlot],
                           removed: Sequence[MemberSlot]) -> dict[int, World]:
@@ -535,21 +501,48 @@ class GangLaunch:
         """Kill every member and remove the placement group. Never raises."""
         for task in self._tasks:
             task.cancel()
-        for handle in self.handles:
-            if handle is not None:
-                try:
-                    ray.kill(handle, no_restart=True)
-                except Exception:  # already gone
-                    log.debug("kill of a member of %s failed", self.gang_id, exc_info=True)
+        for slot in self.spec.slots:
+            _kill(self.handles[slot.rank], member_name(self.gang_id, slot))
         self.handles = [None] * len(self.handles)
-        for name, pg in [*self.member_pgs.items(), ("", self.pg)]:
-            if pg is not None:
-                try:
-                    remove_placement_group(pg)
-                except Exception:
-                    log.warning("removing %s%s failed", pg_name(self.gang_id),
-                                f"-{name}" if name else "", exc_info=True)
+        for name, pg in self.member_pgs.items():
+            _remove(pg, member_name(self.gang_id, self.spec.slots_by_name[name]))
+        _remove(self.pg, pg_name(self.gang_id))
         self.pg, self.member_pgs = None, {}
+
+
+def _kill(handle: Any, name: str) -> None:
+    """Kill a member actor (None: none). Never raises."""
+    if handle is None:
+        return
+    try:
+        ray.kill(handle, no_restart=True)
+    except Exception:  # already gone
+        log.debug("kill of %s failed", name, exc_info=True)
+
+
+def _remove(pg: PlacementGroup | None, name: str) -> None:
+    """Remove a placement group (None: none). Never raises."""
+    if pg is None:
+        return
+    try:
+        remove_placement_group(pg)
+    except Exception:
+        log.warning("removing placement group %s failed", name, exc_info=True)
+
+
+async def _ready_within(pgs: Sequence[PlacementGroup], timeout: float) -> bool:
+    """Whether every group became ready within `timeout` (a group's error is raised).
+    Not asyncio.wait_for: before Python 3.12 it can swallow a cancellation that arrives as
+    a group becomes ready, and the gang would run on."""
+    readies = [asyncio.ensure_future(pg.ready()) for pg in pgs]
+    try:
+        done, pending = await asyncio.wait(readies, timeout=timeout)
+    finally:
+        for ready in readies:
+            ready.cancel()  # no-op on finished ones
+    for ready in done:
+        ready.result()
+    return not pending
 
 
 async def _wait_ready(pg: PlacementGroup, timeout: float) -> None:

@@ -262,7 +262,8 @@ class TrainLaunch:
     async def resume(self) -> list[Any]:
         return await self.run()
 
-    async def signal_preempt(self, grace_s: float) -> list[dict]:
+    async def signal_preempt(self, grace_s: float,
+                             members: Sequence[Any] | None = None) -> list[dict]:
         self.session.preempt(grace_s)
         return [{"member": "train", "rank": 0, "hooks": 0, "error": None, "running": True}]
 

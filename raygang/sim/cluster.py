@@ -247,19 +247,20 @@ class SimRun:
         if self.started is not None and not self._closed:
             self._resize(cluster.clock(), len(members))
 
-    async def remove_members(self, members: Sequence[Any], grace_s: float) -> None:
-        if grace_s > 0:  # a trace job runs no hook: its members work through the grace
-            await asyncio.sleep(grace_s)
+    async def remove_members(self, members: Sequence[Any]) -> None:
+        # (A trace job runs no hook: its members worked through their grace period.)
         gone = [slot.name for slot in members if slot.name in self._extra]
         if self.started is not None and not self._closed and gone:
             self._resize(self.cluster.clock(), -len(gone))
         for name in gone:
             self.cluster.unbook(self._extra.pop(name))
 
-    async def signal_preempt(self, grace_s: float) -> list[dict]:
+    async def signal_preempt(self, grace_s: float,
+                             members: Sequence[Any] | None = None) -> list[dict]:
         running = self._body is not None and not self._body.done()
         return [{"member": f"{s.role}-{s.index}", "rank": s.rank, "hooks": 0, "error": None,
-                 "running": running} for s in self.record.spec.slots]
+                 "running": running}
+                for s in (self.record.spec.slots if members is None else members)]
 
     async def wait_bodies(self, ranks: Sequence[int], timeout: float) -> None:
         if self._body is not None and not self._body.done():
@@ -348,7 +349,8 @@ class ServiceRun:
     async def resume(self) -> list[Any]:
         raise NotImplementedError("the simulated scheduler never restarts")
 
-    async def signal_preempt(self, grace_s: float) -> list[dict]:
+    async def signal_preempt(self, grace_s: float,
+                             members: Sequence[Any] | None = None) -> list[dict]:
         return []
 
     async def wait_bodies(self, ranks: Sequence[int], timeout: float) -> None:
