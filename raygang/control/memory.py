@@ -380,7 +380,7 @@ class MemoryRun:
         timeout), start them (their role's `start_s`) and release them."""
         cluster, gang = self.cluster, self.gang_id
         deadline = time.monotonic() + self.spec.reservation_timeout_s
-        wanted = {slot.name: (node, self.spec.role(slot.role).resources)
+        wanted = {slot.name: (node, self.spec.bundles[slot.rank])
                   for slot, node in members}
         try:
             while not self._fits(wanted):

@@ -188,11 +188,10 @@ class GangRecord:
             bundles = tuple(zip(self.nodes, spec.min_bundles))
             elastic = None
             if spec.elastic:
-                by_name = {slot.name: spec.role(slot.role).resources for slot in spec.slots}
                 extra = (*self.surplus.items(), *self.leaving.items())
-                bundles += tuple((node, by_name[name]) for name, node in extra)
+                bundles += tuple((node, spec.bundle_of(name)) for name, node in extra)
                 elastic = Elastic(spec.strategy, tuple(self.surplus), tuple(self.leaving),
-                                  tuple((slot.name, by_name[slot.name])
+                                  tuple((slot.name, spec.bundles[slot.rank])
                                         for slot in spec.surplus_slots
                                         if slot.name not in self.surplus
                                         and slot.name not in self.leaving))
@@ -215,7 +214,7 @@ class GangRecord:
             return self.spec.total
         total = self.spec.min_total
         for name in (*self.surplus, *self.leaving):
-            total = total + self.spec.role(self.spec.slots_by_name[name].role).resources
+            total = total + self.spec.bundle_of(name)
         return total
 
     @property

@@ -248,6 +248,10 @@ class GangSpec(BaseModel):
     def slots_by_name(self) -> dict[str, MemberSlot]:
         return {slot.name: slot for slot in self.slots}
 
+    def bundle_of(self, member: str) -> Resources:
+        """The bundle of member `member` ("<role>-<index>")."""
+        return self.bundles[self.slots_by_name[member].rank]
+
     def role(self, name: str) -> RoleSpec:
         for role in self.roles:
             if role.name == name:
