@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import ray
 
 import raygang
@@ -47,6 +48,22 @@ class DataParallel:
                 "resizes": self.resizes, "min": ctx.min_size, "max": ctx.max_size}
 
 
+@pytest.fixture
+def made(ray_cluster):
+    """The gangs a test submits, cancelled at its end even if it failed (before the leak
+    check: a failed test must not leave its gangs to the next ones)."""
+    refs: list = []
+    yield refs
+    for ref in refs:
+        ref.cancel()
+
+
+def _ready_members(gang, n: int):
+    """The gang's status once `n` members are ready (world_size counts them from when
+    they are booked; their actors exist once ready)."""
+    return _wait(lambda: (s := gang.status()).world_size == n and len(s.members) == n and s)
+
+
 def _actor_ids(gang_id: str, members: list[str]) -> dict[str, str]:
     return {m: ray.get_actor(f"raygang-{gang_id}-{m}", namespace="raygang")._actor_id.hex()
             for m in members}
@@ -60,10 +77,12 @@ def _wait(what, timeout: float = 60):
     return value
 
 
-def test_admitted_at_its_minimum_it_grows_live_when_a_blocker_ends(ray_cluster):
+def test_admitted_at_its_minimum_it_grows_live_when_a_blocker_ends(made):
     blocker = Hold.options(replicas=6).remote()
+    made.append(blocker)
     wait_state(blocker, GangState.RUNNING)
     gang = DataParallel.remote(4)
+    made.append(gang)
     status = wait_state(gang, GangState.RUNNING)
     assert (status.world_size, status.min_size, status.max_size) == (2, 2, 4)
     first = _actor_ids(gang.gang_id, ["worker-0", "worker-1"])
@@ -84,15 +103,18 @@ def test_admitted_at_its_minimum_it_grows_live_when_a_blocker_ends(ray_cluster):
     assert any("grew to 4 members" in e.reason for e in final.events), final.events
 
 
-def test_a_higher_priority_gang_takes_the_surplus_first_then_a_whole_gang(ray_cluster):
+def test_a_higher_priority_gang_takes_the_surplus_first_then_a_whole_gang(made):
     keep = Hold.options(priority=1000).remote()  # 4 GPUs no one here may preempt
+    made.append(keep)
     wait_state(keep, GangState.RUNNING)
     gang = DataParallel.options(priority=0).remote(0)  # runs until preempted
+    made.append(gang)
     wait_state(gang, GangState.RUNNING)
-    _wait(lambda: gang.status().world_size == 4)
+    _ready_members(gang, 4)
     before = _actor_ids(gang.gang_id, ["worker-0", "worker-1"])
 
     first = Hold.options(name="first", replicas=2, priority=500).remote()
+    made.append(first)
     wait_state(first, GangState.RUNNING)
     shrunk = _wait(lambda: (s := gang.status()).world_size == 2 and not s.members[2:] and s)
     assert (shrunk.state, shrunk.preemptions) == (GangState.RUNNING, 0)
@@ -103,18 +125,18 @@ def test_a_higher_priority_gang_takes_the_surplus_first_then_a_whole_gang(ray_cl
                 if pg["name"].startswith(f"raygang-{gang.gang_id}")]) == 1
 
     second = Hold.options(name="second", replicas=2, priority=500).remote()  # > the surplus
+    made.append(second)
     wait_state(second, GangState.RUNNING)
     status = wait_state(gang, GangState.PENDING)
     assert status.preemptions == 1
-    for ref in (second, first, gang, keep):
-        ref.cancel()
 
 
-def test_a_restarted_scheduler_adopts_the_surplus_members_too(ray_cluster):
+def test_a_restarted_scheduler_adopts_the_surplus_members_too(made):
     from tests.integration.test_recovery import restart_scheduler
 
     gang = DataParallel.options(priority=0).remote(0)  # runs until preempted
-    _wait(lambda: gang.status().world_size == 4)
+    made.append(gang)
+    _ready_members(gang, 4)
     members = [f"worker-{i}" for i in range(4)]
     actors = _actor_ids(gang.gang_id, members)
 
@@ -125,9 +147,8 @@ def test_a_restarted_scheduler_adopts_the_surplus_members_too(ray_cluster):
     assert _actor_ids(gang.gang_id, members) == actors
     # The new process books the surplus and takes it back first, as the old one would.
     high = Hold.options(replicas=6, priority=500).remote()
+    made.append(high)
     wait_state(high, GangState.RUNNING)
     shrunk = _wait(lambda: (s := gang.status()).world_size == 2 and s)
     assert (shrunk.state, shrunk.preemptions) == (GangState.RUNNING, 0)
     assert _actor_ids(gang.gang_id, members[:2]) == {m: actors[m] for m in members[:2]}
-    for ref in (high, gang):
-        ref.cancel()
