@@ -19,7 +19,7 @@ from raygang.control.records import GangRecord
 from raygang.control.status import GangError
 from raygang.control.tasks import cancel_and_wait, run_to_completion
 from raygang.core.gang import GangState
-from raygang.core.spec import MemberSlot
+from raygang.core.spec import MemberSlot, Resize
 from raygang.core.lifecycle import (
     Event,
     Finished,
@@ -83,6 +83,7 @@ class GangDriver:
         self._stopping: asyncio.Task | None = None
         self._released_event = asyncio.Event()
         self.resizing: dict[str, asyncio.Task] = {}  # member name -> its add or removal
+        self._restarting = asyncio.Lock()  # `resize: restart`: one restart at a time
 
     def start(self, waits_for: Sequence[asyncio.Task] = (), adopted: bool = False) -> None:
         self.task = asyncio.get_running_loop().create_task(self._drive(list(waits_for),
@@ -168,16 +169,23 @@ class GangDriver:
 
     async def _grow(self, slots: list) -> None:
         record, names = self.record, [slot.name for slot, _ in slots]
+        restart = record.spec.resize is Resize.RESTART
         try:
-            await self.run.add_members(slots)
+            if restart:  # their room first: the gang is not stopped for nothing
+                await self.run.reserve_members(slots)
+            else:
+                await self.run.add_members(slots)
         except Exception as error:  # noqa: BLE001 - the gang runs on without them
             for name in names:
                 record.surplus.pop(name, None)
             record.note(f"could not grow by {', '.join(names)}: "
                         f"{type(error).__name__}: {error}", self._clock())
             return
-        record.note(f"grew to {record.size} members (added {', '.join(names)})",
-                    self._clock())
+        if restart:
+            await self._restart(f"added {', '.join(names)}")
+        else:
+            record.note(f"grew to {record.size} members (added {', '.join(names)})",
+                        self._clock())
 
     def shrink(self, members: Sequence[str], why: str) -> None:
         """Remove these surplus members after the grace period: the gang runs on."""
@@ -193,13 +201,35 @@ class GangDriver:
     async def _shrink(self, slots: list) -> None:
         record, names = self.record, {slot.name for slot in slots}
         try:
-            await grace_period(self.run, record.spec.preemption_grace_s, slots)
-            await self.run.remove_members(slots)
+            if record.spec.resize is Resize.RESTART:
+                await self._restart(f"removed {', '.join(sorted(names))}")
+            else:
+                await grace_period(self.run, record.spec.preemption_grace_s, slots)
+                await self.run.remove_members(slots)
         finally:
             for name in names:
                 record.leaving.pop(name, None)
             record.members[:] = [m for m in record.members  # in place: the run appends
                                  if f"{m.role}-{m.index}" not in names]  # to this list
+
+    async def _restart(self, change: str) -> None:
+        """`resize: restart`: every member gets the grace period of a preemption (to
+        save a checkpoint), then the whole gang starts again at its new size (its
+        minimum and `record.surplus`), as Ray Train V2 restarts a worker group. A member
+        failing to start fails the gang as a failure while it runs would."""
+        record = self.record
+        async with self._restarting:  # one at a time, each at the size decided by then
+            spec, kept = record.spec, set(record.surplus)
+            world = [s for s in spec.slots if s in spec.min_slots or s.name in kept]
+            await grace_period(self.run, spec.preemption_grace_s)
+            record.members[:] = []  # in place: the run appends to this list
+            try:
+                await self.run.restart(world)
+            except Exception as error:  # noqa: BLE001 - the run fails the gang with it
+                record.note(f"could not restart at {len(world)} members ({change}): "
+                            f"{type(error).__name__}: {error}", self._clock())
+                return
+        record.note(f"restarted at {len(world)} members ({change})", self._clock())
 
     def _resize(self, members: Sequence[str], work: Awaitable[None]) -> None:
         task = asyncio.get_running_loop().create_task(work)

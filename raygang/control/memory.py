@@ -23,7 +23,7 @@ from raygang.control.status import GangError, MemberStatus
 from raygang.core.budget import never_fits, take
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, NodeState, PlacedGang
-from raygang.core.spec import GangSpec
+from raygang.core.spec import GangSpec, Resize
 
 POLL_S = 0.005  # how often a waiting run looks at the cluster again
 
@@ -83,7 +83,8 @@ class _Node:
 
 
 class MemoryCluster:
-    resizes = True  # runs add and remove an elastic gang's surplus members
+    # runs add and remove an elastic gang's surplus members, or restart it whole
+    resizes = frozenset({Resize.LIVE, Resize.RESTART})
 
     def __init__(self, nodes: Iterable[tuple[str, Resources]],
                  clock: Callable[[], float] = time.monotonic):
@@ -256,6 +257,8 @@ class MemoryRun:
         self.on_member_ready = on_member_ready
         self.members: list[_Member] = []
         self.extra: dict[str, tuple[str, Resources]] = {}  # surplus member -> its booking
+        self._restarting = False  # `restart` under way: no members is not an outcome
+        self._broken: MemberFailure | None = None  # a restart failed: the run fails
 
     async def reserve(self) -> None:
         """Book every bundle on its node once it fits there (a node that is not alive
@@ -329,12 +332,14 @@ class MemoryRun:
     async def _outcome(self) -> list[Any]:
         """Results in rank order once every body ended; the first failure raises."""
         while True:
+            if self._broken is not None:
+                raise self._broken
             now = self.cluster.clock()
             outcomes = [m.outcome(now) for m in self.members]
             for outcome in outcomes:
                 if outcome is not None and outcome[0] == "error":
                     raise MemberFailure(outcome[1])
-            if all(o is not None for o in outcomes):
+            if not self._restarting and all(o is not None for o in outcomes):
                 return [o[1] for o in outcomes if o is not None]
             await asyncio.sleep(POLL_S)
 
@@ -378,49 +383,79 @@ class MemoryRun:
     async def add_members(self, members: Sequence[tuple[Any, str]]) -> None:
         """Book each member's bundle on its node once it fits (within the reservation
         timeout), start them (their role's `start_s`) and release them."""
-        cluster, gang = self.cluster, self.gang_id
+        await self.reserve_members(members)
+        try:
+            started = await self._start([slot for slot, _ in members])
+        except BaseException:
+            self._unbook(slot.name for slot, _ in members)
+            raise
+        self.members = sorted([*self.members, *started], key=lambda m: m.rank)
+        self.cluster.members[self.gang_id] = self.members
+
+    async def reserve_members(self, members: Sequence[tuple[Any, str]]) -> None:
+        """Book each member's bundle on its node once it fits (within the reservation
+        timeout)."""
         deadline = time.monotonic() + self.spec.reservation_timeout_s
         wanted = {slot.name: (node, self.spec.bundles[slot.rank])
                   for slot, node in members}
+        while not self._fits(wanted):
+            if time.monotonic() >= deadline:
+                raise ReservationTimeout(f"members {', '.join(wanted)} of gang "
+                                         f"{self.gang_id} were not reserved within "
+                                         f"{self.spec.reservation_timeout_s:g}s")
+            await asyncio.sleep(POLL_S)
+        self.extra.update(wanted)
+        self._rebook()
+
+    async def restart(self, world: Sequence[Any]) -> None:
+        """Every member stops; `world` starts afresh (each body from its beginning: this
+        cluster keeps no checkpoint) and is released at once."""
+        names = {slot.name for slot in world}
+        self._restarting, self.members = True, []
+        self.cluster.members[self.gang_id] = self.members
+        self._unbook(n for n in list(self.extra) if n not in names)
         try:
-            while not self._fits(wanted):
-                if time.monotonic() >= deadline:
-                    raise ReservationTimeout(f"members {', '.join(wanted)} of gang {gang} "
-                                             f"were not reserved within "
-                                             f"{self.spec.reservation_timeout_s:g}s")
-                await asyncio.sleep(POLL_S)
-            self.extra.update(wanted)
-            self._rebook()
-            started = []
-            for slot, node in members:
-                program = self.programs.get(slot.role, MemoryProgram())
-                await asyncio.sleep(program.start_s)
-                if program.fails_to_start:
-                    raise MemberFailure(GangError(member=slot.name, rank=slot.rank,
-                                                  error_type="ValueError",
-                                                  message="the constructor failed"))
-                started.append(_Member(gang, slot.rank, slot.role, slot.index, node, program,
-                                       released_at=cluster.clock()))
-                self.on_member_ready(MemberStatus(
-                    role=slot.role, index=slot.index, rank=slot.rank,
-                    actor_name=f"memory-{gang}-{slot.role}-{slot.index}", node_id=node,
-                    ready_at=time.time()))
-        except BaseException:
-            for name in wanted:
-                self.extra.pop(name, None)
-            self._rebook()
+            self.members = await self._start(world)
+        except MemberFailure as failure:
+            self._broken = failure
             raise
-        self.members = sorted([*self.members, *started], key=lambda m: m.rank)
-        cluster.members[gang] = self.members
+        finally:
+            self._restarting = False
+        self.cluster.members[self.gang_id] = self.members
+
+    async def _start(self, slots: Sequence[Any]) -> list[_Member]:
+        """Start these members (their role's `start_s`) on their booked nodes and release
+        them; a constructor failing raises."""
+        node_of = dict(zip((s.name for s in self.spec.min_slots), self.nodes))
+        node_of.update((name, node) for name, (node, _) in self.extra.items())
+        started = []
+        for slot in slots:
+            program = self.programs.get(slot.role, MemoryProgram())
+            await asyncio.sleep(program.start_s)
+            if program.fails_to_start:
+                raise MemberFailure(GangError(member=slot.name, rank=slot.rank,
+                                              error_type="ValueError",
+                                              message="the constructor failed"))
+            started.append(_Member(self.gang_id, slot.rank, slot.role, slot.index,
+                                   node_of[slot.name], program,
+                                   released_at=self.cluster.clock()))
+            self.on_member_ready(MemberStatus(
+                role=slot.role, index=slot.index, rank=slot.rank,
+                actor_name=f"memory-{self.gang_id}-{slot.role}-{slot.index}",
+                node_id=node_of[slot.name], ready_at=time.time()))
+        return started
+
+    def _unbook(self, names: Iterable[str]) -> None:
+        for name in list(names):
+            self.extra.pop(name, None)
+        self._rebook()
 
     async def remove_members(self, members: Sequence[Any]) -> None:
         """Stop them (told and given their grace period before) and free their bundles."""
         names = {slot.name for slot in members}
         self.members = [m for m in self.members if f"{m.role}-{m.index}" not in names]
         self.cluster.members[self.gang_id] = self.members
-        for name in names:
-            self.extra.pop(name, None)
-        self._rebook()
+        self._unbook(names)
 
     def _fits(self, wanted: dict[str, tuple[str, Resources]]) -> bool:
         need: dict[str, Resources] = {}

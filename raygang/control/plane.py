@@ -255,9 +255,9 @@ class ControlPlane:
         if spec.elastic:  # the core decides them (core/elastic.py); runs resize where
             where = ("inside a job" if parent is not None  # the cluster says they can
                      else f"for a {kind}" if kind != "gang"
-                     else "with resize 'restart'" if spec.resize is Resize.RESTART
-                     else None if getattr(self._cluster, "resizes", False)
-                     else "on this cluster")
+                     else None if spec.resize in self._cluster.resizes
+                     else "on this cluster" if not self._cluster.resizes
+                     else f"with resize {spec.resize.value!r} on this cluster")
             if where is not None:
                 role = next(r for r in spec.roles if r.elastic)
                 raise ValueError(

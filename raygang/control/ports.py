@@ -20,7 +20,7 @@ from raygang.core.queues import QueueSpec
 from raygang.core.resources import Resources
 from raygang.core.scale import ScalePlan
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
-from raygang.core.spec import MemberSlot
+from raygang.core.spec import MemberSlot, Resize
 
 Clock = Callable[[], float]
 
@@ -79,6 +79,16 @@ class GangRun(Protocol):
         over: the driver gave it, as to a whole gang); the others are told the new
         world."""
 
+    # `resize: restart` (only where `Resize.RESTART in Cluster.resizes`)
+    async def reserve_members(self, members: Sequence[tuple[MemberSlot, str]]) -> None:
+        """Reserve these surplus members' bundles (slot, node) and start nothing; what
+        was reserved is freed again if it fails (ReservationTimeout)."""
+
+    async def restart(self, world: Sequence[MemberSlot]) -> None:
+        """Stop every member and start `world` afresh, all ready before any is released
+        (the launch barrier); what members outside `world` held is freed. Their grace
+        period is over (the driver gave it). A failure raises, and fails the run too."""
+
 
 class Leftovers(Protocol):
     """What a previous scheduler process left in the cluster, read once, by gang id."""
@@ -120,7 +130,7 @@ class JobBudget(Protocol):
 class Cluster(Protocol):
     """The cluster as the control plane sees it and acts on it."""
 
-    resizes: bool  # whether its runs add and remove members (elastic gangs)
+    resizes: frozenset[Resize]  # how its runs resize elastic gangs (none: they do not)
 
     def observe(self, held: Iterable[PlacedGang], draining: Collection[str]) -> ClusterSnapshot:
         """Nodes with their free resources (what `held` holds counts as used even if the

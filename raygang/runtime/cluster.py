@@ -24,6 +24,7 @@ from raygang.control.records import GangRecord
 from raygang.control.status import MemberStatus
 from raygang.core.gang import GangState
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
+from raygang.core.spec import Resize
 from raygang.runtime.deployment import ServeLaunch
 from raygang.runtime.handoff import holds_of
 from raygang.runtime.jobs import JOB_ACTOR, JobClient, JobLaunch
@@ -37,7 +38,8 @@ PREFIX = "raygang-"
 
 
 class RayCluster:
-    resizes = True  # GangLaunch adds and removes an elastic gang's surplus members
+    # GangLaunch adds and removes an elastic gang's surplus members, or restarts it whole
+    resizes = frozenset({Resize.LIVE, Resize.RESTART})
 
     def __init__(self, serve_http_port: int | None, lease_s: float = 120.0,
                  jobs_address: str | None = None):
@@ -126,7 +128,7 @@ class RayCluster:
             return None
         launch = GangLaunch.adopt(gang_id, spec, record.nodes,
                                   attempt=record.restarts + record.preemptions, pg_id=main,
-                                  surplus=surplus)
+                                  surplus=surplus, programs=record.programs)
         if launch is not None:
             record.surplus = {name: (group_nodes(g) or [None])[0] or ""
                               for name, g in surplus.items()}

@@ -118,16 +118,19 @@ class GangLaunch:
         self._watching: dict[int, asyncio.Task] = {}  # by gang rank: until its run ends
         self._changed: asyncio.Future | None = None  # wakes run() when members change
         self._world_lock = asyncio.Lock()  # one resize at a time tells the members
+        self._restarting = False  # `restart` under way: no member running is no outcome
+        self._broken: MemberFailure | None = None  # a restart failed: so does the run
         self._tasks: list[asyncio.Task] = []
 
     @classmethod
     def adopt(cls, gang_id: str, spec: GangSpec, nodes: Sequence[str], attempt: int,
-              pg_id: str, surplus: dict[str, str] | None = None) -> GangLaunch | None:
+              pg_id: str, surplus: dict[str, str] | None = None,
+              programs: dict[str, RoleProgram] | None = None) -> GangLaunch | None:
         """The launch of a gang that a previous scheduler process started: its members
         (detached, named), its placement group `pg_id` (hex) and, for an elastic gang, the
         surplus members it had added (member name -> its own group's id); None if a
         member is gone."""
-        launch = cls(gang_id, spec, {}, nodes, attempt)
+        launch = cls(gang_id, spec, programs or {}, nodes, attempt)  # (programs: to grow)
         surplus = surplus or {}
         launch.present = [s for s in spec.slots
                           if s.rank in launch._bundle_index or s.name in surplus]
@@ -271,6 +274,10 @@ class GangLaunch:
         task = asyncio.ensure_future(self._member_run(slot, marker))
         self._watching[slot.rank] = task
         self._tasks.append(task)
+        self._wake()
+
+    def _wake(self) -> None:
+        """The members run() waits for changed."""
         if self._changed is not None and not self._changed.done():
             self._changed.set_result(None)
 
@@ -284,13 +291,15 @@ class GangLaunch:
         (the others may be blocked on it in a collective)."""
         loop = asyncio.get_running_loop()
         while True:
+            if self._broken is not None:
+                raise self._broken
             running = []
             for task in list(self._watching.values()):
                 if not task.done():
                     running.append(task)
                 elif not task.cancelled() and task.exception() is not None:
                     raise task.exception()
-            if not running:
+            if not running and not self._restarting:
                 return [self._results[slot.rank] for slot in self.present]
             self._changed = loop.create_future()
             await asyncio.wait([*running, self._changed], return_when=asyncio.FIRST_COMPLETED)
@@ -381,8 +390,8 @@ class GangLaunch:
         hooks (the barrier), then release the new members. Whatever fails on the way is
         undone (the gang runs on without them) and raised."""
         slots = [slot for slot, _ in members]
+        await self.reserve_members(members)
         try:
-            await self._reserve_members(members)
             world = sorted([*self.present, *slots], key=lambda s: s.rank)
             for slot in slots:
                 actor_cls = member_actor_class(self.programs[slot.role])
@@ -409,33 +418,74 @@ class GangLaunch:
         and wait for their `on_resize` hooks."""
         slots = [s for s in members if s in self.present or self.handles[s.rank] is not None]
         async with self._world_lock:
-            for slot in slots:  # gone on purpose: its run's end is not the gang's failure
-                watch = self._watching.pop(slot.rank, None)
-                if watch is not None:
-                    watch.cancel()
-                self._markers.pop(slot.rank, None)
-                self._results.pop(slot.rank, None)
+            for slot in slots:
+                self._forget(slot)
             self.present = [s for s in self.present if s not in slots]
             await run_to_completion(self._drop(slots))
             await self._tell_world(added=(), removed=slots)
 
-    async def _reserve_members(self, members: Sequence[tuple[MemberSlot, str]]) -> None:
+    async def reserve_members(self, members: Sequence[tuple[MemberSlot, str]]) -> None:
         """A placement group per member, pinned to its node; ready within the gang's
-        reservation timeout (else ReservationTimeout)."""
+        reservation timeout (else ReservationTimeout, and the groups are removed)."""
         names = {slot.name for slot, _ in members}
-        for slot, node in members:
-            self.member_pgs[slot.name] = placement_group(
-                [self.spec.bundles[slot.rank].to_dict()], strategy="PACK",
-                name=member_name(self.gang_id, slot), lifetime="detached",
-                bundle_label_selector=[{NODE_ID_LABEL: node}])
-        self._unsettled |= names  # until ready, or a whole timeout: see close()
-        ready = await _ready_within([self.member_pgs[n] for n in names],
-                                    self.spec.reservation_timeout_s)
-        self._unsettled -= names
-        if not ready:
-            raise ReservationTimeout(
-                f"placement groups of members {', '.join(s.name for s, _ in members)} were "
-                f"not ready within {self.spec.reservation_timeout_s:g}s")
+        try:
+            for slot, node in members:
+                self.member_pgs[slot.name] = placement_group(
+                    [self.spec.bundles[slot.rank].to_dict()], strategy="PACK",
+                    name=member_name(self.gang_id, slot), lifetime="detached",
+                    bundle_label_selector=[{NODE_ID_LABEL: node}])
+            self._unsettled |= names  # until ready, or a whole timeout: see close()
+            ready = await _ready_within([self.member_pgs[n] for n in names],
+                                        self.spec.reservation_timeout_s)
+            self._unsettled -= names
+            if not ready:
+                raise ReservationTimeout(
+                    f"placement groups of members {', '.join(s.name for s, _ in members)} "
+                    f"were not ready within {self.spec.reservation_timeout_s:g}s")
+        except BaseException:
+            await run_to_completion(self._drop([slot for slot, _ in members]))
+            raise
+
+    async def restart(self, world: Sequence[MemberSlot]) -> None:
+        """`resize: restart`: stop every member (their grace period is over), free the
+        groups of those not in `world`, then start `world` afresh at the next generation
+        in the groups kept (role after role, all ready before any is released: the launch
+        barrier, as at the gang's first start) and release them together. A member
+        failing to start fails the gang's run too (its members are gone)."""
+        async with self._world_lock:
+            self._restarting = True
+            try:
+                stopping = [s for s in self.spec.slots if self.handles[s.rank] is not None]
+                for slot in stopping:
+                    self._forget(slot)
+                await run_to_completion(self._drop(
+                    [s for s in self.spec.surplus_slots if s not in world]))
+                for slot in stopping:
+                    handle, self.handles[slot.rank] = self.handles[slot.rank], None
+                    _kill(handle, member_name(self.gang_id, slot))
+                await _names_free([member_name(self.gang_id, s) for s in stopping])
+                self.generation += 1
+                self.present = sorted(world, key=lambda s: s.rank)
+                await self.start_members()
+                peers = self._peers()
+                for slot in self.present:
+                    self._watch(slot, *self.handles[slot.rank].__raygang_run__.remote(peers))
+            except BaseException as error:
+                self._broken = error if isinstance(error, MemberFailure) else MemberFailure(
+                    GangError(error_type=type(error).__name__,
+                              message=f"restart at {len(world)} members: {error}"))
+                raise
+            finally:
+                self._restarting = False
+                self._wake()
+
+    def _forget(self, slot: MemberSlot) -> None:
+        """Stop following `slot`'s run: its end is not the gang's (removed on purpose)."""
+        watch = self._watching.pop(slot.rank, None)
+        if watch is not None:
+            watch.cancel()
+        self._markers.pop(slot.rank, None)
+        self._results.pop(slot.rank, None)
 
     async def _drop(self, slots: Sequence[MemberSlot]) -> None:
         """Kill these members and remove their own groups (one still being prepared may
@@ -528,6 +578,19 @@ def _remove(pg: PlacementGroup | None, name: str) -> None:
         remove_placement_group(pg)
     except Exception:
         log.warning("removing placement group %s failed", name, exc_info=True)
+
+
+async def _names_free(names: Sequence[str], timeout: float = 10.0) -> None:
+    """Wait until killed members' names are free again (a restarted member takes its
+    name back; Ray frees a name once the GCS has the actor dead)."""
+    deadline = time.monotonic() + timeout
+    for name in names:
+        while time.monotonic() < deadline:
+            try:
+                ray.get_actor(name, namespace=NAMESPACE)
+            except ValueError:
+                break
+            await asyncio.sleep(0.05)
 
 
 async def _ready_within(pgs: Sequence[PlacementGroup], timeout: float) -> bool:

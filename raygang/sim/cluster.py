@@ -27,6 +27,7 @@ from raygang.control.status import MemberStatus
 from raygang.core.gang import GangState
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, NodeState, PlacedGang
+from raygang.core.spec import Resize
 from raygang.sim.inference import INFERENCE_QUEUE, ServiceLog
 from raygang.sim.ledger import JobLog, Stop, TenantUsage
 
@@ -45,7 +46,8 @@ class SimCluster:
         self.checkpoint_s = checkpoint_s
         self.start_s = start_s  # admitted -> running (SimSettings.start_s)
         self.services: dict[str, ServiceLog] = {}  # the inference stream's (sim.inference)
-        self.resizes = False  # elastic jobs (SimSettings.elastic_min) add and remove members
+        # elastic jobs (SimSettings.elastic_min) add and remove members, live
+        self.resizes: frozenset[Resize] = frozenset()
         self.booked: dict[str, list[tuple[str, Resources]]] = {}  # gang id -> bundles
         self._freed: asyncio.Event | None = None  # set when something is unbooked
         # Called when a gang starts running: the scheduler's view changed without an event

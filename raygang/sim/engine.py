@@ -45,7 +45,7 @@ from raygang.core.gang import GangState
 from raygang.core.plan import Preemption
 from raygang.core.queues import DEFAULT_QUEUE
 from raygang.core.resources import Resources
-from raygang.core.spec import GangSpec, RoleSpec, Strategy
+from raygang.core.spec import GangSpec, Resize, RoleSpec, Strategy
 from raygang.sim.clock import VirtualTimeLoop
 from raygang.sim.cluster import SimCluster
 from raygang.sim.inference import INFERENCE_QUEUE, InferenceStream, ServiceLog
@@ -246,7 +246,8 @@ class _Replayer:
         cluster = SimCluster(nodes, self.jobs, self.usage, clock, self.settings.checkpoint_s,
                              self.settings.start_s)
         cluster.services = self.services
-        cluster.resizes = self.settings.elastic_min is not None
+        cluster.resizes = frozenset(
+            {Resize.LIVE} if self.settings.elastic_min is not None else ())
         config = SchedulerConfig.model_validate({
             **part.config.model_dump(), "resync_interval_s": self.settings.resync_s,
             "state": {"store": "memory", "results_max_bytes": 0}})

@@ -114,21 +114,73 @@ def test_a_gang_of_the_same_queue_takes_back_what_growth_took():
     run(scenario)
 
 
+def test_a_restart_gang_stops_whole_and_starts_again_at_each_new_size():
+    async def scenario():
+        cluster = make_cluster("n0: GPU=4")
+        plane = make_plane(cluster)
+        blocker = await submit(plane, "blocker", "2xGPU=1", seconds=0.3)
+        await wait_for(plane, blocker, S.RUNNING)
+        e = await elastic(plane, "e", 2, 4, resize=Resize.RESTART, preemption_grace_s=1.0)
+        await size_of(plane, e, 2)
+        first = list(cluster.members[e])
+        await wait_for(plane, blocker, S.SUCCEEDED)
+        await size_of(plane, e, 4)
+        now = list(cluster.members[e])
+        assert [m.rank for m in now] == [0, 1, 2, 3]
+        assert not {id(m) for m in first} & {id(m) for m in now}  # every member anew
+        assert all(m.told_at is not None for m in first)  # each was told to checkpoint
+        status = await plane.status(e)
+        assert any("restarted at 4 members (added worker-2, worker-3)" in ev.reason
+                   for ev in status.events), [ev.reason for ev in status.events]
+        # A higher priority takes the surplus back: the gang restarts at 2, not preempted.
+        infer = await submit(plane, "infer", "2xGPU=1", priority="inference", seconds=None)
+        await wait_for(plane, infer, S.RUNNING)
+        await size_of(plane, e, 2)
+        status = await plane.status(e)
+        assert status.state is S.RUNNING and status.preemptions == 0
+        assert any("restarted at 2 members (removed worker-2, worker-3)" in ev.reason
+                   for ev in status.events)
+        for gang in (infer, e):
+            await plane.cancel(gang)
+        await released(plane)
+        assert cluster.booked == {} and cluster.members == {}
+    run(scenario)
+
+
+def test_a_member_failing_to_start_again_fails_the_restarted_gang_whole():
+    async def scenario():
+        cluster = make_cluster("n0: GPU=4")
+        plane = make_plane(cluster)
+        blocker = await submit(plane, "blocker", "2xGPU=1", seconds=0.2)
+        await wait_for(plane, blocker, S.RUNNING)
+        s = spec("e", "GPU=1", "PACK", resize=Resize.RESTART, max_restarts=0).model_copy(
+            update={"roles": (RoleSpec(name="worker", replicas=(2, 4), resources={"GPU": 1}),)})
+        e = await plane.submit(s, {"worker": RoleProgram(target=MemoryProgram(seconds=None))})
+        await size_of(plane, e, 2)
+        # From now on a member's constructor raises: the restart at 4 fails.
+        plane.fleet.driver(e).run.programs["worker"] = MemoryProgram(fails_to_start=True)
+        await wait_for(plane, e, S.FAILED)
+        status = await plane.status(e)
+        assert status.error is not None and "constructor failed" in status.error.message
+        await released(plane)
+        assert cluster.booked == {} and cluster.members == {}
+    run(scenario)
+
+
 @pytest.mark.parametrize("how, message", [
     ("no-resize", "are not run yet on this cluster"),
-    ("restart", "are not run yet with resize 'restart'"),
+    ("live-only", "are not run yet with resize 'restart' on this cluster"),
 ])
 def test_what_is_not_carried_out_yet_is_refused_with_the_role_and_nothing_is_queued(
         how, message):
     async def scenario():
         cluster = make_cluster("n0: GPU=4")
-        if how == "no-resize":
-            cluster.resizes = False
+        cluster.resizes = frozenset() if how == "no-resize" else frozenset({Resize.LIVE})
         plane = make_plane(cluster)
         s = spec("e", "CPU=1 + GPU=1").model_copy(update={"roles": (
             RoleSpec(name="head"), RoleSpec(name="worker", replicas=(2, 4),
                                             resources={"GPU": 1})),
-            "resize": Resize.RESTART if how == "restart" else Resize.LIVE})
+            "resize": Resize.RESTART})
         programs = {r.name: RoleProgram(target=MemoryProgram()) for r in s.roles}
         with pytest.raises(ValueError, match=r"roles\[1\]\.replicas: elastic roles "
                                              r"\(replicas=\(2, 4\)\) " + message):

@@ -5,6 +5,7 @@ body starts. The shared cluster has 8 GPUs (two workers of 4)."""
 
 from __future__ import annotations
 
+import pathlib
 import time
 
 import pytest
@@ -152,3 +153,54 @@ def test_a_restarted_scheduler_adopts_the_surplus_members_too(made):
     shrunk = _wait(lambda: (s := gang.status()).world_size == 2 and s)
     assert (shrunk.state, shrunk.preemptions) == (GangState.RUNNING, 0)
     assert _actor_ids(gang.gang_id, members[:2]) == {m: actors[m] for m in members[:2]}
+
+
+@raygang.gang_task(role="worker", replicas=(2, 4), num_gpus=1, num_cpus=0,
+                   resize="restart", preemption_grace_s=5)
+class Restarting:
+    """Data-parallel code that cannot re-form its group live: it saves its step when told
+    to stop (`on_preempt`), and every start resumes from the step saved last."""
+
+    def __init__(self, until: int, store: str):
+        self.until, self.store = until, pathlib.Path(store)
+        ctx = raygang.get_context()
+        saved = self.store / f"{ctx.role}-{ctx.role_rank}"
+        self.resumed_at = int(saved.read_text()) if saved.exists() else None
+        self.step = self.resumed_at or 0
+
+    def on_preempt(self) -> None:
+        ctx = raygang.get_context()
+        (self.store / f"{ctx.role}-{ctx.role_rank}").write_text(str(self.step))
+
+    def run(self):
+        ctx = raygang.get_context()
+        while ctx.world_size != self.until and not ctx.preempted:
+            self.step += 1
+            time.sleep(0.05)
+        return {"member": f"{ctx.role}-{ctx.role_rank}", "rank": ctx.rank,
+                "world_size": ctx.world_size, "generation": ctx.generation,
+                "actor": ray.get_runtime_context().get_actor_id(),
+                "resumed_at": self.resumed_at}
+
+
+def test_a_restart_gang_checkpoints_and_starts_again_whole_at_its_new_size(made, tmp_path):
+    blocker = Hold.options(replicas=6).remote()
+    made.append(blocker)
+    wait_state(blocker, GangState.RUNNING)
+    gang = Restarting.remote(4, str(tmp_path))
+    made.append(gang)
+    _ready_members(gang, 2)
+    first = _actor_ids(gang.gang_id, ["worker-0", "worker-1"])
+    blocker.cancel()
+    results = gang.result(timeout=90)
+    # The same gang, started again at 4: new actors, a new generation; the first two
+    # resumed from the step they saved when told (the grace period of a preemption).
+    assert [(r["member"], r["rank"], r["world_size"], r["generation"]) for r in results] == [
+        (f"worker-{i}", i, 4, 1) for i in range(4)]
+    assert not {r["actor"] for r in results} & set(first.values())
+    assert [r["resumed_at"] is not None and r["resumed_at"] > 0 for r in results] == [
+        True, True, False, False]
+    final = gang.status()
+    assert (final.state, final.restarts, final.preemptions) == (GangState.SUCCEEDED, 0, 0)
+    assert any("restarted at 4 members (added worker-2, worker-3)" in e.reason
+               for e in final.events), final.events

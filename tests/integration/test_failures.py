@@ -125,14 +125,6 @@ def test_unknown_priority_class_is_refused_with_the_known_ones(ray_cluster):
         Service.options(priority="urgent").remote()
 
 
-def test_elastic_roles_that_cannot_resize_live_are_refused_naming_the_role(ray_cluster):
-    # Ray's runs add and remove members live (tests/integration/test_elastic.py); a
-    # restart at the new size is not run yet.
-    with pytest.raises(ValueError, match=r"roles\[0\]\.replicas: elastic roles "
-                                         r"\(replicas=\(1, 2\)\) are not run yet with "
-                                         "resize 'restart'"):
-        Service.options(replicas=(1, 2), resize="restart").remote()
-    assert not [g for g in raygang.list_gangs() if g.state is GangState.PENDING]
 
 
 def test_scheduler_loop_survives_garbage(ray_cluster):
