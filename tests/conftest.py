@@ -69,7 +69,10 @@ def ray_cluster(cluster):
     _scheduler_with(SCHEDULER_CONFIG)
     before = leaks.wait_until_idle(cluster_resources=True)
     yield cluster
-    leaks.assert_nothing_left(before)
+    try:
+        leaks.assert_nothing_left(before)
+    finally:  # the test failed, or leaked: either way its gangs end here, not later
+        leaks.cancel_unfinished()
 
 
 @pytest.fixture(scope="module")

@@ -171,10 +171,11 @@ class GangDriver:
         record, names = self.record, [slot.name for slot, _ in slots]
         restart = record.spec.resize is Resize.RESTART
         try:
+            problems: list[str] = []
             if restart:  # their room first: the gang is not stopped for nothing
                 await self.run.reserve_members(slots)
             else:
-                await self.run.add_members(slots)
+                problems = await self.run.add_members(slots)
         except Exception as error:  # noqa: BLE001 - the gang runs on without them
             for name in names:
                 record.surplus.pop(name, None)
@@ -186,6 +187,7 @@ class GangDriver:
         else:
             record.note(f"grew to {record.size} members (added {', '.join(names)})",
                         self._clock())
+            self._note_problems(problems)
 
     def shrink(self, members: Sequence[str], why: str) -> None:
         """Remove these surplus members after the grace period: the gang runs on."""
@@ -205,12 +207,16 @@ class GangDriver:
                 await self._restart(f"removed {', '.join(sorted(names))}")
             else:
                 await grace_period(self.run, record.spec.preemption_grace_s, slots)
-                await self.run.remove_members(slots)
+                self._note_problems(await self.run.remove_members(slots))
         finally:
             for name in names:
                 record.leaving.pop(name, None)
             record.members[:] = [m for m in record.members  # in place: the run appends
                                  if f"{m.role}-{m.index}" not in names]  # to this list
+
+    def _note_problems(self, problems: Sequence[str]) -> None:
+        for problem in problems:  # the gang runs on: its members were told, not all well
+            self.record.note(f"resize: {problem}", self._clock())
 
     async def _restart(self, change: str) -> None:
         """`resize: restart`: every member gets the grace period of a preemption (to

@@ -380,9 +380,10 @@ class MemoryRun:
         self.extra = {}
 
     # Elastic gangs ----------------------------------------------------------------------
-    async def add_members(self, members: Sequence[tuple[Any, str]]) -> None:
+    async def add_members(self, members: Sequence[tuple[Any, str]]) -> list[str]:
         """Book each member's bundle on its node once it fits (within the reservation
-        timeout), start them (their role's `start_s`) and release them."""
+        timeout), start them (their role's `start_s`) and release them (no resize hooks
+        here: nothing goes wrong telling the others)."""
         await self.reserve_members(members)
         try:
             started = await self._start([slot for slot, _ in members])
@@ -391,6 +392,7 @@ class MemoryRun:
             raise
         self.members = sorted([*self.members, *started], key=lambda m: m.rank)
         self.cluster.members[self.gang_id] = self.members
+        return []
 
     async def reserve_members(self, members: Sequence[tuple[Any, str]]) -> None:
         """Book each member's bundle on its node once it fits (within the reservation
@@ -450,12 +452,13 @@ class MemoryRun:
             self.extra.pop(name, None)
         self._rebook()
 
-    async def remove_members(self, members: Sequence[Any]) -> None:
+    async def remove_members(self, members: Sequence[Any]) -> list[str]:
         """Stop them (told and given their grace period before) and free their bundles."""
         names = {slot.name for slot in members}
         self.members = [m for m in self.members if f"{m.role}-{m.index}" not in names]
         self.cluster.members[self.gang_id] = self.members
         self._unbook(names)
+        return []
 
     def _fits(self, wanted: dict[str, tuple[str, Resources]]) -> bool:
         need: dict[str, Resources] = {}

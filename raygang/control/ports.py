@@ -70,14 +70,16 @@ class GangRun(Protocol):
         """Tear everything down (idempotent, never raises; finishes even if cancelled)."""
 
     # Elastic gangs (only where `Cluster.resizes`) -------------------------------------
-    async def add_members(self, members: Sequence[tuple[MemberSlot, str]]) -> None:
+    async def add_members(self, members: Sequence[tuple[MemberSlot, str]]) -> list[str]:
         """Reserve and start these surplus members (slot, node) beside the running ones,
-        and release them once ready; the others are told the new world."""
+        and release them once ready; the others are told the new world. Returns what
+        went wrong that the gang runs on with (a resize hook raised, a member did not
+        answer the barrier): the gang's events say it."""
 
-    async def remove_members(self, members: Sequence[MemberSlot]) -> None:
+    async def remove_members(self, members: Sequence[MemberSlot]) -> list[str]:
         """Stop these surplus members and free what they held (their grace period is
         over: the driver gave it, as to a whole gang); the others are told the new
-        world."""
+        world. Returns what went wrong, as `add_members`."""
 
     # `resize: restart` (only where `Resize.RESTART in Cluster.resizes`)
     async def reserve_members(self, members: Sequence[tuple[MemberSlot, str]]) -> None:

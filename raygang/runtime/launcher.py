@@ -384,11 +384,12 @@ class GangLaunch:
                 wait.cancel()
 
     # Resizes (elastic gangs, `resize: live`) ------------------------------------------
-    async def add_members(self, members: Sequence[tuple[MemberSlot, str]]) -> None:
+    async def add_members(self, members: Sequence[tuple[MemberSlot, str]]) -> list[str]:
         """Reserve each new member a placement group of its own on its node, start it,
         tell every member already there the new world and wait for their `on_resize`
         hooks (the barrier), then release the new members. Whatever fails on the way is
-        undone (the gang runs on without them) and raised."""
+        undone (the gang runs on without them) and raised; what went wrong in the
+        barrier (a hook raised, a member did not answer) is returned."""
         slots = [slot for slot, _ in members]
         await self.reserve_members(members)
         try:
@@ -402,7 +403,7 @@ class GangLaunch:
                 f"{self.spec.startup_timeout_s:g}s")
             async with self._world_lock:
                 self.present = sorted([*self.present, *slots], key=lambda s: s.rank)
-                worlds = await self._tell_world(added=slots, removed=())
+                worlds, problems = await self._tell_world(added=slots, removed=())
                 peers = self._peers()
                 for slot in slots:  # past the barrier: the new members start their bodies
                     self._watch(slot, *self.handles[slot.rank].__raygang_run__.remote(
@@ -411,18 +412,19 @@ class GangLaunch:
             self.present = [s for s in self.present if s not in slots]
             await run_to_completion(self._drop(slots))
             raise
+        return problems
 
-    async def remove_members(self, members: Sequence[MemberSlot]) -> None:
+    async def remove_members(self, members: Sequence[MemberSlot]) -> list[str]:
         """Stop these members (told before, as a preemption: `preempted`, `on_preempt`,
         the grace period), free their groups, then tell the members staying the new world
-        and wait for their `on_resize` hooks."""
+        and wait for their `on_resize` hooks; what went wrong there is returned."""
         slots = [s for s in members if s in self.present or self.handles[s.rank] is not None]
         async with self._world_lock:
             for slot in slots:
                 self._forget(slot)
             self.present = [s for s in self.present if s not in slots]
             await run_to_completion(self._drop(slots))
-            await self._tell_world(added=(), removed=slots)
+            return (await self._tell_world(added=(), removed=slots))[1]
 
     async def reserve_members(self, members: Sequence[tuple[MemberSlot, str]]) -> None:
         """A placement group per member, pinned to its node; ready within the gang's
@@ -499,12 +501,13 @@ class GangLaunch:
                 self._unsettled.discard(slot.name)
             _remove(pg, member_name(self.gang_id, slot))
 
-    async def _tell_world(self, added: Sequence[MemberSlot],
-                          removed: Sequence[MemberSlot]) -> dict[int, World]:
+    async def _tell_world(self, added: Sequence[MemberSlot], removed: Sequence[MemberSlot]
+                          ) -> tuple[dict[int, World], list[str]]:
         """The next generation's world, as each present member sees it (by gang rank);
         told to every released member that stays, whose replies are awaited (the barrier,
-        up to the startup timeout). A hook that raised is logged: the gang runs on (a
-        member that died fails it through its run)."""
+        up to the startup timeout). A hook that raised, or a member that did not answer,
+        is returned (the gang's events say so) and the gang runs on (a member that died
+        fails it through its run)."""
         self.generation += 1
         names = tuple(s.name for s in self.present)
         peers = self._peers()
@@ -516,17 +519,21 @@ class GangLaunch:
         told = [s for s in self.present if s.rank in self._markers and s not in added]
         calls = [asyncio.ensure_future(self._await(
             s, self.handles[s.rank].__raygang_resize__.remote(worlds[s.rank]))) for s in told]
+        problems = []
         if calls:
             done, pending = await asyncio.wait(calls, timeout=self.spec.startup_timeout_s)
             for slot, call in zip(told, calls):
                 if call in pending:
                     call.cancel()
-                    log.warning("%s did not answer the resize of %s within %gs", slot.name,
-                                self.gang_id, self.spec.startup_timeout_s)
+                    problems.append(f"{slot.name} did not answer the resize to "
+                                    f"{len(self.present)} members within "
+                                    f"{self.spec.startup_timeout_s:g}s")
                 elif call.exception() is not None or call.result().get("error"):
-                    log.warning("the resize hooks of %s of %s failed: %s", slot.name,
-                                self.gang_id, call.exception() or call.result()["error"])
-        return worlds
+                    problems.append(f"the resize hooks of {slot.name} failed: "
+                                    f"{call.exception() or call.result()['error']}")
+        for problem in problems:
+            log.warning("%s: %s", self.gang_id, problem)
+        return worlds, problems
 
     # 4. Tear down ----------------------------------------------------------------------
     async def close(self) -> None:

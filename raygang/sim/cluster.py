@@ -233,7 +233,7 @@ class SimRun:
         self._timer = asyncio.get_running_loop().call_at(
             now + left * self.full / self.size, _finish, self._body)
 
-    async def add_members(self, members: Sequence[tuple[Any, str]]) -> None:
+    async def add_members(self, members: Sequence[tuple[Any, str]]) -> list[str]:
         cluster, gang = self.cluster, self.record.gang_id
         wanted = [(f"{gang}/{slot.name}", [(node, Resources(GPU=self.each))])
                   for slot, node in members]
@@ -248,14 +248,16 @@ class SimRun:
             self._extra[slot.name] = key
         if self.started is not None and not self._closed:
             self._resize(cluster.clock(), len(members))
+        return []  # a trace job has no resize hooks
 
-    async def remove_members(self, members: Sequence[Any]) -> None:
+    async def remove_members(self, members: Sequence[Any]) -> list[str]:
         # (A trace job runs no hook: its members worked through their grace period.)
         gone = [slot.name for slot in members if slot.name in self._extra]
         if self.started is not None and not self._closed and gone:
             self._resize(self.cluster.clock(), -len(gone))
         for name in gone:
             self.cluster.unbook(self._extra.pop(name))
+        return []
 
     async def signal_preempt(self, grace_s: float,
                              members: Sequence[Any] | None = None) -> list[dict]:

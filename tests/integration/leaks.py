@@ -80,6 +80,16 @@ def unfinished_gangs() -> list[str]:
             if not state.finished for g in raygang.list_gangs(state)]
 
 
+def cancel_unfinished() -> None:
+    """Cancel every gang not finished (a failed test's): the tests after it must not see
+    its gangs as their leaks. Never raises."""
+    for line in unfinished_gangs():
+        try:
+            raygang.GangRef(line.split()[0]).cancel()
+        except Exception:  # noqa: BLE001 - it ended meanwhile, or the scheduler is gone
+            pass
+
+
 def assert_nothing_left(before: dict[str, float], timeout: float = 15) -> None:
     deadline = time.time() + timeout
     while True:

@@ -28,13 +28,16 @@ class DataParallel:
     """Runs until its world is `until` members (or it is preempted), then reports what it
     saw: its name, rank and world, its actor id, and each resize it was told of."""
 
-    def __init__(self, until: int):
-        self.until = until
+    def __init__(self, until: int, hook_fails: str | None = None):
+        self.until, self.hook_fails = until, hook_fails
         self.resizes: list[tuple[int, int, int, tuple[str, ...]]] = []
         self.told_to_go = False
 
     def on_resize(self, world: raygang.World) -> None:
         self.resizes.append((world.generation, world.size, world.rank, world.removed))
+        ctx = raygang.get_context()
+        if f"{ctx.role}-{ctx.role_rank}" == self.hook_fails:
+            raise ValueError("could not re-form the process group")
 
     def on_preempt(self) -> None:
         self.told_to_go = True
@@ -82,7 +85,7 @@ def test_admitted_at_its_minimum_it_grows_live_when_a_blocker_ends(made):
     blocker = Hold.options(replicas=6).remote()
     made.append(blocker)
     wait_state(blocker, GangState.RUNNING)
-    gang = DataParallel.remote(4)
+    gang = DataParallel.remote(4, hook_fails="worker-1")
     made.append(gang)
     status = wait_state(gang, GangState.RUNNING)
     assert (status.world_size, status.min_size, status.max_size) == (2, 2, 4)
@@ -102,6 +105,10 @@ def test_admitted_at_its_minimum_it_grows_live_when_a_blocker_ends(made):
     final = gang.status()
     assert (final.state, final.restarts, final.preemptions) == (GangState.SUCCEEDED, 0, 0)
     assert any("grew to 4 members" in e.reason for e in final.events), final.events
+    # A hook that raised is the gang's event; the gang ran on (its code may cope).
+    assert any(e.reason.startswith("resize: the resize hooks of worker-1 failed: ValueError: "
+                                   "could not re-form the process group")
+               for e in final.events), [e.reason for e in final.events]
 
 
 def test_a_higher_priority_gang_takes_the_surplus_first_then_a_whole_gang(made):
