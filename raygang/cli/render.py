@@ -92,12 +92,17 @@ def _table(*columns: str, title: str | None = None) -> Table:
 
 # Gangs -------------------------------------------------------------------------------
 def gangs_table(page: Mapping[str, Any]) -> RenderableType:
-    table = _table("ID", "QUEUE", "PRIORITY", "STATE", "POSITION", "AGE", "REASON")
+    # SIZE (members now, and an elastic gang's range) only where the page lists an
+    # elastic gang: for rigid gangs alone it says nothing the spec does not.
+    sized = any(g.get("max_size") for g in page["items"])
+    table = _table("ID", "QUEUE", "PRIORITY", "STATE", *(["SIZE"] if sized else []),
+                   "POSITION", "AGE", "REASON")
     table.columns[0].no_wrap = True
     now = page["now"]
     for g in page["items"]:
         position = g.get("queue_position")
-        table.add_row(g["gang_id"], g["queue"], str(g["priority"]), state(g["state"]),
+        size = [size_text(g)] if sized else []
+        table.add_row(g["gang_id"], g["queue"], str(g["priority"]), state(g["state"]), *size,
                       "-" if position is None else str(position),
                       age(now - g["submitted_at"]), g.get("reason") or "")
     shown, total = len(page["items"]), page["total"]
@@ -105,6 +110,13 @@ def gangs_table(page: Mapping[str, Any]) -> RenderableType:
         more = Text(f"{shown} of {total} gangs (use --limit to see more)", style="dim")
         return Group(table, more)
     return table
+
+
+def size_text(g: Mapping[str, Any]) -> str:
+    """Members now; an elastic gang's as "now (min-max)", e.g. "2 (2-4)"."""
+    if g.get("max_size"):
+        return f"{g['world_size']} ({g['min_size']}-{g['max_size']})"
+    return str(g["world_size"])
 
 
 def gang_details(g: Mapping[str, Any]) -> RenderableType:

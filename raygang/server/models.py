@@ -37,8 +37,9 @@ class RoleSubmission(RoleSpec):
     max_concurrency: int | None = Field(None, ge=1, le=10_000)
 
     def role_spec(self) -> RoleSpec:
-        return RoleSpec(name=self.name, replicas=self.replicas, resources=self.resources,
-                        after=self.after)
+        # Every field of RoleSpec, none by hand (min_replicas was once left out: an
+        # elastic role sent over REST ran rigid at its maximum).
+        return RoleSpec(**{name: getattr(self, name) for name in RoleSpec.model_fields})
 
     def program(self) -> RoleProgram:
         return RoleProgram(target=self.entrypoint, args=tuple(self.args), kwargs=self.kwargs,

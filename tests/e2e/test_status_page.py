@@ -5,6 +5,7 @@ for one; Ray jobs are listed with their state, queue position, Ray job id and co
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
@@ -32,6 +33,13 @@ DEMO_GANG = {
     "name": "page-demo",
     "queue": "team-a",
     "roles": [{"name": "w", "replicas": 2, "resources": {"GPU": 1},
+               "entrypoint": "raygang.demo:sleep", "args": [4]}],
+}
+
+ELASTIC_GANG = {
+    "name": "page-elastic",
+    "queue": "team-b",
+    "roles": [{"name": "w", "replicas": [1, 2], "resources": {"GPU": 1},
                "entrypoint": "raygang.demo:sleep", "args": [4]}],
 }
 
@@ -99,6 +107,9 @@ def test_page_follows_a_gang_from_submission_to_success(ray_cluster, api_server,
     created = client.post("/v1/gangs", json=DEMO_GANG)
     assert created.status_code == 201, created.text
     gang_id = created.json()["gang_id"]
+    elastic = client.post("/v1/gangs", json=ELASTIC_GANG)  # beside it, in team-b
+    assert elastic.status_code == 201, elastic.text
+    elastic_id = elastic.json()["gang_id"]
     try:
         browser.get(f"{api_server.url}/#token={api_server.token('admin')}")
         # The token left the address bar and was kept for the next visit.
@@ -129,6 +140,11 @@ def test_page_follows_a_gang_from_submission_to_success(ray_cluster, api_server,
         pill = browser.find_element("css selector", f'tr[data-gang-id="{gang_id}"] td.state .pill')
         assert "state-RUNNING" in pill.get_attribute("class")
         assert browser.find_element("id", "updated").text.startswith("last updated")
+        # An elastic gang's row says how many members it runs of its range.
+        chip = f'tr[data-gang-id="{elastic_id}"] td.name .kind.elastic'
+        chips = wait_for(browser, f"gang {elastic_id}'s elastic size",
+                         lambda d: d.find_elements("css selector", chip))
+        assert re.fullmatch("[0-2] of 1\u20132", chips[0].text), chips[0].text
         ARTIFACTS.mkdir(exist_ok=True)
         assert browser.save_screenshot(str(ARTIFACTS / "status_page.png"))
 
@@ -158,6 +174,7 @@ def test_page_follows_a_gang_from_submission_to_success(ray_cluster, api_server,
         assert errors == [], errors
     finally:
         assert wait_until_finished(client, gang_id) == "SUCCEEDED"
+        assert wait_until_finished(client, elastic_id) == "SUCCEEDED"
 
 
 def test_page_without_a_token_asks_for_one(api_server, browser):

@@ -40,3 +40,18 @@ def test_explain_says_what_an_elastic_gang_runs_and_why_it_grows_no_further():
     assert ("elastic: runs 3 of 2 to 4 members; grows: no free GPU on any node "
             "(needs {GPU: 1})") in out
     assert "elastic" not in _text(render.explain({**ELASTIC, "max_size": None}, None))
+
+
+def test_list_shows_a_size_column_where_a_gang_is_elastic():
+    rigid = {**ELASTIC, "gang_id": "rigid-1", "world_size": 4, "min_size": None,
+             "max_size": None}
+    out = _text(render.gangs_table({"now": 10.0, "total": 2, "items": [ELASTIC, rigid]}))
+    header = next(line for line in out.splitlines() if line.startswith("ID"))
+    assert header.split() == ["ID", "QUEUE", "PRIORITY", "STATE", "SIZE", "POSITION", "AGE",
+                              "REASON"]
+    rows = {line.split()[0]: line.split() for line in out.splitlines()
+            if line.startswith(("dp-1", "rigid-1"))}
+    assert rows["dp-1"][4:6] == ["3", "(2-4)"] and rows["rigid-1"][4] == "4", rows
+    # Rigid gangs alone: the columns the README shows, no SIZE.
+    out = _text(render.gangs_table({"now": 10.0, "total": 1, "items": [rigid]}))
+    assert "SIZE" not in out
