@@ -290,19 +290,23 @@ class MemoryRun:
                 error_type="StartupTimeout",
                 message=f"members were not all ready within {timeout:g}s")) from None
 
-    async def _start_members(self) -> None:
+    async def _start_members(self, slots: Sequence[Any] | None = None) -> None:
+        """Start `slots` (the minimum by default; a restart: its new world), role after
+        role in `after` order, each role's `start_s` once."""
+        slots = self.spec.min_slots if slots is None else slots
         started: set[str] = set()
         roles = list(self.spec.roles)
         by_rank: list[_Member | None] = [None] * self.spec.world_size
-        node_of = dict(zip(self.spec.min_slots, self.nodes))
+        node_of = dict(zip((s.name for s in self.spec.min_slots), self.nodes))
+        node_of.update((name, node) for name, (node, _) in self.extra.items())
         while roles:
             role = next(r for r in roles if set(r.after) <= started)
             roles.remove(role)
             program = self.programs.get(role.name, MemoryProgram())
             await asyncio.sleep(program.start_s)
-            for slot in (s for s in self.spec.min_slots if s.role == role.name):
+            for slot in (s for s in slots if s.role == role.name):
                 member = by_rank[slot.rank] = _Member(
-                    self.gang_id, slot.rank, slot.role, slot.index, node_of[slot],
+                    self.gang_id, slot.rank, slot.role, slot.index, node_of[slot.name],
                     program)
                 if program.fails_to_start:
                     raise MemberFailure(GangError(member=f"{slot.role}-{slot.index}",
@@ -416,20 +420,21 @@ class MemoryRun:
         self._restarting, self.members = True, []
         self.cluster.members[self.gang_id] = self.members
         self._unbook(n for n in list(self.extra) if n not in names)
-        try:
-            self.members = await self._start(world)
+        try:  # as at the first start (role order), then released together
+            await self._start_members(world)
         except MemberFailure as failure:
             self._broken = failure
             raise
         finally:
             self._restarting = False
-        self.cluster.members[self.gang_id] = self.members
+        now = self.cluster.clock()
+        for member in self.members:
+            member.released_at = now
 
     async def _start(self, slots: Sequence[Any]) -> list[_Member]:
-        """Start these members (their role's `start_s`) on their booked nodes and release
-        them; a constructor failing raises."""
-        node_of = dict(zip((s.name for s in self.spec.min_slots), self.nodes))
-        node_of.update((name, node) for name, (node, _) in self.extra.items())
+        """Start these surplus members (their role's `start_s`) on their booked nodes and
+        release them; a constructor failing raises."""
+        node_of = {name: node for name, (node, _) in self.extra.items()}
         started = []
         for slot in slots:
             program = self.programs.get(slot.role, MemoryProgram())
