@@ -264,7 +264,7 @@ def deploy(
     name: str,
     app: Any,
     *,
-    replicas: int = 1,
+    replicas: int | tuple[int, int] = 1,
     resources: Mapping[str, float] | None = None,
     num_cpus: float | None = None,
     num_gpus: float | None = None,
@@ -273,6 +273,10 @@ def deploy(
     """Run a Ray Serve application as a gang: `replicas` replicas of its ingress deployment,
     each reserving `resources`, admitted whole — preempting lower-priority training if it
     must — then deployed with Serve on exactly the reserved nodes.
+
+    `replicas=(min, max)` (or `min_replicas=`): elastic, admitted at `min`, grown toward
+    `max` on its minimum's nodes as they free, and shrunk toward `min` (Serve drains the
+    replicas it stops) before anyone is preempted.
 
     `app` is a bound Serve application (`MyDeployment.bind(...)`) or an import path
     (`"pkg.module:app"`). Options: `queue`, `priority` (default `inference`), `strategy`,

@@ -236,6 +236,8 @@ class MemoryLeftovers:
 
 
 def _programs(record: GangRecord) -> dict[str, MemoryProgram]:
+    if record.kind == "deployment":  # a Serve app's replicas serve until it is undeployed
+        return {role.name: MemoryProgram(seconds=None) for role in record.spec.roles}
     out = {}
     for role, program in record.programs.items():
         target = program.target

@@ -108,6 +108,18 @@ class GangRecord:
                                      reason=reason))
         self._trim_events()
 
+    def rebook(self, moves: Mapping[str, str]) -> None:
+        """Book these members (name -> node) where they are: a library that places its
+        own interchangeable members (Serve's replicas) put them elsewhere than planned."""
+        names = [slot.name for slot in self.spec.min_slots]
+        nodes = list(self.nodes)
+        for member, node in moves.items():
+            if member in self.surplus:
+                self.surplus[member] = node
+            elif member in names and names.index(member) < len(nodes):
+                nodes[names.index(member)] = node
+        self.nodes = tuple(nodes)
+
     def move(self, to: GangState, reason: str, now: float) -> None:
         check_move(self.gang_id, self.state, to)
         self.events.append(GangEvent(at=now, from_state=self.state, to_state=to, reason=reason))
@@ -194,7 +206,11 @@ class GangRecord:
                                   tuple((slot.name, spec.bundles[slot.rank])
                                         for slot in spec.surplus_slots
                                         if slot.name not in self.surplus
-                                        and slot.name not in self.leaving))
+                                        and slot.name not in self.leaving),
+                                  # Serve keeps a deployment's replicas on the nodes
+                                  # it was first given (runtime/deployment.py)
+                                  within=tuple(sorted(set(self.nodes)))
+                                  if self.kind == "deployment" else None)
             self._placed = (key, PlacedGang(
                 self.gang_id, self.priority, bundles,
                 queue=spec.queue, preemptible=self.preemptible,

@@ -126,9 +126,10 @@ def place_member(gang: PlacedGang, bundle: Resources, capacity: Capacity,
                  settled) -> str | None:  # noqa: ANN001 - node -> settled free
     """A node for one more member of `gang` under its strategy, on settled free capacity:
     STRICT_PACK on its node; STRICT_SPREAD on a node it does not use; PACK its own nodes
-    first, SPREAD other nodes first; best fit (tightest, then lowest id) among them."""
+    first, SPREAD other nodes first; best fit (tightest, then lowest id) among them; only
+    nodes `within` where it has them."""
     assert gang.elastic is not None
-    strategy = gang.elastic.strategy
+    strategy, within = gang.elastic.strategy, gang.elastic.within
     used = {node for node, _ in gang.bundles}
     if strategy is Strategy.STRICT_PACK:
         tiers: list[tuple[Iterable[str] | None, frozenset[str]]] = [(sorted(used), frozenset())]
@@ -139,9 +140,30 @@ def place_member(gang: PlacedGang, bundle: Resources, capacity: Capacity,
     else:
         tiers = [(None, frozenset(used)), (sorted(used), frozenset())]
     for among, exclude in tiers:
+        if within is not None:  # every tier, narrowed to the nodes it may grow on
+            among = [n for n in (sorted(within) if among is None else among)
+                     if n in within and n in capacity]
         excluded = set(exclude)
         while (node := capacity.best_node(bundle, exclude=excluded, among=among)) is not None:
             if bundle.fits_in(settled(node)):
                 return node
             excluded.add(node)  # what frees there is promised to a preemptor
     return None
+
+
+def rebooked(booked: dict[str, str], actual: Sequence[str]) -> dict[str, str]:
+    """The members whose booking must move, and where, for `booked` (member -> node) to
+    hold the nodes in `actual` (one per member, in any order): where a library places
+    interchangeable members itself (Serve's replicas), raygang's books follow it. A member
+    keeps its node while `actual` has one there; the rest take the nodes left, in order."""
+    left: dict[str, int] = {}
+    for node in actual:
+        left[node] = left.get(node, 0) + 1
+    moving = []
+    for member, node in booked.items():
+        if left.get(node, 0) > 0:
+            left[node] -= 1
+        else:
+            moving.append(member)
+    free = [node for node in sorted(left) for _ in range(left[node])]
+    return dict(zip(moving, free))

@@ -31,12 +31,14 @@ class Elastic:
     """What an elastic gang may still change. Its `bundles` are its minimum's, then one per
     member of `surplus` (held beyond the minimum, in that order), then one per member of
     `leaving` (being removed); `missing` are the members it may add, (name, bundle), in the
-    order it grows. Member names are `<role>-<index>`."""
+    order it grows. Member names are `<role>-<index>`. `within`: the only nodes it may
+    grow on (a Serve deployment's: its node selector is fixed while it runs), or None."""
 
     strategy: Strategy
     surplus: tuple[str, ...] = ()
     leaving: tuple[str, ...] = ()
     missing: tuple[tuple[str, Resources], ...] = ()
+    within: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)

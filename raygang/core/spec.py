@@ -59,6 +59,25 @@ Bundle = Annotated[Resources, AfterValidator(_bundle_not_empty)]
 Priority = Annotated[StrictInt | str, AfterValidator(_priority_name)]
 
 
+def _replicas_range(data: object) -> object:
+    """`replicas=(min, max)` as `min_replicas` and `replicas` (roles and deployments)."""
+    if isinstance(data, dict) and isinstance(data.get("replicas"), (tuple, list)):
+        pair = data["replicas"]
+        if len(pair) != 2:
+            raise ValueError(f"replicas: a count or (min, max), got {tuple(pair)!r}")
+        if "min_replicas" in data:
+            raise ValueError("replicas: (min, max) and min_replicas both given; use one")
+        data = {**data, "min_replicas": pair[0], "replicas": pair[1]}
+    return data
+
+
+def _min_within(model):  # noqa: ANN001, ANN202 - a RoleSpec or a DeploymentSpec
+    if model.min_replicas is not None and model.min_replicas > model.replicas:
+        raise ValueError(f"min_replicas: must be at most replicas ({model.replicas}), "
+                         f"got {model.min_replicas}")
+    return model
+
+
 class RoleSpec(BaseModel):
     """One kind of member: `replicas` actors, each reserving `resources` (one bundle each).
 
@@ -81,22 +100,12 @@ class RoleSpec(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _replicas_range(cls, data: object) -> object:
-        if isinstance(data, dict) and isinstance(data.get("replicas"), (tuple, list)):
-            pair = data["replicas"]
-            if len(pair) != 2:
-                raise ValueError(f"replicas: a count or (min, max), got {tuple(pair)!r}")
-            if "min_replicas" in data:
-                raise ValueError("replicas: (min, max) and min_replicas both given; use one")
-            data = {**data, "min_replicas": pair[0], "replicas": pair[1]}
-        return data
+    def _range(cls, data: object) -> object:
+        return _replicas_range(data)
 
     @model_validator(mode="after")
-    def _min_within(self) -> RoleSpec:
-        if self.min_replicas is not None and self.min_replicas > self.replicas:
-            raise ValueError(f"min_replicas: must be at most replicas ({self.replicas}), "
-                             f"got {self.min_replicas}")
-        return self
+    def _min_ok(self) -> RoleSpec:
+        return _min_within(self)
 
     @property
     def minimum(self) -> int:
@@ -105,7 +114,6 @@ class RoleSpec(BaseModel):
     @property
     def elastic(self) -> bool:
         return self.minimum < self.replicas
-
 
 
 class Resize(str, enum.Enum):
@@ -273,7 +281,12 @@ class GangSpec(BaseModel):
 
 class DeploymentSpec(BaseModel):
     """A Ray Serve application run as a gang: `replicas` replicas of its ingress deployment,
-    each reserving `resources`, admitted whole (preempting lower priorities if it must)."""
+    each reserving `resources`, admitted whole (preempting lower priorities if it must).
+
+    Elastic: `replicas=(min, max)` (or `min_replicas`) is admitted at `min` and grows
+    toward `max`, on the nodes of its minimum only (Serve's node selector cannot change
+    without restarting every replica); its surplus replicas are the first taken back, so
+    it shrinks toward `min` before anyone is preempted."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -282,7 +295,10 @@ class DeploymentSpec(BaseModel):
         None, pattern=r"^[\w.]+:[\w.]+$",
         description='"package.module:app" naming a bound Serve application (for REST/CLI)',
     )
-    replicas: int = Field(1, ge=1, le=MAX_MEMBERS)
+    replicas: int = Field(1, ge=1, le=MAX_MEMBERS, description="replicas (the most, if elastic)")
+    min_replicas: int | None = Field(
+        None, ge=1, le=MAX_MEMBERS, description="elastic: the fewest replicas it serves with "
+        "(none: exactly `replicas`); `replicas=(min, max)` sets both")
     resources: Bundle = Field(default_factory=lambda: Resources(CPU=1))
     queue: str = Field("default", pattern=NAME_PATTERN)
     priority: Priority = "inference"
@@ -293,6 +309,15 @@ class DeploymentSpec(BaseModel):
     reservation_timeout_s: float = Field(60.0, gt=0)
     startup_timeout_s: float = Field(300.0, gt=0)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _range(cls, data: object) -> object:
+        return _replicas_range(data)
+
+    @model_validator(mode="after")
+    def _min_ok(self) -> DeploymentSpec:
+        return _min_within(self)
+
     @property
     def route(self) -> str:
         return self.route_prefix or f"/{self.name}"
@@ -301,7 +326,8 @@ class DeploymentSpec(BaseModel):
         """The gang that reserves this deployment's replicas (one bundle each)."""
         return GangSpec(
             name=self.name, queue=self.queue, priority=self.priority, strategy=self.strategy,
-            roles=(RoleSpec(name="replica", replicas=self.replicas, resources=self.resources),),
+            roles=(RoleSpec(name="replica", replicas=self.replicas,
+                            min_replicas=self.min_replicas, resources=self.resources),),
             reservation_timeout_s=self.reservation_timeout_s,
             startup_timeout_s=self.startup_timeout_s, preemption_grace_s=0,
         )

@@ -57,7 +57,7 @@ class RayCluster:
                 on_member_ready: Callable[[MemberStatus], None]) -> GangRun:
         if record.kind == "deployment":
             return ServeLaunch(record.gang_id, record.spec, record.deployment, record.app,
-                               nodes, self.serve_http_port)
+                               nodes, self.serve_http_port, moved=record.rebook)
         if record.kind == "job":
             def started(job_id: str) -> None:
                 record.ray_job_id = job_id
@@ -91,10 +91,21 @@ class RayCluster:
         if record.kind == "deployment":
             from raygang.runtime import serving  # imports Serve: only with a deployment to adopt
 
-            if serving.app_lost(record.deployment.name) is not None:
+            name = record.deployment.name
+            if serving.app_lost(name) is not None:
                 return None
-            return ServeLaunch.adopted(record.gang_id, record.spec, record.deployment,
-                                       record.nodes, self.serve_http_port)
+            surplus = {}
+            if record.spec.elastic:  # its replicas beyond the minimum, as Serve runs them
+                nodes = serving.replica_nodes(name) or []
+                extra = record.spec.surplus_slots[:max(0, len(nodes) - len(record.nodes))]
+                surplus = {slot.name: "" for slot in extra}  # where: followed just below
+            launch = ServeLaunch.adopted(record.gang_id, record.spec, record.deployment,
+                                         record.nodes, self.serve_http_port, surplus,
+                                         moved=record.rebook)
+            record.surplus = dict(surplus)
+            if surplus:
+                launch.follow(nodes)
+            return launch
         if record.kind == "job":
             return self._adopt_job(record)
         if record.kind == "train":

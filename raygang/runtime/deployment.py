@@ -8,18 +8,28 @@ nodes (`serving.deployment_options`).
 The scheduler keeps counting the replicas' bundles on those nodes while the app runs, so
 nothing raygang admits can take them in between; work started outside raygang could, in
 which case Serve's own gang placement group waits and the startup timeout fails the gang.
+
+An elastic deployment (`replicas=(min, max)`) is deployed at its minimum with Serve's
+external scaling on, each replica in a group of its own under the same node selector (a
+gang's count must stay a multiple of its size), and resized live: Serve's count-only
+path adds or stops replicas while the others serve on. The selector cannot change without
+Serve restarting every replica, so it grows only on its minimum's nodes (the core's
+`Elastic.within`). Serve chooses the nodes itself (where a replica starts, which one
+stops: `serving.scale_app`), so after each resize raygang's books follow where the
+replicas really are (`core.elastic.rebooked`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from raygang.control.ports import MemberFailure
 from raygang.control.status import GangError
 from raygang.control.tasks import run_to_completion
-from raygang.core.spec import DeploymentSpec, GangSpec
+from raygang.core.elastic import rebooked
+from raygang.core.spec import DeploymentSpec, GangSpec, MemberSlot
 from raygang.runtime.handoff import Budget
 
 WATCH_INTERVAL_S = 2.0
@@ -37,22 +47,33 @@ class ServeLaunch:
         app: Any,
         nodes: Sequence[str],
         http_port: int | None,
+        moved: Callable[[Mapping[str, str]], None] = lambda moves: None,
     ):
         self.gang_id = gang_id
         self.spec = spec
         self.deployment = deployment
         self.app = app
-        self.nodes = tuple(nodes)
+        self.nodes = tuple(nodes)  # its minimum's: the node selector of every replica
         self.http_port = http_port
-        self._budget = Budget(gang_id, spec.bundles, nodes, spec.reservation_timeout_s)
+        self._budget = Budget(gang_id, spec.min_bundles, nodes, spec.reservation_timeout_s)
         self._deployed = False
+        # Each replica's booking (member name -> node), followed after each resize
+        # (`moved` books it in the gang's record too).
+        self.booked = {slot.name: node for slot, node in zip(spec.min_slots, nodes)}
+        self._moved = moved
+        self._resizing = asyncio.Lock()  # one count change at a time
 
     @classmethod
     def adopted(cls, gang_id: str, spec: GangSpec, deployment: DeploymentSpec,
-                nodes: Sequence[str], http_port: int | None) -> ServeLaunch:
+                nodes: Sequence[str], http_port: int | None,
+                surplus: Mapping[str, str] | None = None,
+                moved: Callable[[Mapping[str, str]], None] = lambda moves: None,
+                ) -> ServeLaunch:
         """The launch of a deployment a previous scheduler process deployed: the Serve app
-        lives on (Serve's controller is detached), so it is watched, not deployed again."""
-        launch = cls(gang_id, spec, deployment, None, nodes, http_port)
+        lives on (Serve's controller is detached), so it is watched, not deployed again.
+        `surplus`: an elastic one's replicas beyond its minimum (name -> node)."""
+        launch = cls(gang_id, spec, deployment, None, nodes, http_port, moved)
+        launch.booked.update(surplus or {})
         launch._deployed = True
         return launch
 
@@ -70,17 +91,19 @@ class ServeLaunch:
         try:
             app = serving.with_options(
                 serving.resolve_app(self.app),
-                serving.deployment_options(d.replicas, d.resources.to_dict(), self.nodes,
-                                           d.strategy.value),
+                serving.deployment_options(len(self.nodes), d.resources.to_dict(),
+                                           self.nodes, d.strategy.value,
+                                           gang=not self.spec.elastic),
             )
             await asyncio.to_thread(serving.ensure_serve_started, self.http_port)
         except Exception as error:
             raise MemberFailure(GangError(error_type=type(error).__name__, message=str(error)))
-        self._budget.take(self.spec.bundles)  # Serve's own gang placement group takes
+        self._budget.take(self.spec.min_bundles)  # Serve's own gang placement group takes
         # the holds' place
         self._deployed = True
         try:
-            await serving.start_app(d.name, app, d.route, d.startup_timeout_s)
+            await serving.start_app(d.name, app, d.route, d.startup_timeout_s,
+                                    scalable=self.spec.elastic)
         except serving.ServeAppFailed as error:
             raise MemberFailure(GangError(error_type="ServeAppFailed", message=str(error)))
 
@@ -104,6 +127,62 @@ class ServeLaunch:
 
     async def wait_bodies(self, ranks: Sequence[int], timeout: float) -> None:
         return None  # no member bodies: replicas are Serve's, and Serve drains them
+
+    # Resizes (an elastic deployment) ---------------------------------------------------
+    async def add_members(self, members: Sequence[tuple[MemberSlot, str]]) -> list[str]:
+        """Add a replica per member: Serve starts them beside the others, which serve on.
+        Raises (with the count set back) if they do not all run within the startup
+        timeout."""
+        added = {slot.name: node for slot, node in members}
+        return await self._scale({**self.booked, **added})
+
+    async def remove_members(self, members: Sequence[MemberSlot]) -> list[str]:
+        """Stop a replica per member (Serve drains it: `graceful_shutdown_timeout_s`), and
+        wait until it is gone and its capacity free."""
+        from raygang.runtime.serving import ServeAppFailed
+
+        gone = {slot.name for slot in members}
+        try:
+            return await self._scale({m: n for m, n in self.booked.items() if m not in gone})
+        except ServeAppFailed as error:  # Serve stops them still; the gang serves on
+            return [str(error)]
+
+    async def _scale(self, target: dict[str, str]) -> list[str]:
+        """Set the count to `target`'s and book each replica where Serve put it."""
+        from raygang.runtime import serving
+
+        async with self._resizing:
+            before, timeout = dict(self.booked), self.spec.startup_timeout_s
+            try:
+                nodes = await serving.scale_app(self.deployment.name, len(target), timeout)
+            except serving.ServeAppFailed:
+                if len(target) < len(before):  # Serve stops them still, in its own time
+                    self.booked = target
+                if len(target) > len(before):  # growing: the gang goes on at its size
+                    back = asyncio.ensure_future(
+                        serving.scale_app(self.deployment.name, len(before), timeout))
+                    await run_to_completion(back)
+                    if not back.cancelled() and back.exception() is None:
+                        self.follow(back.result())
+                raise
+            self.booked = target
+            return self.follow(nodes)
+
+    def follow(self, nodes: Sequence[str]) -> list[str]:
+        """Book the replicas on `nodes` (where Serve runs them, one each): what moved."""
+        moves = rebooked(self.booked, nodes)
+        if not moves:
+            return []
+        self.booked.update(moves)
+        self._moved(moves)
+        where = ", ".join(f"{member} on {node[:8]}" for member, node in moves.items())
+        return [f"Serve placed {where}, not where raygang booked: the books follow Serve"]
+
+    async def reserve_members(self, members: Sequence[tuple[MemberSlot, str]]) -> None:
+        raise NotImplementedError("a deployment resizes live (Serve's count-only path)")
+
+    async def restart(self, world: Sequence[MemberSlot]) -> None:
+        raise NotImplementedError("a deployment resizes live (Serve's count-only path)")
 
     async def close(self) -> None:
         """Delete the application (if it was deployed) and the reservation. Never raises."""

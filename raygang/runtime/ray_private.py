@@ -94,14 +94,38 @@ def serve_forget_controller() -> None:
     context._disconnect()
 
 
-def serve_run_without_waiting(app: Any, name: str, route_prefix: str) -> None:
+def serve_run_without_waiting(app: Any, name: str, route_prefix: str,
+                              external_scaler_enabled: bool = False) -> None:
     """Deploy `app`, returning once its ingress deployment is registered with the
     controller: `serve.run(blocking=False)` still waits until the app is RUNNING (its
     `blocking` only means "then wait for Ctrl-C"); `_run(_blocking=False)` is underscored
     but marked PublicAPI."""
     from ray import serve
 
-    serve._run(app, _blocking=False, name=name, route_prefix=route_prefix)
+    serve._run(app, _blocking=False, name=name, route_prefix=route_prefix,
+               external_scaler_enabled=external_scaler_enabled)
+
+
+def serve_details() -> dict:
+    """`ServeInstanceDetails` as a dict (what `serve status` and the dashboard read: each
+    replica's node); the client that reads it has no public accessor."""
+    from ray.serve.context import _get_global_client
+
+    return _get_global_client().get_serve_details()
+
+
+def serve_set_replicas(app_name: str, deployment: str, replicas: int) -> None:
+    """Set a deployment's replica count without restarting its replicas (the app must run
+    with `external_scaler_enabled`): the controller call behind the dashboard's public
+    `POST /api/v1/applications/{app}/deployments/{deployment}/scale`, which needs the
+    dashboard's HTTP server and token; this needs neither."""
+    import ray
+    from ray.serve._private.common import DeploymentID
+    from ray.serve.context import _get_global_client
+
+    controller = _get_global_client()._controller
+    ray.get(controller.update_deployment_replicas.remote(
+        DeploymentID(name=deployment, app_name=app_name), replicas))
 
 
 def serve_http_port() -> int:

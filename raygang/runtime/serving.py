@@ -27,9 +27,11 @@ from raygang.runtime.handoff import selector
 from raygang.runtime.launcher import actor_resource_options
 from raygang.runtime.ray_private import (
     import_attr,  # as Serve resolves `import_path`
+    serve_details,
     serve_forget_controller,
     serve_ingress_deployment,
     serve_run_without_waiting,
+    serve_set_replicas,
 )
 
 DEFAULT_HTTP_PORT = 8000
@@ -71,7 +73,8 @@ def resolve_app(app: Any) -> Application:
 
 
 def deployment_options(
-    replicas: int, bundle: Mapping[str, float], nodes: Sequence[str], strategy: str
+    replicas: int, bundle: Mapping[str, float], nodes: Sequence[str], strategy: str,
+    gang: bool = True,
 ) -> dict[str, Any]:
     """Serve options: exactly `replicas` replicas of `bundle`, all or none, on `nodes` only.
 
@@ -80,6 +83,9 @@ def deployment_options(
     selector onto each copy, so the selector confines every replica to `nodes`.
     Autoscaling, `max_replicas_per_node` and `placement_group_strategy` are cleared: the
     first would change the count, Serve rejects the other two together with a gang.
+    Without `gang` (an elastic deployment: Serve wants the count a multiple of the gang
+    size, and raygang changes it one replica at a time) each replica has a group of its
+    own, under the same selector; raygang's holds made the minimum all or nothing.
     """
     if replicas < 1:
         raise ValueError(f"replicas: expected at least 1, got {replicas}")
@@ -98,7 +104,7 @@ def deployment_options(
         "gang_scheduling_config": {
             "gang_size": replicas,
             "gang_placement_strategy": _GANG_STRATEGY[name],
-        },
+        } if gang else None,
     }
 
 
@@ -187,16 +193,18 @@ def _explain(status) -> str:
     return "; ".join(parts)
 
 
-def _deploy(name: str, app: Application, route_prefix: str) -> None:
+def _deploy(name: str, app: Application, route_prefix: str, scalable: bool) -> None:
     ensure_serve_started()
-    serve_run_without_waiting(app, name, route_prefix)
+    serve_run_without_waiting(app, name, route_prefix, external_scaler_enabled=scalable)
 
 
-async def start_app(name: str, app: Any, route_prefix: str, timeout_s: float) -> None:
+async def start_app(name: str, app: Any, route_prefix: str, timeout_s: float,
+                    scalable: bool = False) -> None:
     """Deploy `app` as `name` and wait for RUNNING; on failure or timeout delete it.
 
     Raises `ServeAppFailed` with Serve's message on DEPLOY_FAILED or UNHEALTHY, or when
     `timeout_s` passes (e.g. the gang does not fit on its nodes: Serve then waits forever).
+    `scalable`: its replica count may change later (`scale_app`).
     The cleanup can add the deployment's `graceful_shutdown_timeout_s` (default 20 s): Serve
     waits it out even for replicas that were never placed. `name` should be new: an app
     already RUNNING under it would count as started before the new version is.
@@ -204,7 +212,7 @@ async def start_app(name: str, app: Any, route_prefix: str, timeout_s: float) ->
     application = resolve_app(app)
     deadline = time.monotonic() + timeout_s
     try:
-        await asyncio.to_thread(_deploy, name, application, route_prefix)
+        await asyncio.to_thread(_deploy, name, application, route_prefix, scalable)
         while True:
             status = await asyncio.to_thread(_app_status, name)
             state = _name(status.status) if status else "NOT_STARTED"
@@ -222,6 +230,62 @@ async def start_app(name: str, app: Any, route_prefix: str, timeout_s: float) ->
         # Covers failures, timeouts and cancellation: leave nothing behind.
         await asyncio.shield(delete_app(name))
         raise
+
+
+def _ingress(name: str) -> dict | None:
+    """The details of application `name`'s ingress deployment (replicas with their node
+    and state), or None if Serve has no such application."""
+    app = serve_details().get("applications", {}).get(name)
+    if app is None:
+        return None
+    deployments = app.get("deployments") or {}
+    ingress = (app.get("deployment_topology") or {}).get("ingress_deployment")
+    if ingress is None and len(deployments) == 1:  # a topology not set yet
+        [ingress] = deployments
+    return deployments.get(ingress or "")
+
+
+def replica_nodes(name: str) -> list[str] | None:
+    """The node of each replica of application `name`'s ingress deployment, once every
+    replica runs and none is starting or stopping; None until then (or with no app)."""
+    ingress = _ingress(name)
+    if ingress is None:
+        return None
+    replicas = ingress.get("replicas") or []
+    if len(replicas) != ingress.get("target_num_replicas") \
+            or any(_name(r["state"]) != "RUNNING" or not r.get("node_id") for r in replicas):
+        return None
+    return sorted(r["node_id"] for r in replicas)
+
+
+async def scale_app(name: str, replicas: int, timeout_s: float) -> list[str]:
+    """Set application `name`'s ingress deployment to `replicas` replicas, without
+    restarting the others, and wait until exactly those run: the node of each.
+
+    Serve chooses which replica goes on a downscale (not running ones first, then on the
+    nodes with the fewest replicas, the newest) and where one comes on an upscale (within
+    the deployment's node selector): the nodes returned are where they really are.
+    Raises ServeAppFailed when `timeout_s` passes first (a replica that cannot be placed,
+    one slow to stop: its `graceful_shutdown_timeout_s`).
+    """
+    def scale() -> str:
+        ingress = _ingress(name)
+        if ingress is None:
+            raise ServeAppFailed(f"Serve application {name!r} is not running")
+        serve_set_replicas(name, ingress["name"], replicas)
+        return ingress["name"]
+
+    deadline = time.monotonic() + timeout_s
+    deployment = await asyncio.to_thread(scale)
+    while (nodes := await asyncio.to_thread(replica_nodes, name)) is None \
+            or len(nodes) != replicas:
+        if time.monotonic() > deadline:
+            status = await asyncio.to_thread(_app_status, name)
+            why = _explain(status) if status else "not known to Serve"
+            raise ServeAppFailed(f"deployment {deployment} of Serve application {name!r} not "
+                                 f"at {replicas} running replicas after {timeout_s:g}s: {why}")
+        await asyncio.sleep(POLL_S)
+    return nodes
 
 
 def _delete(name: str) -> None:

@@ -12,7 +12,7 @@ import pytest
 from raygang.control.memory import MemoryProgram
 from raygang.control.program import RoleProgram
 from raygang.core.gang import GangState as S
-from raygang.core.spec import Resize, RoleSpec
+from raygang.core.spec import DeploymentSpec, Resize, RoleSpec
 
 from tests.control.harness import make_cluster, make_plane, released, submit, wait_for
 from tests.unit.builders import spec
@@ -186,4 +186,40 @@ def test_what_is_not_carried_out_yet_is_refused_with_the_role_and_nothing_is_que
                                              r"\(replicas=\(2, 4\)\) " + message):
             await plane.submit(s, programs)
         assert await plane.list_gangs() == []
+    run(scenario)
+
+
+def test_an_elastic_deployment_grows_on_its_node_only_and_shrinks_for_a_more_urgent_one():
+    async def scenario():
+        cluster = make_cluster("w-1: GPU=2", "w-2: GPU=4")
+        plane = make_plane(cluster)
+        chat = await plane.deploy(DeploymentSpec(  # PACK: it would grow onto w-2 too
+            name="chat", replicas=(1, 3), resources={"GPU": 1}, strategy="PACK"),
+            app="pkg.module:app")
+        await size_of(plane, chat, 2)
+        record = plane.fleet.driver(chat).record
+        assert record.nodes == ("w-1",) and record.surplus == {"replica-1": "w-1"}
+        status = await plane.status(chat)
+        while status.grow_reason is None:  # the next cycle says why it does not grow
+            await asyncio.sleep(0.005)
+            status = await plane.status(chat)
+        assert "no node of its own (it grows on no other) has GPU 1 free for member " \
+               "replica-2" in status.grow_reason
+        hold = await submit(plane, "hold", "4xGPU=1", "STRICT_PACK", priority="training",
+                            seconds=None)
+        await wait_for(plane, hold, S.RUNNING)
+        urgent = await plane.deploy(DeploymentSpec(
+            name="urgent", replicas=1, resources={"GPU": 1}, priority=2000),
+            app="pkg.module:app")
+        await wait_for(plane, urgent, S.RUNNING)
+        await size_of(plane, chat, 1)  # its surplus went; nobody was preempted whole
+        assert (await plane.status(hold)).preemptions == 0
+        assert (await plane.status(chat)).preemptions == 0
+        assert plane.fleet.driver(urgent).record.nodes == ("w-1",)
+        await plane.undeploy("urgent")
+        await size_of(plane, chat, 2)  # grown back
+        await plane.undeploy("chat")
+        await plane.cancel(hold)
+        await released(plane)
+        assert cluster.booked == {} and cluster.members == {}
     run(scenario)

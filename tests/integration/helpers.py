@@ -18,3 +18,12 @@ def wait_state(ref: GangRef, *states: GangState, timeout: float = 60):
                 f"{status.reason} {status.error}"
             )
         time.sleep(0.05)
+
+
+def wait_until(what, timeout: float = 60, poll_s: float = 0.05):  # noqa: ANN001, ANN201
+    """Poll `what()` until it returns something true; returns that."""
+    deadline = time.time() + timeout
+    while not (value := what()):
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(poll_s)
+    return value

@@ -13,7 +13,7 @@ import ray
 
 import raygang
 from raygang import GangState
-from tests.integration.helpers import wait_state
+from tests.integration.helpers import wait_state, wait_until
 from tests.integration.leaks import raygang_placement_groups
 
 
@@ -65,20 +65,12 @@ def made(ray_cluster):
 def _ready_members(gang, n: int):
     """The gang's status once `n` members are ready (world_size counts them from when
     they are booked; their actors exist once ready)."""
-    return _wait(lambda: (s := gang.status()).world_size == n and len(s.members) == n and s)
+    return wait_until(lambda: (s := gang.status()).world_size == n and len(s.members) == n and s)
 
 
 def _actor_ids(gang_id: str, members: list[str]) -> dict[str, str]:
     return {m: ray.get_actor(f"raygang-{gang_id}-{m}", namespace="raygang")._actor_id.hex()
             for m in members}
-
-
-def _wait(what, timeout: float = 60):
-    deadline = time.time() + timeout
-    while not (value := what()):
-        assert time.time() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-    return value
 
 
 def test_admitted_at_its_minimum_it_grows_live_when_a_blocker_ends(made):
@@ -124,7 +116,7 @@ def test_a_higher_priority_gang_takes_the_surplus_first_then_a_whole_gang(made):
     first = Hold.options(name="first", replicas=2, priority=500).remote()
     made.append(first)
     wait_state(first, GangState.RUNNING)
-    shrunk = _wait(lambda: (s := gang.status()).world_size == 2 and not s.members[2:] and s)
+    shrunk = wait_until(lambda: (s := gang.status()).world_size == 2 and not s.members[2:] and s)
     assert (shrunk.state, shrunk.preemptions) == (GangState.RUNNING, 0)
     assert keep.status().state is GangState.RUNNING and keep.status().preemptions == 0
     assert _actor_ids(gang.gang_id, ["worker-0", "worker-1"]) == before
@@ -157,7 +149,7 @@ def test_a_restarted_scheduler_adopts_the_surplus_members_too(made):
     high = Hold.options(replicas=6, priority=500).remote()
     made.append(high)
     wait_state(high, GangState.RUNNING)
-    shrunk = _wait(lambda: (s := gang.status()).world_size == 2 and s)
+    shrunk = wait_until(lambda: (s := gang.status()).world_size == 2 and s)
     assert (shrunk.state, shrunk.preemptions) == (GangState.RUNNING, 0)
     assert _actor_ids(gang.gang_id, members[:2]) == {m: actors[m] for m in members[:2]}
 

@@ -54,6 +54,10 @@ def test_resolve_app_and_options_without_ray():
     assert deployment.num_replicas == 2 and deployment.init_args == ("hello",)
     assert deployment.ray_actor_options["num_gpus"] == 1
     assert where_am_i._bound_deployment.num_replicas == 1  # the original is unchanged
+    # An elastic deployment: a group per replica (its count changes one at a time)
+    elastic = serving.deployment_options(1, {"GPU": 1}, ["a"], "PACK", gang=False)
+    assert elastic["gang_scheduling_config"] is None
+    assert serving.with_options(where_am_i, elastic)._bound_deployment.num_replicas == 1
 
 
 def _gpus_free() -> float:

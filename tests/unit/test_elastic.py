@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from raygang.core import PolicyConfig, Resources, Strategy, schedule
+from raygang.core.elastic import rebooked
 from raygang.core.snapshot import Elastic, PlacedGang
-from raygang.core.spec import Resize, RoleSpec, gang_spec
+from raygang.core.spec import DeploymentSpec, Resize, RoleSpec, gang_spec
 
 from tests.unit.builders import busy, gang, queue, res, spec
 
@@ -238,3 +239,40 @@ def test_rigid_gangs_decide_as_before():
 def test_resources_of_members_sum_to_what_the_gang_holds():
     e = elastic("e", ["w-1", "w-2", "w-2"], surplus=1, most=3)
     assert e.total == Resources(GPU=3)
+
+
+# A Serve deployment: grows on its own nodes only; the books follow where Serve puts it --------
+def test_a_gang_grows_only_within_its_nodes_where_it_has_them():
+    held = elastic("d", ["w-2"], surplus=0, most=3)
+    confined = PlacedGang("d", 100, held.bundles, running_since=0.0, elastic=Elastic(
+        Strategy.SPREAD, missing=held.elastic.missing, within=("w-2",)))
+    other = PlacedGang("o", 100, (("w-2", res("GPU=2")),), running_since=0.0)
+    plan = schedule(busy(*TWO_NODES, placed=[confined, other]), [], PolicyConfig(), now=1.0)
+    [growth] = plan.growths  # SPREAD would go to w-1 first: w-1 is not its node
+    assert growth.nodes == ("w-2",)
+    assert "no node of its own (it grows on no other) has GPU 1 free for member " \
+           "worker-2" in plan.grow_waits["d"]
+
+
+@pytest.mark.parametrize("booked, actual, moves", [
+    ({"r-0": "a", "r-1": "b"}, ["b", "a"], {}),  # where booked, in any order
+    ({"r-0": "a", "r-1": "b", "r-2": "a"}, ["a", "a", "a"], {"r-1": "a"}),
+    ({"r-0": "a", "r-1": "a"}, ["b", "c"], {"r-0": "b", "r-1": "c"}),
+])
+def test_the_books_follow_members_a_library_placed_itself(booked, actual, moves):
+    assert rebooked(booked, actual) == moves
+    after = {**booked, **moves}
+    assert sorted(after.values()) == sorted(actual)
+
+
+def test_a_deployment_takes_replicas_as_min_and_max():
+    d = DeploymentSpec(name="chat", replicas=(1, 3), resources={"GPU": 1})
+    assert (d.min_replicas, d.replicas) == (1, 3)
+    g = d.gang_spec()
+    assert g.elastic and [s.name for s in g.min_slots] == ["replica-0"]
+    assert g.resize is Resize.LIVE
+    assert not DeploymentSpec(name="chat", replicas=2).gang_spec().elastic
+    over_rest = DeploymentSpec.model_validate_json('{"name": "chat", "replicas": [2, 4]}')
+    assert (over_rest.min_replicas, over_rest.replicas) == (2, 4)
+    with pytest.raises(ValueError, match=r"min_replicas: must be at most replicas \(2\)"):
+        DeploymentSpec(name="chat", replicas=2, min_replicas=3)

@@ -92,7 +92,8 @@ def _one_more(cycle, gang: PlacedGang, grown: list[tuple[str, str]]) -> str | No
         (node, b) for (_, node), (_, b) in zip(grown, gang.elastic.missing)))
     node = place_member(now, bundle, cycle.capacity, cycle.draining.settled)
     if node is None:
-        return (f"no node has {_fmt(bundle)} free for member {name} "
+        where = "node of its own (it grows on no other)" if gang.elastic.within else "node"
+        return (f"no {where} has {_fmt(bundle)} free for member {name} "
                 f"({gang.elastic.strategy.value})")
     cycle.capacity.reserve([(node, bundle)])
     cycle.book.add(gang.queue, bundle)
