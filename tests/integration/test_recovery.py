@@ -183,8 +183,16 @@ def test_a_running_deployment_is_adopted_and_keeps_serving(ray_cluster, http_por
     import httpx
 
     ref = raygang.deploy("kept", "raygang.demo:echo", replicas=1, num_cpus=0.5)
+    # An elastic one, grown beyond its minimum: its surplus replicas are adopted too.
+    grown = raygang.deploy("grown", "raygang.demo:echo", replicas=(1, 2), num_cpus=0.5,
+                           strategy="STRICT_PACK")
     try:
         ref.ready(timeout=180)
+        grown.ready(timeout=180)
+        deadline = time.time() + 60
+        while not any(e.reason.startswith("grew to 2") for e in grown.status().events):
+            assert time.time() < deadline, grown.status().events
+            time.sleep(0.2)
         url = f"http://127.0.0.1:{http_port}/kept"
         assert httpx.get(url, timeout=30).status_code == 200
         restart_scheduler()
@@ -193,6 +201,12 @@ def test_a_running_deployment_is_adopted_and_keeps_serving(ray_cluster, http_por
         assert any("adopted by the restarted scheduler" in e.reason for e in status.events)
         assert httpx.get(url, timeout=30).status_code == 200  # never redeployed
         recovery = ray.get(scheduler().ping.remote())["recovery"]
-        assert recovery["adopted"] == 1 and recovery["requeued"] == 0, recovery
+        assert recovery["adopted"] == 2 and recovery["requeued"] == 0, recovery
+        after = grown.status()
+        assert after.state.value == "RUNNING" and after.world_size == 2, after
+        adopted = [e.reason for e in after.events]
+        adopted = adopted[next(i for i, r in enumerate(adopted) if "adopted by" in r):]
+        assert not any(r.startswith("grew") for r in adopted), adopted  # it was found at 2
     finally:
         assert raygang.undeploy("kept").state.value == "CANCELLED"
+        assert raygang.undeploy("grown").state.value == "CANCELLED"
