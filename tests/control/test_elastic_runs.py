@@ -41,6 +41,14 @@ async def size_of(plane, gang_id: str, size: int, timeout: float = 5.0) -> None:
         assert loop.time() < deadline, (len(status.members), status.reason)
         await asyncio.sleep(0.005)
 
+async def cancel_all(plane, cluster, *gang_ids: str) -> None:
+    """Cancel these gangs; afterwards nothing is booked or running in the cluster."""
+    for gang in gang_ids:
+        await plane.cancel(gang)
+    await released(plane)
+    assert cluster.booked == {} and cluster.members == {}
+
+
 
 def test_an_elastic_gang_starts_at_its_minimum_and_grows_when_a_blocker_ends():
     async def scenario():
@@ -66,9 +74,7 @@ def test_an_elastic_gang_starts_at_its_minimum_and_grows_when_a_blocker_ends():
         assert plane.fleet.driver(e).record.surplus == {"worker-2": "n0", "worker-3": "n0"}
         assert (status.world_size, status.min_size, status.max_size) == (4, 2, 4)
         assert status.grow_reason is None  # at its maximum
-        await plane.cancel(e)
-        await released(plane)
-        assert cluster.booked == {} and cluster.members == {}
+        await cancel_all(plane, cluster, e)
     run(scenario)
 
 
@@ -91,10 +97,7 @@ def test_a_higher_priority_gang_shrinks_the_surplus_and_stops_no_whole_gang():
         await wait_for(plane, big, S.RUNNING)
         status = await plane.status(e)
         assert status.state is S.PENDING and status.preemptions == 1
-        for gang in (big, e):
-            await plane.cancel(gang)
-        await released(plane)
-        assert cluster.booked == {} and cluster.members == {}
+        await cancel_all(plane, cluster, big, e)
     run(scenario)
 
 
@@ -107,10 +110,7 @@ def test_a_gang_of_the_same_queue_takes_back_what_growth_took():
         later = await submit(plane, "later", "2xGPU=1", seconds=None)
         await wait_for(plane, later, S.RUNNING)
         await size_of(plane, e, 2)
-        for gang in (later, e):
-            await plane.cancel(gang)
-        await released(plane)
-        assert cluster.booked == {}
+        await cancel_all(plane, cluster, later, e)
     run(scenario)
 
 
@@ -140,10 +140,7 @@ def test_a_restart_gang_stops_whole_and_starts_again_at_each_new_size():
         assert status.state is S.RUNNING and status.preemptions == 0
         assert any("restarted at 2 members (removed worker-2, worker-3)" in ev.reason
                    for ev in status.events)
-        for gang in (infer, e):
-            await plane.cancel(gang)
-        await released(plane)
-        assert cluster.booked == {} and cluster.members == {}
+        await cancel_all(plane, cluster, infer, e)
     run(scenario)
 
 
