@@ -254,7 +254,7 @@ class ControlPlane:
         admitted only once `_saved` has written it to the store."""
         if spec.elastic:  # the core decides them (core/elastic.py); runs resize where
             where = ("inside a job" if parent is not None  # the cluster says they can
-                     else f"for a {kind}" if kind not in ("gang", "deployment")
+                     else f"for a {kind}" if kind not in ("gang", "deployment", "train")
                      else None if spec.resize in self._cluster.resizes
                      else "on this cluster" if not self._cluster.resizes
                      else f"with resize {spec.resize.value!r} on this cluster")

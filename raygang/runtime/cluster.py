@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
@@ -110,11 +111,18 @@ class RayCluster:
             return self._adopt_job(record)
         if record.kind == "train":
             group = (record.workload or {}).get("group")
-            if not group or group_nodes(group) is None:
+            placed = group_nodes(group) if group else None
+            if placed is None:
                 return None
+            surplus = {}
+            if record.spec.elastic:  # its workers beyond the minimum, where Train runs them
+                extra = Counter(n for n in placed if n) - Counter(record.nodes)
+                surplus = dict(zip((s.name for s in record.spec.surplus_slots),
+                                   sorted(extra.elements())))
+            record.surplus = dict(surplus)
             return TrainLaunch.adopted(record.gang_id, record.spec, record.nodes,
                                        self.lease_s, record.workload.get("controller"), group,
-                                       self.sessions)
+                                       self.sessions, surplus)
         return self._adopt_gang(record, leftovers)
 
     @staticmethod

@@ -57,13 +57,15 @@ class Budget:
         self._holds: dict[int, PlacementGroup] = {}
         self._settled: set[int] = set()  # holds known to be ready (not mid-prepare)
         self.claimed: set[int] = set()
+        self.gone: set[int] = set()  # bundles dropped from the budget (an elastic shrink)
         self._removing: set[asyncio.Task] = set()  # holds made or removed, under way
         self.changed = asyncio.Event()  # a claim gave bundles back
         self.closing = False  # being stopped: no claim may take anything any more
 
     @property
     def free(self) -> list[int]:
-        return [i for i in range(len(self.bundles)) if i not in self.claimed]
+        return [i for i in range(len(self.bundles))
+                if i not in self.claimed and i not in self.gone]
 
     def adopt_holds(self, groups: dict[int, PlacementGroup]) -> None:
         """Holds a previous scheduler process made (recovery)."""
@@ -99,6 +101,28 @@ class Budget:
             raise ReservationTimeout(
                 f"{len(missing)} of {len(indices)} bundles of {self.gang_id} were not held "
                 f"on their nodes within {self.timeout_s:g}s")
+
+    async def extend(self, bundles: Sequence[Resources], nodes: Sequence[str]) -> list[int]:
+        """Add these bundles (an elastic gang's surplus), held on their nodes; their
+        indices. ReservationTimeout if not all are held in time (none stays added)."""
+        first = len(self.bundles)
+        self.bundles += tuple(bundles)
+        self.nodes += tuple(nodes)
+        added = list(range(first, len(self.bundles)))
+        try:
+            await self.hold(added)
+        except BaseException:
+            self.drop(added)
+            raise
+        return added
+
+    def drop(self, indices: Sequence[int]) -> None:
+        """Take these bundles out of the budget (an elastic gang's surplus going): their
+        holds go, and no claim takes them any more."""
+        self.gone.update(indices)
+        self.claimed.difference_update(indices)
+        for i in indices:
+            self._release(i)
 
     def take(self, wanted: Sequence[Resources]) -> list[int] | None:
         """Claim bundles holding `wanted` (core.budget.take); their holds are released at

@@ -135,6 +135,39 @@ def serve_http_port() -> int:
     return context._get_global_client().http_config.port
 
 
+# Ray Train V2's controller ---------------------------------------------------------------
+def train_controller() -> Any:
+    """The `TrainController` this process runs (a Train callback runs inside it), or None:
+    Train hands its callbacks no controller; a Ray actor's instance is the worker's
+    `actors[actor_id]` from the start of its `__init__` on."""
+    import ray
+
+    worker = ray._private.worker.global_worker
+    controller = worker.actors.get(worker.actor_id) if worker.actor_id else None
+    return controller if hasattr(controller, "_scaling_policy") else None
+
+
+def train_replace_scaling_policy(controller: Any, policy: Any) -> Any:
+    """Put `policy` in place of the controller's scaling policy (which Train builds from
+    its ScalingConfig, with no way to pass one in) and return the one it replaces. Train
+    calls it as `_scaling_policy` and as its first controller callback."""
+    old = controller._scaling_policy
+    callbacks = controller._controller_callbacks  # the list its CallbackManager invokes
+    if old not in callbacks:
+        raise RuntimeError("the Train controller's scaling policy is not among its callbacks")
+    callbacks[callbacks.index(old)] = policy
+    controller._scaling_policy = policy
+    return old
+
+
+def train_stop_worker_group(controller: Any) -> None:
+    """Shut down the controller's worker group if it still has one (Train keeps a failed
+    or preempted group until it starts the next: raygang frees that group's capacity
+    only once it is gone, before the next is sized)."""
+    if controller._worker_group is not None:
+        controller._shutdown_worker_group()
+
+
 # Placement groups and actors by id ---------------------------------------------------------
 def group_nodes(pg_id_hex: str) -> list[str | None] | None:
     """The node of each bundle of placement group `pg_id_hex` (None for a bundle not placed),

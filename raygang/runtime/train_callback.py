@@ -18,7 +18,16 @@ the jobs it starts) to use it with no change to the script. It runs in Train's c
 
 The wait for admission blocks the controller's loop (the hook is synchronous in Ray 2.60);
 it asks the scheduler in rounds of CLAIM_POLL_S, so a cancelled gang ends the wait.
-Elastic runs (`num_workers=(min, max)`) are admitted rigidly at the size Train asks for.
+
+An elastic run (`num_workers=(min, max)`) is an elastic gang (`resize: restart`): raygang,
+not Train, decides its size. The callback puts `RaygangScalingPolicy` in place of Train's
+elastic scaling policy (which sizes a group to what Ray's AutoscalingCoordinator reserved,
+with no queue, priority or quota): each worker group is the size raygang claimed for it,
+and a running group is never resized by Train. raygang grows or shrinks the run through
+Train's preemption path (the grace period, a checkpoint; with
+`FailureConfig(max_preemption_failures=-1)`, Train's default, a resize never ends the run),
+and Train restarts at the new size from that checkpoint. If the policy cannot be put in
+place (a Ray other than the one pinned), the run is admitted rigidly at its maximum.
 """
 
 from __future__ import annotations
@@ -31,8 +40,15 @@ from typing import Any
 
 import ray
 from ray.train.v2._internal.execution.callback import ControllerCallback, WorkerGroupCallback
+from ray.train.v2._internal.execution.scaling_policy import (
+    NoopDecision,
+    ResizeDecision,
+    ScalingDecision,
+    ScalingPolicy,
+)
 
-from raygang.core.spec import GangSpec, RoleSpec
+from raygang.core.spec import GangSpec, Resize, RoleSpec
+from raygang.runtime import ray_private
 from raygang.runtime.client import SchedulerClient
 from raygang.runtime.handoff import selector
 
@@ -60,6 +76,8 @@ class RaygangTrain(ControllerCallback, WorkerGroupCallback):
         self._watcher: threading.Thread | None = None
         self._stop_watch = threading.Event()
         self._finishing = False  # Train is shutting down for good (not restarting)
+        self._policy: RaygangScalingPolicy | None = None  # an elastic run's, once in place
+        self.next_nodes: list[str] | None = None  # the policy claimed the next group's nodes
 
     def __reduce__(self):  # sent to the controller: no client, thread or session
         return (type(self), (self.queue, self.priority, self.name, self.preemption_grace_s,
@@ -75,20 +93,32 @@ class RaygangTrain(ControllerCallback, WorkerGroupCallback):
     def after_controller_start(self, train_run_context: Any) -> None:
         if self.name is None:
             self.name = _gang_name(getattr(train_run_context.run_config, "name", None))
+        if train_run_context.scaling_config.elasticity_enabled and self.parent is None:
+            self._policy = RaygangScalingPolicy.put_in_place(self)
 
     def on_controller_start_worker_group(self, *, scaling_config: Any,
                                          num_workers: int) -> dict[str, str] | None:
+        if self.next_nodes is not None:  # the scaling policy claimed them, and sized the group
+            nodes, self.next_nodes = self.next_nodes, None
+            return selector(nodes)
+        while True:
+            nodes = self.claim(scaling_config, num_workers)
+            if nodes:
+                return selector(nodes)
+
+    def claim(self, scaling_config: Any, num_workers: int) -> list[str] | None:
+        """Queue the run (the first time), then wait one round for the nodes of its next
+        worker group: None if raygang has not reserved them yet."""
         if self.session is None:
             spec = self.gang_spec(scaling_config, num_workers)
             controller = ray.get_runtime_context().get_actor_id()
             self.session = self.client.call("train_open", spec, self.parent, controller,
                                             uuid.uuid4().hex)
             log.info("raygang: Train run queued as %s", self.session)
-        while True:
-            nodes = self.client.call("train_claim", self.session, CLAIM_POLL_S)
-            if nodes:
-                log.info("raygang: Train run %s placed on %s", self.session, sorted(set(nodes)))
-                return selector(nodes)
+        nodes = self.client.call("train_claim", self.session, CLAIM_POLL_S)
+        if nodes:
+            log.info("raygang: Train run %s placed on %s", self.session, sorted(set(nodes)))
+        return nodes or None
 
     def after_controller_state_update(self, previous_state: Any, current_state: Any) -> None:
         # The last worker group shuts down in ShuttingDownState; a restart goes through
@@ -166,22 +196,79 @@ class RaygangTrain(ControllerCallback, WorkerGroupCallback):
     # The gang ---------------------------------------------------------------------
     def gang_spec(self, scaling_config: Any, num_workers: int) -> GangSpec:
         resources = dict(scaling_config._resources_per_worker_not_none)
-        # An elastic run (num_workers=(min, max)) is admitted rigidly at its maximum.
-        wanted = scaling_config.num_workers
-        if isinstance(wanted, (tuple, list)):
-            num_workers = max(num_workers, int(wanted[-1]))
         options: dict[str, Any] = {}
+        minimum = None
+        if scaling_config.elasticity_enabled:
+            num_workers = scaling_config.max_workers
+            if self._policy is not None:  # raygang sizes it between min and max
+                minimum = scaling_config.min_workers
+                options["resize"] = Resize.RESTART
+            # else: admitted rigidly at its maximum (the policy is not in place)
         if self.preemption_grace_s is not None:
             options["preemption_grace_s"] = self.preemption_grace_s
         return GangSpec(
             name=self.name or "train", queue=self.queue, priority=self.priority,
             strategy=scaling_config.placement_strategy,
-            roles=(RoleSpec(name="worker", replicas=num_workers, resources=resources),),
+            roles=(RoleSpec(name="worker", replicas=num_workers, min_replicas=minimum,
+                            resources=resources),),
             # Train's FailureConfig decides when a run has failed; raygang requeues every
             # worker group Train restarts.
             max_restarts=TRAIN_RESTARTS,
             **options,
         )
+
+
+class RaygangScalingPolicy(ScalingPolicy):
+    """Train's scaling policy for an elastic run under raygang: every worker group is the
+    size raygang reserved for it (it claims the nodes, then sizes the group to them), and
+    Train never resizes a running group on its own (raygang restarts it through Train's
+    preemption path when its core decides a new size)."""
+
+    def __init__(self, scaling_config: Any, train: RaygangTrain, controller: Any):
+        super().__init__(scaling_config)
+        self._train = train
+        self._controller = controller
+
+    @classmethod
+    def put_in_place(cls, train: RaygangTrain) -> RaygangScalingPolicy | None:
+        """Replace the controller's policy (keeping its AutoscalingCoordinator request, so
+        that its cancel at shutdown still runs); None if that cannot be done here."""
+        try:
+            controller = ray_private.train_controller()
+            if controller is None:
+                raise RuntimeError("not running in a Ray Train controller")
+            old = controller._scaling_policy
+            policy = cls(old.scaling_config, train, controller)
+            policy._requester_id = old._requester_id
+            policy._coordinator_client = old._coordinator_client
+            ray_private.train_replace_scaling_policy(controller, policy)
+        except Exception:  # noqa: BLE001 - the run is admitted rigidly instead
+            log.warning("raygang: cannot size this elastic Train run; it is admitted at its "
+                        "maximum", exc_info=True)
+            return None
+        return policy
+
+    def _get_num_workers_for_resource_request(self) -> int:
+        return self.scaling_config.max_workers
+
+    def make_decision_for_non_running_worker_group(self) -> ScalingDecision:
+        if self._coordinator_client is not None:
+            self._maybe_send_resource_request()
+        # The group Train still has (failed, preempted or being resized) goes first: its
+        # capacity is what the next one may be given.
+        ray_private.train_stop_worker_group(self._controller)
+        nodes = self._train.claim(self.scaling_config, self.scaling_config.max_workers)
+        if not nodes:
+            return NoopDecision()  # Train asks again
+        self._train.next_nodes = nodes
+        per_worker = self.scaling_config._resources_per_worker_not_none
+        return ResizeDecision(num_workers=len(nodes), resources_per_worker=per_worker)
+
+    def make_decision_for_running_worker_group(self, worker_group_state: Any,
+                                               worker_group_status: Any) -> ScalingDecision:
+        if self._coordinator_client is not None:
+            self._maybe_send_resource_request()
+        return NoopDecision()
 
 
 def _gang_name(run_name: str | None) -> str:

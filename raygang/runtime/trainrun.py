@@ -21,13 +21,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from raygang.control.ports import MemberFailure, ReservationTimeout
 from raygang.control.status import GangError
 from raygang.core.resources import Resources
-from raygang.core.spec import GangSpec
+from raygang.core.spec import GangSpec, MemberSlot
 from raygang.runtime.handoff import Budget, HandoffFailed, check_group, remove_group
 from raygang.runtime.ray_private import actor_state, group_nodes
 
@@ -66,6 +66,7 @@ class TrainSession:
         self.preempt_deadline_ms: int | None = None
         self.preempting = asyncio.Event()  # set once preempted, or once the gang ended
         self.over = False  # the gang ended: the callback's watcher may stop
+        self.broken: MemberFailure | None = None  # the run fails with it (a failed resize)
         self.final = False  # the last group was released: the run is ending
 
     # Driven by the callback --------------------------------------------------------
@@ -111,9 +112,25 @@ class TrainSession:
         start another (preempted, or a worker failed)."""
         self.pg_id = None
         self.final = final
+        if self.asked_to_stop and self._on_release is None:
+            # raygang asked for it (a preemption, or a resize): Train asks for its next
+            # group at once, and waits until the gang's run says what that group is.
+            self.claimable.clear()
         self.released.set()
         if self._on_release is not None:
             self._on_release(self)
+
+    @property
+    def asked_to_stop(self) -> bool:
+        """raygang told the group to stop (preempted, or resized): its release is not a
+        failure."""
+        return self.preempt_deadline_ms is not None
+
+    def next_group(self, wanted: Sequence[Resources]) -> None:
+        """The run restarts at a new size (an elastic resize): its next group claims
+        `wanted`."""
+        self.wanted = tuple(wanted)
+        self._next_group()
 
     def _next_group(self) -> None:
         for event in (self.claimed, self.adopted, self.released, self.preempting):
@@ -169,27 +186,30 @@ class TrainSession:
             raise ReservationTimeout(f"hand-off failed: {self.failed}")
 
     async def watch(self) -> None:
-        """Until the run ends: raise MemberFailure if it failed or its controller died, or
-        if Train restarts its group on its own (a worker failed: the gang restarts, so the
-        run waits in the queue again holding nothing; Train's FailureConfig, not raygang,
-        decides when the run has failed for good)."""
+        """Until the run ends: raise MemberFailure if it failed or its controller died, if
+        a resize failed, or if Train restarts its group on its own (a worker failed: the
+        gang restarts, so the run waits in the queue again holding nothing; Train's
+        FailureConfig, not raygang, decides when the run has failed for good)."""
         while True:
+            if self.broken is not None:
+                raise self.broken
             if self.finished is not None:
                 ok, error = self.finished
                 if ok:
                     return
                 raise MemberFailure(GangError(error_type="TrainingFailed", message=error or ""),
                                     final=True)
-            if self.released.is_set() and not self.final:
-                # Also when preempted: Train shut the group down as told, and the
-                # lifecycle requeues a gang that ends while it is being stopped.
+            if self.released.is_set() and not self.final and not self.asked_to_stop:
                 raise MemberFailure(GangError(
                     error_type="TrainRestart",
                     message="Ray Train restarts its worker group (a worker failed); the run "
                             "waits in the queue again"))
+            # A group stopped as asked is the gang's run's to follow: it is stopped (the
+            # lifecycle requeues it), or restarted at its new size (`TrainLaunch.restart`).
             self.check_controller()
             try:
-                events = (self.ended,) if self.final else (self.ended, self.released)
+                events = (self.ended,) if self.final or self.released.is_set() \
+                    else (self.ended, self.released)
                 await asyncio.wait_for(_any(*events), WATCH_INTERVAL_S)
             except asyncio.TimeoutError:
                 pass
@@ -229,20 +249,29 @@ class TrainLaunch:
                  controller_id: str | None, sessions: dict[str, TrainSession]):
         self.gang_id = gang_id
         self.spec = spec
-        self.budget = Budget(gang_id, spec.bundles, nodes, spec.reservation_timeout_s)
-        self.session = TrainSession(gang_id, spec.bundles, self.budget, lease_s,
+        # Admitted at its minimum (all of it for a fixed-size run); an elastic run's
+        # surplus joins the budget as it grows (`reserve_members`), one bundle each.
+        self.budget = Budget(gang_id, spec.min_bundles, nodes, spec.reservation_timeout_s)
+        self.session = TrainSession(gang_id, spec.min_bundles, self.budget, lease_s,
                                     controller_id)
         self._sessions = sessions
-        self._adopted_run = False
+        self._bundle = {slot.name: i for i, slot in enumerate(spec.min_slots)}  # budget index
 
     @classmethod
     def adopted(cls, gang_id: str, spec: GangSpec, nodes: Sequence[str], lease_s: float,
-                controller_id: str | None, pg_id: str,
-                sessions: dict[str, TrainSession]) -> TrainLaunch:
-        """A run a previous scheduler process handed over: its group is still there."""
+                controller_id: str | None, pg_id: str, sessions: dict[str, TrainSession],
+                surplus: Mapping[str, str] | None = None) -> TrainLaunch:
+        """A run a previous scheduler process handed over: its group is still there.
+        `surplus`: an elastic run's workers beyond its minimum (name -> node)."""
         launch = cls(gang_id, spec, nodes, lease_s, controller_id, sessions)
-        launch.budget.claimed.update(range(len(spec.bundles)))
-        launch.session.nodes = list(nodes)
+        budget = launch.budget
+        for name, node in (surplus or {}).items():
+            launch._bundle[name] = len(budget.bundles)
+            budget.bundles += (spec.bundles[spec.slots_by_name[name].rank],)
+            budget.nodes += (node,)
+        budget.claimed.update(range(len(budget.bundles)))
+        launch.session.wanted = budget.bundles
+        launch.session.nodes = list(budget.nodes)
         launch.session.claimed.set()
         launch.session.adopt(pg_id)
         sessions[gang_id] = launch.session
@@ -271,6 +300,40 @@ class TrainLaunch:
         # Train keeps its workers until the deadline (they checkpoint meanwhile) and then
         # shuts the group down itself: that is when the capacity is free.
         await self.session.wait_released(timeout + TRAIN_TEARDOWN_S)
+
+    # `resize: restart` (an elastic run: Ray Train restarts its worker group) -------------
+    async def reserve_members(self, members: Sequence[tuple[MemberSlot, str]]) -> None:
+        indices = await self.budget.extend(
+            [self.spec.bundles[slot.rank] for slot, _ in members], [n for _, n in members])
+        self._bundle.update({slot.name: i for (slot, _), i in zip(members, indices)})
+
+    async def restart(self, world: Sequence[MemberSlot]) -> None:
+        """Once Train shut its group down (told through its preemption path: the grace
+        period, a checkpoint), its next group claims `world`'s bundles: what the others
+        held is freed. Train's scaling policy (`RaygangScalingPolicy`) asks for that group
+        and sizes it to what it claims."""
+        session = self.session
+        try:
+            if not session.released.is_set():
+                if not session.asked_to_stop:  # no grace period was given: nothing told
+                    session.preempt(0)
+                await session.wait_released(TRAIN_TEARDOWN_S)
+                if not session.released.is_set():
+                    raise ReservationTimeout(
+                        f"Ray Train did not stop its worker group within "
+                        f"{TRAIN_TEARDOWN_S:g}s of being told to")
+            names = {slot.name for slot in world}
+            leaving = [n for n in self._bundle if n not in names]
+            self.budget.drop([self._bundle.pop(n) for n in leaving])
+            kept = sorted(self._bundle.values())
+            self.budget.give_back(kept)  # held again until Train's next group claims them
+            session.next_group([self.budget.bundles[i] for i in kept])
+            await session.handed_over(self.spec.startup_timeout_s)
+        except BaseException as error:
+            session.broken = MemberFailure(GangError(
+                error_type=type(error).__name__,
+                message=f"restart at {len(world)} workers: {error}"))
+            raise
 
     async def close(self) -> None:
         self.session.end_watch()

@@ -22,7 +22,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 import raygang
 from raygang import GangState
 from raygang.runtime.train_callback import RaygangTrain
-from tests.integration.helpers import wait_state
+from tests.integration.helpers import wait_state, wait_until
 
 
 def train_func(config):
@@ -235,11 +235,94 @@ def test_a_killed_train_controller_fails_the_gang_and_leaves_nothing(gangs, tmp_
     assert fit.error is not None  # fit() reports the dead controller
 
 
-def test_an_elastic_run_is_admitted_at_its_maximum():
-    spec = RaygangTrain(queue="team-a").gang_spec(
+def test_an_elastic_run_whose_policy_is_not_in_place_is_admitted_at_its_maximum():
+    spec = RaygangTrain(queue="team-a").gang_spec(  # outside a Train controller
         ScalingConfig(num_workers=(1, 3), use_gpu=True), num_workers=1)
-    assert spec.world_size == 3 and spec.queue == "team-a"
+    assert spec.world_size == 3 and spec.queue == "team-a" and not spec.elastic
     assert spec.bundles[0].to_dict() == {"GPU": 1.0}
+
+
+def elastic_func(config):
+    """Report a step every 0.2 s until the step the test writes to `stop` (every worker
+    stops at the same one); log each start (world size, step resumed from); checkpoint
+    once when told of a preemption (raygang resizes through Train's preemption path)."""
+    ctx = ray.train.get_context()
+    step, checkpoint = 0, ray.train.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as d:
+            step = json.loads(Path(d, "state.json").read_text())["step"] + 1
+    with Path(config["log"]).open("a") as f:
+        f.write(json.dumps({"rank": ctx.get_world_rank(), "world": ctx.get_world_size(),
+                            "start": step}) + "\n")
+    stop = Path(config["stop"])
+    saved = False
+    while step < (int(stop.read_text()) if stop.exists() else 10**9):
+        time.sleep(0.2)
+        if ray.train.get_preemption_info() is not None and not saved:
+            with tempfile.TemporaryDirectory() as d:
+                Path(d, "state.json").write_text(json.dumps({"step": step}))
+                ray.train.report({"step": step}, checkpoint=Checkpoint.from_directory(d))
+            saved = True
+        else:
+            ray.train.report({"step": step})
+        if ctx.get_world_rank() == 0:
+            Path(config["progress"]).write_text(str(step))
+        step += 1
+
+
+@raygang.gang_task(replicas=3, num_gpus=1, priority=500, strategy="STRICT_PACK")
+class ThreeGpus:
+    def run(self):
+        time.sleep(3600)
+
+
+def test_an_elastic_run_is_sized_by_raygang_and_resumes_from_its_checkpoint_at_each_size(
+        gangs, tmp_path):
+    half = HalfGpus.remote()  # one worker node full; three GPUs of the other held
+    three = ThreeGpus.remote()
+    gangs += [half, three]
+    wait_state(half, GangState.RUNNING)
+    wait_state(three, GangState.RUNNING)
+    config = {"log": str(tmp_path / "elastic.jsonl"), "stop": str(tmp_path / "stop"),
+              "progress": str(tmp_path / "progress")}
+    fit = Fit(DataParallelTrainer(
+        elastic_func, train_loop_config=config,
+        scaling_config=ScalingConfig(num_workers=(1, 2), use_gpu=True),
+        run_config=RunConfig(name="elastic", storage_path=str(tmp_path / "storage"))),
+        preemption_grace_s=2)
+    run = train_gang("elastic")
+
+    def starts(world: int, n: int) -> list[dict]:
+        return wait_until(lambda: len(found := [e for e in logged(tmp_path, "elastic")
+                                                 if e["world"] == world]) >= n and found,
+                          timeout=90, poll_s=0.2)
+
+    # Admitted at its minimum: one GPU is free.
+    (first,) = starts(1, 1)
+    status = run.status()
+    assert (status.state, status.world_size, status.min_size, status.max_size) == \
+        (GangState.RUNNING, 1, 1, 2)
+    assert first["start"] == 0 and "GPU" in status.grow_reason
+
+    three.cancel()  # room for its surplus worker: Train restarts at 2 from its checkpoint
+    grown = starts(2, 2)
+    assert all(e["start"] > 0 for e in grown) and len({e["start"] for e in grown}) == 1
+    assert wait_until(lambda: run.status().world_size == 2)
+
+    taker = ThreeGpus.options(priority=2000).remote()  # needs 3 GPUs where 2 are free
+    gangs.append(taker)
+    wait_state(taker, GangState.RUNNING, timeout=90)
+    shrunk = starts(1, 2)[1]
+    assert shrunk["start"] > grown[0]["start"]  # resumed from the checkpoint it saved
+    status = run.status()
+    assert status.preemptions == 0 and half.status().state is GangState.RUNNING
+    events = [e.reason for e in status.events]
+    assert any(r.startswith("restarted at 2 members") for r in events), events
+    assert any(r.startswith("restarted at 1 members") for r in events), events
+
+    Path(config["stop"]).write_text(str(int(Path(config["progress"]).read_text()) + 5))
+    result = fit.outcome(timeout=60)
+    assert result.error is None and run.status().state is GangState.SUCCEEDED
 
 
 def _app():
