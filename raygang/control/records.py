@@ -143,6 +143,10 @@ class GangRecord:
             self.app = None
             self.finished.set()
             self.released.set()
+        self.changed()
+
+    def changed(self) -> None:
+        """Tell the owner (the plane: its registry and journal) that the gang changed."""
         if self.on_change is not None:
             self.on_change(self)
 
@@ -157,8 +161,7 @@ class GangRecord:
                                      reason=reason))
         self.state, self.reason, self.nodes, self.members = GangState.PENDING, reason, (), []
         self.surplus, self.leaving = {}, {}
-        if self.on_change is not None:
-            self.on_change(self)
+        self.changed()
 
     def set_waiting(self, code: WaitCode, message: str, position: int | None) -> None:
         self.wait_code = code

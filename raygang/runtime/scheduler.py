@@ -129,23 +129,31 @@ class Scheduler:
         return await asyncio.to_thread(self._cluster.jobs.logs, status.ray_job_id)
 
     # Ray Train runs (runtime/train_callback.py calls these) ---------------------------
+    # Each waits for the recovered state first: a restarted scheduler must have adopted a
+    # run's session before it answers for it (a watcher told "ended" stops watching).
     async def train_open(self, spec: GangSpec, parent: str | None, controller: str | None,
                          key: str) -> str:
+        await self._plane.ready()
         return await self._train.open(spec, parent, controller, key)
 
     async def train_claim(self, session: str, timeout: float) -> list[str] | None:
+        await self._plane.ready()
         return await self._train.claim(session, timeout)
 
     async def train_adopt(self, session: str, pg_id: str) -> list[str]:
+        await self._plane.ready()
         return self._train.adopt(session, pg_id)
 
     async def train_released(self, session: str, final: bool) -> None:
+        await self._plane.ready()
         self._train.released(session, final)
 
     async def train_finished(self, session: str, error: str | None) -> None:
+        await self._plane.ready()
         await self._train.finished(session, error)
 
     async def train_wait_preempt(self, session: str, timeout: float) -> dict | None:
+        await self._plane.ready()
         return await self._train.wait_preempt(session, timeout)
 
     async def shutdown(self) -> int:

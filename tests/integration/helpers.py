@@ -2,7 +2,10 @@ from __future__ import annotations
 
 import time
 
+import ray
+
 from raygang import GangRef, GangState
+from raygang.runtime.launcher import NAMESPACE, SCHEDULER_NAME
 
 
 def wait_state(ref: GangRef, *states: GangState, timeout: float = 60):
@@ -27,3 +30,24 @@ def wait_until(what, timeout: float = 60, poll_s: float = 0.05):  # noqa: ANN001
         assert time.time() < deadline, f"timed out waiting for {what}"
         time.sleep(poll_s)
     return value
+
+
+def scheduler():
+    return ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE)
+
+
+def restart_scheduler(timeout: float = 60) -> None:
+    """Kill the scheduler's process (Ray restarts it) and wait until the new process is
+    ready: a kill is asynchronous, and the old process may still answer a call or two."""
+    old = ray.get(scheduler().ping.remote())["instance"]
+    ray.kill(scheduler(), no_restart=False)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            ping = ray.get(scheduler().ping.remote(), timeout=5)
+            if ping["instance"] != old and ping["ready"]:
+                return
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError, ValueError):
+            pass
+        assert time.monotonic() < deadline, "the scheduler did not come back"
+        time.sleep(0.05)

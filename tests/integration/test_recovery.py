@@ -12,28 +12,7 @@ from ray.util.placement_group import placement_group_table
 import raygang
 from raygang import demo
 from raygang.runtime.launcher import NAMESPACE
-from raygang.runtime.launcher import SCHEDULER_NAME
-
-
-def scheduler():
-    return ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE)
-
-
-def restart_scheduler(timeout: float = 60) -> None:
-    """Kill the scheduler's process (Ray restarts it) and wait until the new process is
-    ready: a kill is asynchronous, and the old process may still answer a call or two."""
-    old = ray.get(scheduler().ping.remote())["instance"]
-    ray.kill(scheduler(), no_restart=False)
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            ping = ray.get(scheduler().ping.remote(), timeout=5)
-            if ping["instance"] != old and ping["ready"]:
-                return
-        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError, ValueError):
-            pass
-        assert time.monotonic() < deadline, "the scheduler did not come back"
-        time.sleep(0.05)
+from tests.integration.helpers import restart_scheduler, scheduler
 
 
 def raygang_pgs_by_gang() -> dict[str, int]:

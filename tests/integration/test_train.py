@@ -22,7 +22,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 import raygang
 from raygang import GangState
 from raygang.runtime.train_callback import RaygangTrain
-from tests.integration.helpers import wait_state, wait_until
+from tests.integration.helpers import restart_scheduler, wait_state, wait_until
 
 
 def train_func(config):
@@ -289,7 +289,7 @@ def test_an_elastic_run_is_sized_by_raygang_and_resumes_from_its_checkpoint_at_e
         elastic_func, train_loop_config=config,
         scaling_config=ScalingConfig(num_workers=(1, 2), use_gpu=True),
         run_config=RunConfig(name="elastic", storage_path=str(tmp_path / "storage"))),
-        preemption_grace_s=2)
+        preemption_grace_s=4)  # Train keeps a checkpoint only once every rank reported it
     run = train_gang("elastic")
 
     def starts(world: int, n: int) -> list[dict]:
@@ -307,7 +307,14 @@ def test_an_elastic_run_is_sized_by_raygang_and_resumes_from_its_checkpoint_at_e
     three.cancel()  # room for its surplus worker: Train restarts at 2 from its checkpoint
     grown = starts(2, 2)
     assert all(e["start"] > 0 for e in grown) and len({e["start"] for e in grown}) == 1
-    assert wait_until(lambda: run.status().world_size == 2)
+    status = wait_until(lambda: _noted(run.status(), "restarted at 2 members"))
+    assert status.world_size == 2
+
+    restart_scheduler()  # a restarted scheduler adopts it at the size Train runs it
+    status = run.status()
+    assert (status.state, status.world_size) == (GangState.RUNNING, 2), status
+    assert any("adopted by the restarted scheduler" in e.reason for e in status.events)
+    assert len(logged(tmp_path, "elastic")) == 3  # Train's group was left alone
 
     taker = ThreeGpus.options(priority=2000).remote()  # needs 3 GPUs where 2 are free
     gangs.append(taker)
@@ -316,13 +323,16 @@ def test_an_elastic_run_is_sized_by_raygang_and_resumes_from_its_checkpoint_at_e
     assert shrunk["start"] > grown[0]["start"]  # resumed from the checkpoint it saved
     status = run.status()
     assert status.preemptions == 0 and half.status().state is GangState.RUNNING
-    events = [e.reason for e in status.events]
-    assert any(r.startswith("restarted at 2 members") for r in events), events
-    assert any(r.startswith("restarted at 1 members") for r in events), events
+    assert _noted(status, "restarted at 1 members")
 
     Path(config["stop"]).write_text(str(int(Path(config["progress"]).read_text()) + 5))
     result = fit.outcome(timeout=60)
     assert result.error is None and run.status().state is GangState.SUCCEEDED
+
+
+def _noted(status, start: str):
+    """The status if one of its events starts with `start`."""
+    return status if any(e.reason.startswith(start) for e in status.events) else None
 
 
 def _app():
