@@ -56,6 +56,13 @@ def _policies(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
               help="Make every job of more than one member elastic, running between this "
               "share of its members (rounded up) and all of them; its work progresses in "
               "proportion to the members it runs (default: every job rigid).")
+@click.option("--elastic-resize", type=click.Choice(["live", "restart"]), default="live",
+              show_default=True, help="With --elastic: how a job lives through a resize "
+              "(restart: back to its last checkpoint, and idle while its members start "
+              "again, as Ray Train V2 restarts its worker group).")
+@click.option("--restart-s", "elastic_restart_s", type=click.FloatRange(0), default=120.0,
+              show_default=True, help="With --elastic-resize restart: seconds a resized "
+              "job does no work while it starts again (an assumption).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="Write report.json, report.txt and the plots here.")
 @click.option("--no-plots", is_flag=True, help="With --out: no PNG plots.")
@@ -63,7 +70,8 @@ def _policies(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
 def sim(trace: str, config_paths: tuple[Path, ...], nodes: int, gpus_per_node: int,
         policies: list[str], start: str | None, end: str | None, days: float | None,
         vc_nodes: Path | None, checkpoint_s: float, grace_s: float, inference_gpus: int,
-        inference_gang_gpus: int, elastic_min: float | None, out: Path | None,
+        inference_gang_gpus: int, elastic_min: float | None, elastic_resize: str,
+        elastic_restart_s: float, out: Path | None,
         no_plots: bool, quiet: bool) -> None:
     """Replay TRACE through raygang's scheduler in simulated time and compare policies.
 
@@ -93,7 +101,8 @@ def sim(trace: str, config_paths: tuple[Path, ...], nodes: int, gpus_per_node: i
                                checkpoint_s=checkpoint_s, preemption_grace_s=grace_s,
                                inference_gpus=inference_gpus,
                                inference_gang_gpus=inference_gang_gpus,
-                               elastic_min=elastic_min)
+                               elastic_min=elastic_min, elastic_resize=elastic_resize,
+                               elastic_restart_s=elastic_restart_s)
     except TraceError as error:
         raise SimUsageError(str(error)) from None
     except (ValidationError, ValueError, OSError) as error:

@@ -46,8 +46,9 @@ class SimCluster:
         self.checkpoint_s = checkpoint_s
         self.start_s = start_s  # admitted -> running (SimSettings.start_s)
         self.services: dict[str, ServiceLog] = {}  # the inference stream's (sim.inference)
-        # elastic jobs (SimSettings.elastic_min) add and remove members, live
+        # elastic jobs (SimSettings.elastic_min) add and remove members, or restart
         self.resizes: frozenset[Resize] = frozenset()
+        self.restart_s = 0.0  # a restarted job's idle time (SimSettings.elastic_restart_s)
         self.booked: dict[str, list[tuple[str, Resources]]] = {}  # gang id -> bundles
         self._freed: asyncio.Event | None = None  # set when something is unbooked
         # Called when a gang starts running: the scheduler's view changed without an event
@@ -148,6 +149,7 @@ class SimRun:
         self._sizes: list[int] = []  # the size from each mark on
         self._extra: dict[str, str] = {}  # surplus member -> its booking key
         self.started: float | None = None
+        self._since: float | None = None  # its group started (the checkpoint cadence's origin)
         self._body: asyncio.Future | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._closed = False
@@ -179,7 +181,7 @@ class SimRun:
     async def run(self) -> list[Any]:
         cluster, log = self.cluster, self.log
         now = cluster.clock()
-        self.started = log.attempt_start = now
+        self.started = self._since = log.attempt_start = now
         log.attempts += 1
         if log.first_start is None:
             log.first_start = now
@@ -233,7 +235,13 @@ class SimRun:
         self._timer = asyncio.get_running_loop().call_at(
             now + left * self.full / self.size, _finish, self._body)
 
-    async def add_members(self, members: Sequence[tuple[Any, str]]) -> list[str]:
+    def _last_checkpoint(self, now: float) -> float:
+        """When the group running at `now` saved its last checkpoint (every
+        `checkpoint_s` of its running)."""
+        every = self.cluster.checkpoint_s
+        return self._since + math.floor((now - self._since) / every) * every
+
+    async def reserve_members(self, members: Sequence[tuple[Any, str]]) -> None:
         cluster, gang = self.cluster, self.record.gang_id
         wanted = [(f"{gang}/{slot.name}", [(node, Resources(GPU=self.each))])
                   for slot, node in members]
@@ -246,9 +254,49 @@ class SimRun:
             cluster.book(key, bundles)
         for (slot, _), (key, _) in zip(members, wanted):
             self._extra[slot.name] = key
+
+    async def add_members(self, members: Sequence[tuple[Any, str]]) -> list[str]:
+        await self.reserve_members(members)
         if self.started is not None and not self._closed:
-            self._resize(cluster.clock(), len(members))
+            self._resize(self.cluster.clock(), len(members))
         return []  # a trace job has no resize hooks
+
+    async def restart(self, world: Sequence[Any]) -> None:
+        """`resize: restart` (Ray Train V2's way): the job goes back to its last checkpoint
+        (the work since is redone) and does no work while its `world` starts again
+        (`restart_s`); then it runs at its new size. What the others held is freed."""
+        cluster, log = self.cluster, self.log
+        names = {slot.name for slot in world}
+        for name in [n for n in self._extra if n not in names]:
+            cluster.unbook(self._extra.pop(name))
+        if self.started is None or self._closed or self._body is None or self._body.done():
+            self.size, self.gpus = len(world), len(world) * self.each
+            return
+        now = cluster.clock()
+        if not self._marks:
+            self._marks, self._sizes = [(self.started, 0.0)], [self.size]
+        done = self._done(now)
+        saved = self._done_at(self._last_checkpoint(now)) if cluster.checkpoint_s else done
+        before = self.gpus
+        self.size, self.gpus = len(world), len(world) * self.each
+        cluster.usage.change(now, log.job.queue, running=self.gpus - before)
+        self._marks.append((now, saved))  # back to the checkpoint, and idle while starting
+        self._sizes.append(0)
+        self._since = now  # (stopped while starting, it keeps what it restored)
+        if self._timer is not None:
+            self._timer.cancel()
+        if cluster.restart_s:
+            await asyncio.sleep(cluster.restart_s)
+        if self._closed or self._body.done():
+            return
+        started = cluster.clock()
+        self._since = started
+        self._marks.append((started, saved))
+        self._sizes.append(self.size)
+        log.resize_restarts += 1
+        log.resize_lost_gpu_s += (done - saved) * self.full * self.each \
+            + (started - now) * self.gpus
+        self._reschedule(started)
 
     async def remove_members(self, members: Sequence[Any]) -> list[str]:
         # (A trace job runs no hook: its members worked through their grace period.)
@@ -306,9 +354,10 @@ class SimRun:
             saved = log.remaining_s
         elif every <= 0:
             saved = done
+        elif resized:
+            saved = self._done_at(self._last_checkpoint(now))
         else:
-            last = math.floor(ran / every) * every
-            saved = self._done_at(self.started + last) if resized else last
+            saved = math.floor(ran / every) * every
         lost = max(0.0, min(done, log.remaining_s) - saved)
         log.remaining_s -= saved
         action, for_gpus = log.stopped_for or ("unknown", 0)

@@ -45,7 +45,7 @@ from raygang.core.gang import GangState
 from raygang.core.plan import Preemption
 from raygang.core.queues import DEFAULT_QUEUE
 from raygang.core.resources import Resources
-from raygang.core.spec import GangSpec, Resize, RoleSpec, Strategy
+from raygang.core.spec import GangSpec, RoleSpec, Strategy
 from raygang.sim.clock import VirtualTimeLoop
 from raygang.sim.cluster import SimCluster
 from raygang.sim.inference import INFERENCE_QUEUE, InferenceStream, ServiceLog
@@ -139,6 +139,7 @@ def gang_of(job: TraceJob, name: str, queue: str, priority: int | str,
         preemption_grace_s=settings.preemption_grace_s,
         reservation_timeout_s=settings.reservation_timeout_s,
         checkpoint_interval_s=settings.checkpoint_s or None,  # what the job declares
+        resize=settings.elastic_resize,
     )
 
 
@@ -247,7 +248,8 @@ class _Replayer:
                              self.settings.start_s)
         cluster.services = self.services
         cluster.resizes = frozenset(
-            {Resize.LIVE} if self.settings.elastic_min is not None else ())
+            {self.settings.elastic_resize} if self.settings.elastic_min is not None else ())
+        cluster.restart_s = self.settings.elastic_restart_s
         config = SchedulerConfig.model_validate({
             **part.config.model_dump(), "resync_interval_s": self.settings.resync_s,
             "state": {"store": "memory", "results_max_bytes": 0}})

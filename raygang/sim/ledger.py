@@ -41,6 +41,8 @@ class JobLog:
     running_s: float = 0.0  # all attempts
     attempts: int = 0
     stops: list[Stop] = field(default_factory=list)
+    resize_restarts: int = 0  # an elastic job restarted at a new size (resize: restart)
+    resize_lost_gpu_s: float = 0.0  # their cost: work redone, and GPUs idle while starting
     skipped: str | None = None  # why it was never submitted (never fits the cluster)
     attempt_start: float | None = None
     stopped_for: tuple[str, int] | None = None  # (action, preemptor's GPUs): set by the

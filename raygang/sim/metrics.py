@@ -110,6 +110,8 @@ def preemptions(logs: Sequence[JobLog], checkpoint_s: float) -> dict:
         "jobs_stopped": sum(1 for log in logs if log.stops),
         "most_stops_of_one_job": max((len(log.stops) for log in logs), default=0),
         "oversized_victims_share_of_lost": oversized / lost if lost else 0.0,
+        "resize_restarts": sum(log.resize_restarts for log in logs),
+        "gpu_hours_lost_to_resize_restarts": sum(log.resize_lost_gpu_s for log in logs) / HOUR,
     }
 
 

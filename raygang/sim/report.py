@@ -37,6 +37,9 @@ ROWS: list[Row] = [
     ("GPU-hours lost", lambda s: s["preemptions"]["gpu_hours_lost"], ".1f"),
     ("  share from victims > preemptor",
      lambda s: s["preemptions"]["oversized_victims_share_of_lost"], ".0%"),
+    ("resize restarts", lambda s: s["preemptions"].get("resize_restarts", 0), "d"),
+    ("  GPU-hours they cost",
+     lambda s: s["preemptions"].get("gpu_hours_lost_to_resize_restarts", 0.0), ".1f"),
     ("Jain (share of guarantee)", lambda s: s["fairness"]["jain_share_of_guarantee"], ".3f"),
     ("worst tenant JCT / static", lambda s: s.get("worst_tenant_jct_vs_static", math.nan),
      ".2f"),
@@ -70,6 +73,9 @@ def text_table(trace: Trace, settings: SimSettings, summaries: Sequence[dict]) -
              + (f", inference stream peak {settings.inference_gpus} GPUs"
                 if settings.inference_gpus else "")
              + (f", multi-member jobs elastic from {settings.elastic_min:g} of their members"
+                f" (resize: {settings.elastic_resize.value}"
+                + (f", {settings.elastic_restart_s:g} s each"
+                   if settings.elastic_resize.value == "restart" else "") + ")"
                 if settings.elastic_min is not None else ""))
     table = Table(title=title, title_justify="left")
     table.add_column("")

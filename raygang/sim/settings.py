@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from raygang.core.spec import Resize
+
 
 class SimSettings(BaseModel):
     """The simulated cluster and how its jobs behave."""
@@ -40,7 +42,15 @@ class SimSettings(BaseModel):
         None, gt=0, le=1, description="make every job of more than one member elastic: it "
         "runs between ceil(members x this) and all its members, growing as GPUs free and "
         "shrunk before any job is stopped whole; its work progresses in proportion to the "
-        "members it runs (linear scaling) and a resize loses none (live). None: rigid")
+        "members it runs (linear scaling). None: rigid")
+    elastic_resize: Resize = Field(
+        Resize.LIVE, description="how an elastic job lives through a resize: 'live' loses "
+        "nothing; 'restart' (Ray Train V2's way) goes back to its last checkpoint and does "
+        "no work for elastic_restart_s")
+    elastic_restart_s: float = Field(
+        120.0, ge=0, description="with elastic_resize 'restart': how long a resized job does "
+        "no work (its group stops, starts again at the new size and loads its checkpoint); "
+        "an assumption: a Train worker group of a few nodes restarts in minutes")
     product_loop: bool = Field(
         False, description="keep the control plane loop's re-checks after a release, "
         "made for Ray's lagging view (slower; the same decisions: sim.loop)")

@@ -176,6 +176,21 @@ def test_an_elastic_job_starts_at_its_minimum_grows_and_its_work_follows_its_siz
     assert rigid["e"][0] == 3600 and rigid["e"][1] == 10800
 
 
+def test_an_elastic_job_that_restarts_to_resize_redoes_the_work_since_its_checkpoint():
+    # As above, with `resize: restart` (Ray Train V2's way) and a checkpoint every 1000 s
+    # of running: at 3600 s it has done 1799.5 s of work (half speed since 1 s), but saved
+    # only 1500 (its checkpoint at 3001 s); it then starts again for 600 s, and does the
+    # 5700 s left at full speed: it ends at 3600 + 600 + 5700 = 9900 s (live: 9000 s).
+    t = trace(job("hold", 0, 3600, gpus=8, queue="t1"), job("e", 1, 7200, gpus=16, queue="t1"),
+              quotas={"t1": 16})
+    result = replay_of(t, "raygang", nodes=2, elastic_min=0.5, elastic_resize="restart",
+                       elastic_restart_s=600, checkpoint_s=1000, preemption_grace_s=0)
+    e = next(log for log in result.jobs.values() if log.job.name == "e")
+    assert e.first_start == 1 and abs(e.finished_at - 9900) < 1
+    assert e.resize_restarts == 1 and e.stops == [] and e.attempts == 1
+    assert abs(e.resize_lost_gpu_s - (299.5 * 16 + 600 * 16)) < 16
+
+
 def test_an_elastic_job_shrinks_before_anyone_is_stopped_whole_and_loses_no_work():
     # "e" (16 GPUs, elastic from half) runs at full size on both nodes; at 3600 s a job of
     # another queue under its quota reclaims 8 GPUs: e loses its surplus member (after
