@@ -83,9 +83,12 @@ class GangDriver:
         self._stopping: asyncio.Task | None = None
         self._released_event = asyncio.Event()
         self.resizing: dict[str, asyncio.Task] = {}  # member name -> its add or removal
+        # member name -> done once what it held is free (its removal, or a restart's stop:
+        # a gang admitted into that capacity waits for this, not for the restart)
+        self.freeing: dict[str, asyncio.Future] = {}
         self._restarting = asyncio.Lock()  # `resize: restart`: one restart at a time
 
-    def start(self, waits_for: Sequence[asyncio.Task] = (), adopted: bool = False) -> None:
+    def start(self, waits_for: Sequence[asyncio.Future] = (), adopted: bool = False) -> None:
         self.task = asyncio.get_running_loop().create_task(self._drive(list(waits_for),
                                                                        adopted))
 
@@ -98,7 +101,7 @@ class GangDriver:
             self._wake_after(max(0.0, outcome.not_before - now))
 
     # The drive ------------------------------------------------------------------------
-    async def _drive(self, waits_for: list[asyncio.Task], adopted: bool) -> None:
+    async def _drive(self, waits_for: list[asyncio.Future], adopted: bool) -> None:
         record, run = self.record, self.run
         try:
             if adopted:  # started by the previous scheduler process: pick up its run
@@ -193,8 +196,10 @@ class GangDriver:
         """Remove these surplus members after the grace period: the gang runs on."""
         record = self.record
         members = [m for m in members if m in record.surplus]
+        loop = asyncio.get_running_loop()
         for member in members:
             record.leaving[member] = record.surplus.pop(member)
+            self.freeing[member] = loop.create_future()
         record.note(f"shrinking to {record.size} members (removing {', '.join(members)}): "
                     f"{why}", self._clock())
         slots = [record.spec.slots_by_name[m] for m in members]
@@ -204,21 +209,31 @@ class GangDriver:
         record, names = self.record, {slot.name for slot in slots}
         try:
             if record.spec.resize is Resize.RESTART:
-                await self._restart(f"removed {', '.join(sorted(names))}")
+                await self._restart(f"removed {', '.join(sorted(names))}",
+                                    stopped=lambda: self._freed(names))
             else:
                 await grace_period(self.run, record.spec.preemption_grace_s, slots)
                 self._note_problems(await self.run.remove_members(slots))
         finally:
-            for name in names:
-                record.leaving.pop(name, None)
+            self._freed(names)
             record.members[:] = [m for m in record.members  # in place: the run appends
                                  if f"{m.role}-{m.index}" not in names]  # to this list
+
+    def _freed(self, names: set[str]) -> None:
+        """What these leaving members held is free: off the book, and the gangs admitted
+        into it may go on."""
+        for name in names:
+            self.record.leaving.pop(name, None)
+            freeing = self.freeing.pop(name, None)
+            if freeing is not None and not freeing.done():
+                freeing.set_result(None)
+        self._wake_after(0.0)
 
     def _note_problems(self, problems: Sequence[str]) -> None:
         for problem in problems:  # the gang runs on: its members were told, not all well
             self.record.note(f"resize: {problem}", self._clock())
 
-    async def _restart(self, change: str) -> None:
+    async def _restart(self, change: str, stopped: Callable[[], None] | None = None) -> None:
         """`resize: restart`: every member gets the grace period of a preemption (to
         save a checkpoint), then the whole gang starts again at its new size (its
         minimum and `record.surplus`), as Ray Train V2 restarts a worker group. A member
@@ -230,7 +245,7 @@ class GangDriver:
             await grace_period(self.run, spec.preemption_grace_s)
             record.members[:] = []  # in place: the run appends to this list
             try:
-                await self.run.restart(world)
+                await self.run.restart(world, stopped)
             except Exception as error:  # noqa: BLE001 - the run fails the gang with it
                 record.note(f"could not restart at {len(world)} members ({change}): "
                             f"{type(error).__name__}: {error}", self._clock())

@@ -84,13 +84,15 @@ class Fleet:
         driver.decide(Admitted(len(set(admission.nodes)), len(waits)))
         driver.start(waits)
 
-    def _leaving(self, gone: str) -> asyncio.Task | None:
+    def _leaving(self, gone: str) -> asyncio.Future | None:
         """What an admission waits for: a gang's drive, or `<gang>/<member>`'s removal."""
         gang_id, member = member_of(gone)
         driver = self._drivers.get(gang_id)
         if driver is None:
             return None
-        return driver.resizing.get(member) if member else driver.task
+        if not member:
+            return driver.task
+        return driver.freeing.get(member) or driver.resizing.get(member)
 
     def grow(self, growth: Growth) -> None:
         """Add the members the plan grew a running elastic gang by."""

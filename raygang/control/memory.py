@@ -415,13 +415,16 @@ class MemoryRun:
         self.extra.update(wanted)
         self._rebook()
 
-    async def restart(self, world: Sequence[Any]) -> None:
+    async def restart(self, world: Sequence[Any],
+                      stopped: Callable[[], None] | None = None) -> None:
         """Every member stops; `world` starts afresh (each body from its beginning: this
         cluster keeps no checkpoint) and is released at once."""
         names = {slot.name for slot in world}
         self._restarting, self.members = True, []
         self.cluster.members[self.gang_id] = self.members
         self._unbook(n for n in list(self.extra) if n not in names)
+        if stopped is not None:
+            stopped()
         try:  # as at the first start (role order), then released together
             await self._start_members(world)
         except MemberFailure as failure:

@@ -86,10 +86,13 @@ class GangRun(Protocol):
         """Reserve these surplus members' bundles (slot, node) and start nothing; what
         was reserved is freed again if it fails (ReservationTimeout)."""
 
-    async def restart(self, world: Sequence[MemberSlot]) -> None:
+    async def restart(self, world: Sequence[MemberSlot],
+                      stopped: Callable[[], None] | None = None) -> None:
         """Stop every member and start `world` afresh, all ready before any is released
-        (the launch barrier); what members outside `world` held is freed. Their grace
-        period is over (the driver gave it). A failure raises, and fails the run too."""
+        (the launch barrier); what members outside `world` held is freed, and then
+        `stopped()` is called (before `world` starts: a gang waiting for that capacity
+        need not wait for the restart). Their grace period is over (the driver gave it).
+        A failure raises, and fails the run too."""
 
 
 class Leftovers(Protocol):

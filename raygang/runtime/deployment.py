@@ -181,7 +181,8 @@ class ServeLaunch:
     async def reserve_members(self, members: Sequence[tuple[MemberSlot, str]]) -> None:
         raise NotImplementedError("a deployment resizes live (Serve's count-only path)")
 
-    async def restart(self, world: Sequence[MemberSlot]) -> None:
+    async def restart(self, world: Sequence[MemberSlot],
+                      stopped: Callable[[], None] | None = None) -> None:
         raise NotImplementedError("a deployment resizes live (Serve's count-only path)")
 
     async def close(self) -> None:

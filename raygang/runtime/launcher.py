@@ -448,7 +448,8 @@ class GangLaunch:
             await run_to_completion(self._drop([slot for slot, _ in members]))
             raise
 
-    async def restart(self, world: Sequence[MemberSlot]) -> None:
+    async def restart(self, world: Sequence[MemberSlot],
+                      stopped: Callable[[], None] | None = None) -> None:
         """`resize: restart`: stop every member (their grace period is over), free the
         groups of those not in `world`, then start `world` afresh at the next generation
         in the groups kept (role after role, all ready before any is released: the launch
@@ -462,6 +463,8 @@ class GangLaunch:
                     self._forget(slot)
                 await run_to_completion(self._drop(
                     [s for s in self.spec.surplus_slots if s not in world]))
+                if stopped is not None:  # their groups (and members in them) are gone
+                    stopped()
                 for slot in stopping:
                     handle, self.handles[slot.rank] = self.handles[slot.rank], None
                     _kill(handle, member_name(self.gang_id, slot))

@@ -307,7 +307,8 @@ class TrainLaunch:
             [self.spec.bundles[slot.rank] for slot, _ in members], [n for _, n in members])
         self._bundle.update({slot.name: i for (slot, _), i in zip(members, indices)})
 
-    async def restart(self, world: Sequence[MemberSlot]) -> None:
+    async def restart(self, world: Sequence[MemberSlot],
+                      stopped: Callable[[], None] | None = None) -> None:
         """Once Train shut its group down (told through its preemption path: the grace
         period, a checkpoint), its next group claims `world`'s bundles: what the others
         held is freed. Train's scaling policy (`RaygangScalingPolicy`) asks for that group
@@ -325,6 +326,8 @@ class TrainLaunch:
             names = {slot.name for slot in world}
             leaving = [n for n in self._bundle if n not in names]
             self.budget.drop([self._bundle.pop(n) for n in leaving])
+            if stopped is not None:  # Train's group is gone, and these holds with it
+                stopped()
             kept = sorted(self._bundle.values())
             self.budget.give_back(kept)  # held again until Train's next group claims them
             session.next_group([self.budget.bundles[i] for i in kept])

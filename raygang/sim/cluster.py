@@ -261,7 +261,8 @@ class SimRun:
             self._resize(self.cluster.clock(), len(members))
         return []  # a trace job has no resize hooks
 
-    async def restart(self, world: Sequence[Any]) -> None:
+    async def restart(self, world: Sequence[Any],
+                      stopped: Callable[[], None] | None = None) -> None:
         """`resize: restart` (Ray Train V2's way): the job goes back to its last checkpoint
         (the work since is redone) and does no work while its `world` starts again
         (`restart_s`); then it runs at its new size. What the others held is freed."""
@@ -269,6 +270,8 @@ class SimRun:
         names = {slot.name for slot in world}
         for name in [n for n in self._extra if n not in names]:
             cluster.unbook(self._extra.pop(name))
+        if stopped is not None:
+            stopped()
         if self.started is None or self._closed or self._body is None or self._body.done():
             self.size, self.gpus = len(world), len(world) * self.each
             return

@@ -191,6 +191,19 @@ def test_an_elastic_job_that_restarts_to_resize_redoes_the_work_since_its_checkp
     assert abs(e.resize_lost_gpu_s - (299.5 * 16 + 600 * 16)) < 16
 
 
+def test_a_job_shrunk_by_a_restart_frees_its_surplus_before_it_starts_again():
+    # "e" (16 GPUs, elastic from half, `resize: restart`, 300 s to restart) runs on both
+    # nodes; at 3600 s "b" reclaims 8 GPUs: e stops, gives its surplus node back and
+    # starts again at 1 member. b starts at once, not after e's restart.
+    t = trace(job("e", 0, 36000, gpus=16, queue="t1"), job("b", 3600, 3600, gpus=8, queue="t2"),
+              quotas={"t1": 8, "t2": 8})
+    result = replay_of(t, "raygang", nodes=2, elastic_min=0.5, preemption_grace_s=0,
+                       config=AT_ONCE, elastic_resize="restart", elastic_restart_s=300)
+    by_name = {log.job.name: log for log in result.jobs.values()}
+    assert by_name["b"].first_start == 3600 and by_name["e"].stops == []
+    assert by_name["e"].resize_restarts >= 2  # shrunk for b, grown back after it
+
+
 def test_an_elastic_job_shrinks_before_anyone_is_stopped_whole_and_loses_no_work():
     # "e" (16 GPUs, elastic from half) runs at full size on both nodes; at 3600 s a job of
     # another queue under its quota reclaims 8 GPUs: e loses its surplus member (after
