@@ -102,13 +102,18 @@ class Budget:
                 f"{len(missing)} of {len(indices)} bundles of {self.gang_id} were not held "
                 f"on their nodes within {self.timeout_s:g}s")
 
-    async def extend(self, bundles: Sequence[Resources], nodes: Sequence[str]) -> list[int]:
-        """Add these bundles (an elastic gang's surplus), held on their nodes; their
-        indices. ReservationTimeout if not all are held in time (none stays added)."""
+    def add(self, bundles: Sequence[Resources], nodes: Sequence[str]) -> list[int]:
+        """Add these bundles (an elastic gang's surplus) on their nodes, neither held nor
+        claimed; their indices."""
         first = len(self.bundles)
         self.bundles += tuple(bundles)
         self.nodes += tuple(nodes)
-        added = list(range(first, len(self.bundles)))
+        return list(range(first, len(self.bundles)))
+
+    async def extend(self, bundles: Sequence[Resources], nodes: Sequence[str]) -> list[int]:
+        """Add these bundles, held on their nodes; their indices. ReservationTimeout if not
+        all are held in time (none stays added)."""
+        added = self.add(bundles, nodes)
         try:
             await self.hold(added)
         except BaseException:

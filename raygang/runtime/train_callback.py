@@ -51,6 +51,7 @@ from raygang.core.spec import GangSpec, Resize, RoleSpec
 from raygang.runtime import ray_private
 from raygang.runtime.client import SchedulerClient
 from raygang.runtime.handoff import selector
+from raygang.runtime.launcher import NODE_ID_LABEL
 
 log = logging.getLogger(__name__)
 CLAIM_POLL_S = 10.0
@@ -78,6 +79,7 @@ class RaygangTrain(ControllerCallback, WorkerGroupCallback):
         self._finishing = False  # Train is shutting down for good (not restarting)
         self._policy: RaygangScalingPolicy | None = None  # an elastic run's, once in place
         self.next_nodes: list[str] | None = None  # the policy claimed the next group's nodes
+        self._placing: list[str] | None = None  # the next group's node per bundle
 
     def __reduce__(self):  # sent to the controller: no client, thread or session
         return (type(self), (self.queue, self.priority, self.name, self.preemption_grace_s,
@@ -98,13 +100,11 @@ class RaygangTrain(ControllerCallback, WorkerGroupCallback):
 
     def on_controller_start_worker_group(self, *, scaling_config: Any,
                                          num_workers: int) -> dict[str, str] | None:
-        if self.next_nodes is not None:  # the scaling policy claimed them, and sized the group
-            nodes, self.next_nodes = self.next_nodes, None
-            return selector(nodes)
-        while True:
+        nodes, self.next_nodes = self.next_nodes, None  # the scaling policy claimed them
+        while not nodes:
             nodes = self.claim(scaling_config, num_workers)
-            if nodes:
-                return selector(nodes)
+        self._placing = sorted(nodes)
+        return selector(nodes)
 
     def claim(self, scaling_config: Any, num_workers: int) -> list[str] | None:
         """Queue the run (the first time), then wait one round for the nodes of its next
@@ -138,6 +138,17 @@ class RaygangTrain(ControllerCallback, WorkerGroupCallback):
             self.client.call("train_finished", self.session, "the Train run was aborted")
 
     # WorkerGroupCallback ----------------------------------------------------------
+    def before_worker_group_start(self, worker_group_context: Any) -> None:
+        """Pin each bundle of Train's group to its node. The selector returned above is
+        one set of nodes for every worker (Train copies it per worker), so PACK could put
+        more workers on one of them than raygang reserved there, and the group would be
+        refused; Train's per-bundle selectors, made just before its placement group, can
+        say which node each bundle goes to."""
+        nodes, self._placing = self._placing, None
+        selectors = worker_group_context.label_selector
+        if nodes and selectors is not None and len(selectors) == len(nodes):
+            selectors[:] = [{NODE_ID_LABEL: node} for node in nodes]
+
     def after_worker_group_start(self, worker_group: Any) -> None:
         if self.session is None:
             return

@@ -264,11 +264,10 @@ class TrainLaunch:
         """A run a previous scheduler process handed over: its group is still there.
         `surplus`: an elastic run's workers beyond its minimum (name -> node)."""
         launch = cls(gang_id, spec, nodes, lease_s, controller_id, sessions)
-        budget = launch.budget
-        for name, node in (surplus or {}).items():
-            launch._bundle[name] = len(budget.bundles)
-            budget.bundles += (spec.bundles[spec.slots_by_name[name].rank],)
-            budget.nodes += (node,)
+        budget, surplus = launch.budget, dict(surplus or {})
+        added = budget.add([spec.bundles[spec.slots_by_name[n].rank] for n in surplus],
+                           list(surplus.values()))
+        launch._bundle.update(zip(surplus, added))
         budget.claimed.update(range(len(budget.bundles)))
         launch.session.wanted = budget.bundles
         launch.session.nodes = list(budget.nodes)

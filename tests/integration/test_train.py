@@ -220,6 +220,53 @@ def test_nodes_taken_in_the_hand_off_window_requeue_the_run_without_a_hang_or_le
     assert result.error is None and run.status().state is GangState.SUCCEEDED
 
 
+class FreeingTrain(RaygangTrain):
+    """Right after the claim, capacity frees on one of the reserved nodes: a placement
+    group made outside raygang goes."""
+
+    def on_controller_start_worker_group(self, *, scaling_config, num_workers):
+        selector = super().on_controller_start_worker_group(
+            scaling_config=scaling_config, num_workers=num_workers)
+        remove_placement_group(ray.util.get_placement_group("outside-raygang-freed"))
+        return selector
+
+
+@raygang.gang_task(replicas=2, num_gpus=1, priority=500, strategy="STRICT_PACK")
+class TwoGpus:
+    def run(self):
+        time.sleep(3600)
+
+
+def test_a_run_reserved_across_two_nodes_gets_one_worker_on_each_even_if_one_frees_more(
+        gangs, tmp_path, worker_node_ids):
+    # One GPU free on each worker node when the run is admitted; then, in the hand-off
+    # window, a second frees on one of them. Train's PACK group would put both workers
+    # there (more than raygang reserved there, so refused, and the run ended) unless each
+    # bundle is pinned to its node.
+    three = ThreeGpus.remote()
+    gangs.append(three)
+    node_a = wait_state(three, GangState.RUNNING).members[0].node_id
+    (node_b,) = [n for n in worker_node_ids if n != node_a]
+    outside = placement_group([{"GPU": 1}], name="outside-raygang-freed", lifetime="detached",
+                              bundle_label_selector=[{"ray.io/node-id": node_b}])
+    try:
+        ray.get(outside.ready())
+        two = TwoGpus.remote()  # on node B, beside the outside group: one GPU left there
+        gangs.append(two)
+        wait_state(two, GangState.RUNNING)
+        job = trainer(tmp_path, "split")
+        job.run_config.callbacks = [FreeingTrain()]
+        result = Fit(job).outcome()
+    finally:
+        if ray.util.placement_group_table(outside).get("state") != "REMOVED":
+            remove_placement_group(outside)
+    assert result.error is None
+    (run,) = [g for g in raygang.list_gangs() if g.kind == "train" and g.name == "split"]
+    assert run.state is GangState.SUCCEEDED
+    assert sorted(m.node_id for m in run.members) == sorted([node_a, node_b])
+    assert sorted(e["node"] for e in logged(tmp_path, "split")) == sorted([node_a, node_b])
+
+
 def test_a_killed_train_controller_fails_the_gang_and_leaves_nothing(gangs, tmp_path):
     fit = Fit(trainer(tmp_path, "killed", steps=10_000))
     run = train_gang("killed")
