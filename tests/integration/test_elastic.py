@@ -13,7 +13,7 @@ import ray
 
 import raygang
 from raygang import GangState
-from tests.integration.helpers import wait_state, wait_until
+from tests.integration.helpers import restart_scheduler, wait_state, wait_until
 from tests.integration.leaks import raygang_placement_groups
 
 
@@ -131,9 +131,32 @@ def test_a_higher_priority_gang_takes_the_surplus_first_then_a_whole_gang(made):
     assert status.preemptions == 1
 
 
-def test_a_restarted_scheduler_adopts_the_surplus_members_too(made):
-    from tests.integration.test_recovery import restart_scheduler
+def test_a_queue_reclaiming_its_quota_takes_the_surplus_first(made):
+    # 8 GPUs: 2 in `default`, 6 in team-a (quota 2) by an elastic gang of 2 to 6. When
+    # team-b (quota 2) asks for its 2, team-a's fair share is 4 (its quota and half the
+    # GPUs no queue is guaranteed), `default` runs within its own: reclaim takes two of
+    # team-a's surplus members, and no gang is stopped whole.
+    keep = Hold.options(replicas=2).remote()
+    made.append(keep)
+    wait_state(keep, GangState.RUNNING)
+    gang = DataParallel.options(queue="team-a", replicas=(2, 6)).remote(0)
+    made.append(gang)
+    wait_state(gang, GangState.RUNNING)
+    _ready_members(gang, 6)
+    before = _actor_ids(gang.gang_id, ["worker-0", "worker-1"])
 
+    owed = Hold.options(name="owed", replicas=2, queue="team-b").remote()
+    made.append(owed)
+    wait_state(owed, GangState.RUNNING)
+    shrunk = wait_until(lambda: (s := gang.status()).world_size == 4 and not s.members[4:] and s)
+    assert (shrunk.state, shrunk.preemptions) == (GangState.RUNNING, 0)
+    assert keep.status().preemptions == 0
+    assert _actor_ids(gang.gang_id, ["worker-0", "worker-1"]) == before
+    assert any("shrinking to 4 members" in e.reason and "reclaimed for gang" in e.reason
+               for e in shrunk.events), [e.reason for e in shrunk.events]
+
+
+def test_a_restarted_scheduler_adopts_the_surplus_members_too(made):
     gang = DataParallel.options(priority=0).remote(0)  # runs until preempted
     made.append(gang)
     _ready_members(gang, 4)
