@@ -85,14 +85,13 @@ class Fleet:
         driver.start(waits)
 
     def _leaving(self, gone: str) -> asyncio.Future | None:
-        """What an admission waits for: a gang's drive, or `<gang>/<member>`'s removal."""
+        """What an admission waits for: a gang's drive, or until what `<gang>/<member>`
+        held is free (None once it is)."""
         gang_id, member = member_of(gone)
         driver = self._drivers.get(gang_id)
         if driver is None:
             return None
-        if not member:
-            return driver.task
-        return driver.freeing.get(member) or driver.resizing.get(member)
+        return driver.freeing.get(member) if member else driver.task
 
     def grow(self, growth: Growth) -> None:
         """Add the members the plan grew a running elastic gang by."""

@@ -6,6 +6,7 @@ and exercised by the integration tests, so a Ray upgrade that moves one fails he
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 
@@ -147,17 +148,21 @@ def train_controller() -> Any:
     return controller if hasattr(controller, "_scaling_policy") else None
 
 
-def train_replace_scaling_policy(controller: Any, policy: Any) -> Any:
-    """Put `policy` in place of the controller's scaling policy (which Train builds from
-    its ScalingConfig, with no way to pass one in) and return the one it replaces. Train
-    calls it as `_scaling_policy` and as its first controller callback."""
+def train_replace_scaling_policy(controller: Any, make: Callable[[Any], Any]) -> Any:
+    """Put `make(scaling_config)` in place of the controller's scaling policy (which Train
+    builds from its ScalingConfig, with no way to pass one in) and return it. Train calls
+    it as `_scaling_policy` and as its first controller callback; the new one keeps the
+    old one's AutoscalingCoordinator request, so that its cancel at shutdown still runs."""
     old = controller._scaling_policy
     callbacks = controller._controller_callbacks  # the list its CallbackManager invokes
     if old not in callbacks:
         raise RuntimeError("the Train controller's scaling policy is not among its callbacks")
+    policy = make(old.scaling_config)
+    policy._requester_id = old._requester_id
+    policy._coordinator_client = old._coordinator_client
     callbacks[callbacks.index(old)] = policy
     controller._scaling_policy = policy
-    return old
+    return policy
 
 
 def train_stop_worker_group(controller: Any) -> None:

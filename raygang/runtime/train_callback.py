@@ -242,22 +242,18 @@ class RaygangScalingPolicy(ScalingPolicy):
 
     @classmethod
     def put_in_place(cls, train: RaygangTrain) -> RaygangScalingPolicy | None:
-        """Replace the controller's policy (keeping its AutoscalingCoordinator request, so
-        that its cancel at shutdown still runs); None if that cannot be done here."""
+        """Replace the controller's policy with one for `train`; None if that cannot be
+        done here."""
         try:
             controller = ray_private.train_controller()
             if controller is None:
                 raise RuntimeError("not running in a Ray Train controller")
-            old = controller._scaling_policy
-            policy = cls(old.scaling_config, train, controller)
-            policy._requester_id = old._requester_id
-            policy._coordinator_client = old._coordinator_client
-            ray_private.train_replace_scaling_policy(controller, policy)
+            return ray_private.train_replace_scaling_policy(
+                controller, lambda config: cls(config, train, controller))
         except Exception:  # noqa: BLE001 - the run is admitted rigidly instead
             log.warning("raygang: cannot size this elastic Train run; it is admitted at its "
                         "maximum", exc_info=True)
             return None
-        return policy
 
     def _get_num_workers_for_resource_request(self) -> int:
         return self.scaling_config.max_workers

@@ -29,10 +29,7 @@ def train_func(config):
     """Report steps; write this worker's node and the step it started from; when told of a
     preemption, checkpoint at once (Train's recommended reaction) and keep going."""
     ctx = ray.train.get_context()
-    start, checkpoint = 0, ray.train.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as d:
-            start = json.loads(Path(d, "state.json").read_text())["step"] + 1
+    start = _resumed_step()
     with Path(config["log"]).open("a") as f:
         f.write(json.dumps({"rank": ctx.get_world_rank(), "start": start,
                             "node": ray.get_runtime_context().get_node_id()}) + "\n")
@@ -40,13 +37,28 @@ def train_func(config):
     saved = False
     for step in range(start, steps):
         time.sleep(config.get("sleep", 0.2))
-        if ray.train.get_preemption_info() is not None and not saved:
-            with tempfile.TemporaryDirectory() as d:
-                Path(d, "state.json").write_text(json.dumps({"step": step}))
-                ray.train.report({"step": step}, checkpoint=Checkpoint.from_directory(d))
-            saved = True
-        else:
-            ray.train.report({"step": step})
+        saved = _report(step, saved)
+
+
+def _resumed_step() -> int:
+    """The step after the last checkpoint's (0 without one)."""
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is None:
+        return 0
+    with checkpoint.as_directory() as d:
+        return json.loads(Path(d, "state.json").read_text())["step"] + 1
+
+
+def _report(step: int, saved: bool) -> bool:
+    """Report `step`, with a checkpoint the first time a preemption is told (`saved`: one
+    was saved already); returns whether one is saved now."""
+    if ray.train.get_preemption_info() is None or saved:
+        ray.train.report({"step": step})
+        return saved
+    with tempfile.TemporaryDirectory() as d:
+        Path(d, "state.json").write_text(json.dumps({"step": step}))
+        ray.train.report({"step": step}, checkpoint=Checkpoint.from_directory(d))
+    return True
 
 
 def trainer(tmp_path: Path, name: str, workers: int = 2, **config) -> DataParallelTrainer:
@@ -294,10 +306,7 @@ def elastic_func(config):
     stops at the same one); log each start (world size, step resumed from); checkpoint
     once when told of a preemption (raygang resizes through Train's preemption path)."""
     ctx = ray.train.get_context()
-    step, checkpoint = 0, ray.train.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as d:
-            step = json.loads(Path(d, "state.json").read_text())["step"] + 1
+    step = _resumed_step()
     with Path(config["log"]).open("a") as f:
         f.write(json.dumps({"rank": ctx.get_world_rank(), "world": ctx.get_world_size(),
                             "start": step}) + "\n")
@@ -305,13 +314,7 @@ def elastic_func(config):
     saved = False
     while step < (int(stop.read_text()) if stop.exists() else 10**9):
         time.sleep(0.2)
-        if ray.train.get_preemption_info() is not None and not saved:
-            with tempfile.TemporaryDirectory() as d:
-                Path(d, "state.json").write_text(json.dumps({"step": step}))
-                ray.train.report({"step": step}, checkpoint=Checkpoint.from_directory(d))
-            saved = True
-        else:
-            ray.train.report({"step": step})
+        saved = _report(step, saved)
         if ctx.get_world_rank() == 0:
             Path(config["progress"]).write_text(str(step))
         step += 1
