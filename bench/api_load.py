@@ -18,6 +18,8 @@ requests/s and p50/p99 latency of each, and the ratio REST/direct of requests/s.
 
     python bench/api_load.py                  # N=1000, 50 clients, ~1 minute here
     python bench/api_load.py --n 200          # for tests
+    python bench/api_load.py --address HOST:PORT   # an existing cluster whose scheduler
+                                              # (left running) has the queue `load` as here
 """
 
 from __future__ import annotations
@@ -165,20 +167,29 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=1000, help="requests per operation and side")
     parser.add_argument("--concurrency", type=int, default=50, help="concurrent clients")
+    parser.add_argument("--address", help="an existing cluster instead of a new one")
     args = parser.parse_args()
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a throwaway local cluster
-    # address="local": always a new cluster, never one a stale /tmp/ray file points to
-    ray.init(address="local", num_cpus=4, num_gpus=GPUS, include_dashboard=False,
-             log_to_driver=False)
-    handle = raygang.start(CONFIG)
+    if args.address:
+        ray.init(address=args.address, log_to_driver=False)
+        handle = raygang.start()
+        wanted = CONFIG.queues[1].limit
+        if not any(q.name == QUEUE and q.limit == wanted for q in raygang.queues()):
+            raise SystemExit(f"the scheduler at {args.address} has no queue {QUEUE!r} "
+                             f"limited to {wanted}")
+    else:  # address="local": always a new cluster, never one a stale /tmp/ray file points to
+        ray.init(address="local", num_cpus=4, num_gpus=GPUS, include_dashboard=False,
+                 log_to_driver=False)
+        handle = raygang.start(CONFIG)
     token = secrets.token_urlsafe(24)
     api = serve_in_thread(AuthConfig([(digest(token), Principal(name="bench", admin=True))]))
     try:
         figures = asyncio.run(bench(api.url, token, handle, args.n, args.concurrency))
     finally:
         api.stop()
-        raygang.shutdown()  # cancels whatever is left
+        if not args.address:  # a joined cluster keeps its scheduler (each run cancels its gangs)
+            raygang.shutdown()  # cancels whatever is left
         ray.shutdown()
 
     print(f"api_load: {args.n} requests per operation and side, {args.concurrency} concurrent "

@@ -2,7 +2,9 @@
 
     python bench/autoscale.py            # the core decision, then both modes on real Ray
     python bench/autoscale.py --core     # the core decision only (no Ray)
-    python bench/autoscale.py --quick    # smaller and fewer runs, for tests
+    python bench/autoscale.py --quick    # smaller, one run of each, a gang of one member
+                                         # (one new node), the autoscaler's loop 1 s:
+                                         # every figure, for tests
 
 1. Core: `plan_scale` for 1,000 pending gangs (1-16 GPUs, CPU-only and TPU gangs, every
    strategy, a few no group could ever host) over 10 worker groups next to a busy
@@ -106,7 +108,7 @@ def median_time(fn, runs: int) -> tuple[float, object]:
 
 
 def core(quick: bool) -> None:
-    nodes, pending, runs = (50, 200, 3) if quick else (200, 1000, 5)
+    nodes, pending, runs = (50, 200, 1) if quick else (200, 1000, 5)
     snapshot, gangs, groups, node_groups = workload(nodes, pending)
     config = PolicyConfig()
     t_schedule, plan = median_time(lambda: schedule(snapshot, gangs, config, 0.0), runs)
@@ -129,7 +131,19 @@ def core(quick: bool) -> None:
           f"{'met' if t_scale < TARGET_REQUEST_S else 'NOT met'} ({t_scale:.3f} s)")
 
 
-def autoscaler_mode(runs: int, interval_s: int) -> dict:
+def gpu_gang(name: str, members: int):
+    """The gang every run submits: `members` x {GPU: 2, CPU: 1}, one per node (a node of
+    the `gpu` group has 2 GPUs), each sleeping 0.5 s (tests.e2e.scaling_scenarios.gpu_gang
+    with `members`)."""
+    import raygang
+    from raygang import demo
+
+    task = raygang.gang_task(demo.sleep, name=name, replicas=members, num_gpus=2, num_cpus=1,
+                             strategy="SPREAD")
+    return task.remote(seconds=0.5)
+
+
+def autoscaler_mode(runs: int, interval_s: int, members: int) -> dict:
     """raygang (autoscaler mode) and a raw placement group, alternately, on one cluster
     scaled by Ray's autoscaler. Each run starts with no worker node up."""
     import ray
@@ -159,7 +173,7 @@ def autoscaler_mode(runs: int, interval_s: int) -> dict:
                                 "max_nodes": 4}]}}))
             for i in range(runs):
                 t0 = time.monotonic()
-                ref = sc.gpu_gang(f"bench-{i}", 0.5)
+                ref = gpu_gang(f"bench-{i}", members)
                 sc.wait_until(sc.resource_request, 30, "the request", step=0.005)
                 t_request = time.monotonic() - t0
                 sc.wait_until(lambda: sc.alive_in_group("gpu"), 120, "a node", step=0.02)
@@ -170,25 +184,27 @@ def autoscaler_mode(runs: int, interval_s: int) -> dict:
                 sc.wait_until(lambda: sc.alive_in_group("gpu") == 0, 120, "nodes gone", 0.2)
 
                 t0 = time.monotonic()
-                pg = placement_group([{"GPU": 2, "CPU": 1}] * 2, strategy="SPREAD")
+                pg = placement_group([{"GPU": 2, "CPU": 1}] * members, strategy="SPREAD")
                 sc.wait_until(lambda: sc.alive_in_group("gpu"), 120, "a node", step=0.02)
                 t_node = time.monotonic() - t0
                 ray.get(pg.ready(), timeout=120)
                 members = [Member.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    pg, placement_group_bundle_index=b)).remote() for b in range(2)]
+                    pg, placement_group_bundle_index=b)).remote() for b in range(members)]
                 ray.get([m.ready.remote() for m in members], timeout=120)
                 rows["raw"].append((float("nan"), t_node, time.monotonic() - t0))
                 for member in members:
                     ray.kill(member)
                 remove_placement_group(pg)
-                sc.wait_until(lambda: sc.alive_in_group("gpu") == 0, 120, "nodes gone", 0.2)
+                if i < runs - 1:  # the next run starts with no worker node up
+                    sc.wait_until(lambda: sc.alive_in_group("gpu") == 0, 120, "nodes gone",
+                                  0.2)
         finally:
             raygang.shutdown()
             ray.shutdown()
     return rows
 
 
-def kuberay_mode(runs: int) -> list[tuple[float, ...]]:
+def kuberay_mode(runs: int, members: int) -> list[tuple[float, ...]]:
     """raygang (kuberay mode) through the API stand-in and the test-side operator."""
     import tempfile
 
@@ -219,15 +235,16 @@ def kuberay_mode(runs: int) -> list[tuple[float, ...]]:
 
             for i in range(runs):
                 t0 = time.monotonic()
-                ref = sc.gpu_gang(f"bench-{i}", 0.5)
-                sc.wait_until(lambda: replicas() == 2, 30, "the patch", step=0.005)
+                ref = gpu_gang(f"bench-{i}", members)
+                sc.wait_until(lambda: replicas() == members, 30, "the patch", step=0.005)
                 t_request = time.monotonic() - t0
                 sc.wait_until(lambda: operator.pods("gpu"), 120, "a pod", step=0.02)
                 t_node = time.monotonic() - t0
                 ref.ready(timeout=120)
                 rows.append((t_request, t_node, time.monotonic() - t0))
                 ref.wait(timeout=60)
-                sc.wait_until(lambda: not operator.pods("gpu"), 120, "pods gone", 0.2)
+                if i < runs - 1:  # the next run starts with no worker pod up
+                    sc.wait_until(lambda: not operator.pods("gpu"), 120, "pods gone", 0.2)
         finally:
             raygang.shutdown()
             operator.stop()
@@ -240,18 +257,21 @@ def live(quick: bool) -> None:
     import os
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # local test clusters: no token
-    runs, interval = (1, 1) if quick else (3, 5)
+    runs, interval, members = (1, 1, 1) if quick else (3, 5, 2)
     med = lambda rows, i: statistics.median(r[i] for r in rows)  # noqa: E731
-    auto = autoscaler_mode(runs, interval)
+    auto = autoscaler_mode(runs, interval, members)
     mine, raw = auto["raygang"], auto["raw"]
+    nodes = "2 new nodes" if members == 2 else f"{members} new node(s)"
     print(f"autoscaler mode: Ray's autoscaler (v1, fake multi-node provider, update loop "
-          f"{interval} s), gang 2 x {{GPU: 2, CPU: 1}} needing 2 new nodes, median of {runs}")
+          f"{interval} s), gang {members} x {{GPU: 2, CPU: 1}} needing {nodes}, median of "
+          f"{runs}")
     print("                        request   first node    running")
     print(f"  raygang gang          {med(mine, 0):6.2f} s     {med(mine, 1):6.2f} s   "
           f"{med(mine, 2):6.2f} s")
-    print(f"  raw PG + 2 actors          -      {med(raw, 1):6.2f} s   {med(raw, 2):6.2f} s")
+    label = f"raw PG + {members} actor{'s' if members > 1 else ''}"
+    print(f"  {label:<17}          -      {med(raw, 1):6.2f} s   {med(raw, 2):6.2f} s")
     print(f"  raygang / raw, time to running: {med(mine, 2) / med(raw, 2):.2f}x")
-    kube = kuberay_mode(runs)
+    kube = kuberay_mode(runs, members)
     print(f"kuberay mode: API stand-in + test operator (nodes are local raylets), median of "
           f"{runs}")
     print(f"  raygang gang          {med(kube, 0):6.2f} s     {med(kube, 1):6.2f} s   "

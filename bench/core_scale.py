@@ -18,8 +18,8 @@ Every plan is checked: no node oversubscribed once admissions are applied and vi
 removed, and no gang taking what a victim (or a gang already stopping) frees without
 waiting for it; every victim
 preemptible, not draining, not protected and, for preempt, of strictly lower priority
-than its preemptor (for reclaim, of another queue, and beyond its own queue's quota and
-fair share); every pending gang decided exactly once. Side by side, on a smaller cluster of the same kind,
+than its preemptor (for reclaim, of another queue, and together no more of a queue than
+it runs beyond its quota and fair share); every pending gang decided exactly once. Side by side, on a smaller cluster of the same kind,
 the plain victim search (free every candidate on the capacity, place after each step,
 as raygang first did it) must reach the very same plan; the ratio is reported.
 """
@@ -217,6 +217,28 @@ def workload(nodes: int, running: int, pending: int, seed: int
 
 # Checks -----------------------------------------------------------------------------------
 
+def reclaimable(book: QueueBook, pieces: Sequence[PlacedGang], config: PolicyConfig,
+                now: float) -> dict[str, Resources]:
+    """What reclaim may take from each queue in a cycle: of the gangs the walk leaves
+    beyond the queue's quota and fair share, those it may stop, in the resources the
+    queue's quota names (all, where it names none)."""
+    kept = reclaim_protected(book, pieces, config.preemption.reclaim_victim_order, now)
+    least = config.preemption.min_runtime_s("reclaim")
+    amounts: dict[str, Resources] = {}
+    for g in pieces:
+        if g.gang_id in kept or not g.preemptible or g.draining or g.protected(now) or (
+                least > 0 and (g.running_since is None or now - g.running_since < least)):
+            continue
+        amounts[g.queue] = amounts.get(g.queue, Resources()) + counted(g, config)
+    return amounts
+
+
+def counted(gang: PlacedGang, config: PolicyConfig) -> Resources:
+    """What a gang holds of the resources its queue's quota names (all, if none)."""
+    spec = config.queue_tree.specs.get(gang.queue)
+    return gang.total.only(frozenset(spec.quota)) if spec and spec.quota else gang.total
+
+
 def check(plan: Plan, snapshot: ClusterSnapshot, pending: Sequence[PendingGang],
           config: PolicyConfig) -> None:
     """Assert that the plan is sound on this snapshot (elastic gangs read as their minimum
@@ -233,8 +255,8 @@ def check(plan: Plan, snapshot: ClusterSnapshot, pending: Sequence[PendingGang],
     tree = config.queue_tree
     book = QueueBook(tree, snapshot.placed)  # the cycle's fair shares, to see what reclaim
     book.share_out(snapshot.alive_nodes, [g for g in pending if not tree.problem(g.spec)])
-    kept = reclaim_protected(book, pieces,  # was allowed to take
-                             config.preemption.reclaim_victim_order, plan.at)
+    amounts = reclaimable(book, pieces, config, plan.at)  # was allowed to take
+    reclaimed: Counter = Counter()
     stopped: list[PlacedGang] = []  # whole gangs and units (a gang shrunk for one gang
     for p in plan.preemptions:  # may then be stopped whole for another: the rest goes)
         done = {v.gang_id for v in stopped}
@@ -243,6 +265,10 @@ def check(plan: Plan, snapshot: ClusterSnapshot, pending: Sequence[PendingGang],
                                   and u.gang_id not in done]
         assert not p.members or all(u.of == p.victim for u in parts), p
         stopped.extend(parts)
+        if p.action == "reclaim":
+            for part in parts:
+                held = counted(part, config)
+                reclaimed.update({(part.queue, k): held.units(k) for k in held})
     ids = [v.gang_id for v in stopped]
     assert len(set(ids)) == len(ids), "a gang or member was stopped twice"
     for p in plan.preemptions:
@@ -260,7 +286,9 @@ def check(plan: Plan, snapshot: ClusterSnapshot, pending: Sequence[PendingGang],
             assert victim.priority <= preemptor.priority, p
         else:
             assert p.action == "reclaim" and victim.queue != preemptor.queue, p
-            assert first.gang_id not in kept, f"within its quota or fair share: {p}"
+    for (queue, name), units in reclaimed.items():
+        assert units <= amounts.get(queue, Resources()).units(name), \
+            f"reclaimed more of queue {queue} than it runs beyond its quota and fair share"
     for victim in stopped:
         for node_id, bundle in victim.bundles:
             free[node_id] = free[node_id] + bundle
@@ -352,7 +380,12 @@ class PlainVictimSearch(VictimSearch):
                     undos[i] = self._free(chosen[i])
         nodes = self._fits()
         assert nodes is not None
+        self._kept = [undo for undo, keep in zip(undos, needed) if keep]
         return nodes, [v for v, keep in zip(chosen, needed) if keep]
+
+    def undo(self) -> None:
+        for undo in reversed(self._kept):
+            undo()
 
 
 @contextlib.contextmanager

@@ -31,7 +31,9 @@ return -> Train's group placed) and how often the neighbour took the capacity in
 
     python bench/jobs.py            # bursts 50 and 200, 3 Train runs each, 10 hand-offs
                                     # per condition: ~13 min here
-    python bench/jobs.py --quick    # burst 4, 1 run of each, for tests
+    python bench/jobs.py --quick    # burst 2, 1 run of each (the quiet hand-off run is
+                                    # the Train figures' raygang run), no warm-up, the
+                                    # neighbour starts at most 2 tasks: every figure, for tests
     python bench/jobs.py --bursts 1000 --sides raygang --train-runs 0 --handoff-runs 0 \
         --timeout 2400              # 1,000 jobs at once, all accepted, listed and run
 """
@@ -169,7 +171,9 @@ def first_line(text: str | None) -> str:
 
 def run_raw(client: JobSubmissionClient, n: int, run: str, timeout: float,
             sampler: MemorySampler) -> Outcome:
-    out, ids = Outcome("raw", n), [f"rawbench-{run}-{i}" for i in range(n)]
+    # Ids of this process's own: a job of an earlier run on a joined cluster keeps its id
+    # (and its supervisor actor's name) for a while after it is deleted.
+    out, ids = Outcome("raw", n), [f"rawbench-{os.getpid()}-{run}-{i}" for i in range(n)]
     started = time.time()
     for job_id in ids:
         try:
@@ -289,16 +293,18 @@ def train_once(managed: bool, name: str, storage: Path) -> tuple[float, int]:
     return latency, sum("hand-off failed" in (e.reason or "") for e in events)
 
 
-def train_runs(runs: int, warmup: bool, gpus: float, roots: set[int], storage: Path):
-    """Start latencies by side, hand-off failures, other clusters seen meanwhile."""
+def train_runs(runs: int, warmup: bool, gpus: float, roots: set[int], storage: Path,
+               sides: tuple[bool, ...] = (False, True)):
+    """Start latencies by side (managed or not: `sides`), hand-off failures, other clusters
+    seen meanwhile."""
     if warmup:
-        for managed in (False, True):
+        for managed in sides:
             train_once(managed, f"warm-{int(managed)}", storage)
             wait_idle(gpus)
     times: dict[str, list[float]] = {"unmanaged": [], "raygang": []}
     handoff_failed, others = 0, other_clusters(roots)
     for i in range(runs):
-        for managed in ((False, True) if i % 2 == 0 else (True, False)):
+        for managed in (sides if i % 2 == 0 else sides[::-1]):
             side = "raygang" if managed else "unmanaged"
             latency, failed = train_once(managed, f"{side}-{i}", storage)
             times[side].append(latency)
@@ -308,11 +314,18 @@ def train_runs(runs: int, warmup: bool, gpus: float, roots: set[int], storage: P
     return times, handoff_failed, others
 
 
-def bench_train(runs: int, warmup: bool, gpus: float, roots: set[int]) -> None:
+def bench_train(runs: int, warmup: bool, gpus: float, roots: set[int],
+                quiet: dict | None = None) -> None:
+    """Unmanaged and raygang Train runs; with `quiet` (the hand-off window's quiet row: Train
+    runs through raygang, the same as these), the raygang side is those runs."""
     with tempfile.TemporaryDirectory(prefix="raygang-bench-train-") as storage:
-        times, handoff_failed, others = train_runs(runs, warmup, gpus, roots, Path(storage))
+        times, handoff_failed, others = train_runs(runs, warmup, gpus, roots, Path(storage),
+                                                   (False,) if quiet else (False, True))
+    if quiet:
+        times["raygang"], handoff_failed = quiet["latencies"], quiet["hits"]
+    order = "; raygang's are the quiet hand-off runs below" if quiet else ", alternating"
     print(f"train: DataParallelTrainer, 2 workers, use_gpu=True, no torch; fit() -> rank 0's "
-          f"first ray.train.report; {runs} run(s) each, alternating"
+          f"first ray.train.report; {runs} run(s) each{order}"
           f"{' after a warm-up' if warmup else ''}; other Ray clusters seen on this machine "
           f"meanwhile: up to {others}")
     for side, values in times.items():
@@ -365,11 +378,13 @@ class Neighbour(threading.Thread):
     """Work started outside raygang: 1-GPU tasks of `seconds` each, arriving as a Poisson
     stream sized to keep `busy` GPUs busy on average. When the GPUs outside raygang's are
     all taken, arrivals wait in Ray's queue, and one that waits while raygang hands a
-    Train run's GPUs over takes one of them: the hand-off window hit."""
+    Train run's GPUs over takes one of them: the hand-off window hit. `limit` caps the
+    arrivals: on a loaded machine, where a task's new worker process takes longer to start
+    than the stream allows, the queue grows without end and holds every GPU."""
 
-    def __init__(self, busy: float, seconds: float = 4.0):
+    def __init__(self, busy: float, seconds: float = 4.0, limit: int | None = None):
         super().__init__(daemon=True)
-        self.rate, self.seconds = busy / seconds, seconds
+        self.rate, self.seconds, self.limit = busy / seconds, seconds, limit
         self.refs: list = []
         self._done = threading.Event()
         self.start()
@@ -378,6 +393,8 @@ class Neighbour(threading.Thread):
         import random
         rng = random.Random(7)
         while not self._done.wait(rng.expovariate(self.rate)):
+            if self.limit is not None and len(self.refs) >= self.limit:
+                return
             self.refs.append(outside_task.remote(self.seconds))
 
     def stop(self) -> None:
@@ -388,10 +405,10 @@ class Neighbour(threading.Thread):
         ray.wait(self.refs, num_returns=len(self.refs), timeout=60)
 
 
-def handoff_runs(runs: int, busy: float, storage: Path) -> dict:
+def handoff_runs(runs: int, busy: float, storage: Path, limit: int | None = None) -> dict:
     """`runs` Train runs through raygang, one after the other, beside a neighbour keeping
-    `busy` GPUs busy on average (0: none)."""
-    neighbour = Neighbour(busy) if busy else None
+    `busy` GPUs busy on average (0: none) with at most `limit` tasks."""
+    neighbour = Neighbour(busy, limit=limit) if busy else None
     marks = storage / f"windows-{busy:g}.txt"
     hits = requeues = 0
     latencies = []
@@ -423,14 +440,18 @@ def handoff_runs(runs: int, busy: float, storage: Path) -> dict:
             "outside": len(neighbour.refs) if neighbour else 0}
 
 
-def bench_handoff(runs: int, gpus: float) -> None:
+def bench_handoff(runs: int, gpus: float, limit: int | None = None) -> list[dict]:
     """How long the hand-off window is, and how often work started outside raygang takes
-    the capacity in it: quiet, and beside a busy neighbour."""
+    the capacity in it: quiet, and beside a busy neighbour (of at most `limit` tasks)."""
     with tempfile.TemporaryDirectory(prefix="raygang-bench-handoff-") as storage:
-        rows = [handoff_runs(runs, busy, Path(storage)) for busy in (0, (gpus - 2) / 2)]
+        return [handoff_runs(runs, busy, Path(storage), limit) for busy in (0, (gpus - 2) / 2)]
+
+
+def print_handoff(rows: list[dict], runs: int, gpus: float, limit: int | None) -> None:
     print(f"hand-off window: {runs} Train run(s) of 2 workers (use_gpu=True) through raygang, "
           f"one after another, quiet and beside a neighbour: 1-GPU tasks of 4 s started "
-          f"outside raygang (Poisson arrivals) keeping on average {(gpus - 2) / 2:g} of the "
+          f"outside raygang (Poisson arrivals{f', at most {limit}' if limit else ''}) keeping "
+          f"on average {(gpus - 2) / 2:g} of the "
           f"{gpus - 2:g} GPUs the run does not need busy, so some arrivals wait for a GPU; "
           f"window = the "
           f"claim's return in Train's controller (holds removed) -> Train's placement group "
@@ -449,10 +470,10 @@ def bench_handoff(runs: int, gpus: float) -> None:
 
 # Main -------------------------------------------------------------------------------------
 def bench_jobs(bursts: list[int], abba_up_to: int, timeout: float, roots, gpus: float,
-               sides: tuple[str, ...] = ("raw", "raygang")) -> None:
+               sides: tuple[str, ...] = ("raw", "raygang"), warmup: bool = True) -> None:
     client = JobSubmissionClient(dashboard_url())
     warm = []
-    for side in sides:  # warm-up: dashboard, job agent, worker processes
+    for side in sides if warmup else ():  # warm-up: dashboard, job agent, worker processes
         warm.append(run_side(side, client, 2, f"warm-{side}", timeout, roots))
         wait_idle(gpus)
     if len(sides) == 1:
@@ -473,8 +494,8 @@ def bench_jobs(bursts: list[int], abba_up_to: int, timeout: float, roots, gpus: 
     print(f"{'burst':>6}  {'side':<8} {'completed':>9} {'failed':>6} {'submit s':>8} "
           f"{'seconds':>8} {'jobs/s':>7} {'peak MiB':>8} {'head MiB':>8} {'load':>5}")
     outcomes = []
-    print("warm-up (not counted): " + ", ".join(
-        f"{w.side} {w.completed}/{w.burst} in {w.seconds:.1f} s" for w in warm))
+    print("warm-up (not counted): " + (", ".join(
+        f"{w.side} {w.completed}/{w.burst} in {w.seconds:.1f} s" for w in warm) or "none"))
     for n in bursts:
         rate = {"raw": [0, 0.0], "raygang": [0, 0.0]}
         runs = sides + (sides[::-1] if n <= abba_up_to and len(sides) == 2 else ())
@@ -541,10 +562,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sides", default="raw,raygang",
                         help="which sides run the bursts: raw,raygang or one of them")
     parser.add_argument("--quick", action="store_true",
-                        help="burst 4, raw then raygang, 1 Train run each (for tests)")
+                        help="burst 2, raw then raygang, 1 Train run each, no warm-up, "
+                             "a neighbour of at most 2 tasks (for tests)")
     args = parser.parse_args(argv)
     if args.quick:
-        args.bursts, args.abba_up_to, args.train_runs, args.timeout = "4", 0, 1, 120
+        args.bursts, args.abba_up_to, args.train_runs, args.timeout = "2", 0, 1, 120
         args.handoff_runs = 1
     bursts = [int(b) for b in args.bursts.split(",") if b]
 
@@ -570,11 +592,19 @@ def main(argv: list[str] | None = None) -> int:
         gpus = ray.cluster_resources().get("GPU", 0)
         if bursts:
             bench_jobs(bursts, args.abba_up_to, args.timeout, roots, gpus,
-                       tuple(args.sides.split(",")))
+                       tuple(args.sides.split(",")), warmup=not args.quick)
+        limit = 2 if args.quick else None
+        handoff = None
+        if args.quick and args.handoff_runs:
+            # The quiet hand-off run (Train through raygang) is the Train figures' raygang
+            # run too: one Train run fewer (~5 s here, ~20 s on a loaded machine).
+            handoff = bench_handoff(args.handoff_runs, gpus, limit)
         if args.train_runs:
-            bench_train(args.train_runs, warmup=not args.quick, gpus=gpus, roots=roots[0])
+            bench_train(args.train_runs, warmup=not args.quick, gpus=gpus, roots=roots[0],
+                        quiet=handoff[0] if handoff else None)
         if args.handoff_runs:
-            bench_handoff(args.handoff_runs, gpus)
+            print_handoff(handoff or bench_handoff(args.handoff_runs, gpus, limit),
+                          args.handoff_runs, gpus, limit)
     finally:
         if cluster is not None:  # a joined cluster keeps its scheduler
             raygang.shutdown()

@@ -13,7 +13,10 @@ Runs alternate raw, raygang, raygang, raw (ABBA) after a warm-up so that neither
 profits from a warmer worker pool. Prints gangs/s of each and the ratio raygang/raw.
 
     python bench/lifecycle.py            # N=16 per size, ~3 minutes here
-    python bench/lifecycle.py --quick    # N=2, sizes 1 and 2, for tests
+    python bench/lifecycle.py --quick    # N=2, sizes 1 and 2, raw then raygang once, no
+                                         # warm-up: every figure, for tests
+    python bench/lifecycle.py --address HOST:PORT   # an existing cluster (8 GPUs or more)
+                                         # and its scheduler (left running), not a new one
 """
 
 from __future__ import annotations
@@ -90,36 +93,46 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--gangs", type=int, default=16, help="gangs per size and run")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--quick", action="store_true", help="2 gangs, sizes 1 and 2")
+    parser.add_argument("--quick", action="store_true",
+                        help="2 gangs, sizes 1 and 2, raw then raygang once, no warm-up")
+    parser.add_argument("--address", help="an existing cluster (8 GPUs or more) instead of a "
+                        "new one")
     args = parser.parse_args()
+    order = ("raw", "raygang") if args.quick else ("raw", "raygang", "raygang", "raw")
     if args.quick:
         args.gangs, args.sizes = 2, [1, 2]
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a throwaway local cluster
-    # address="local": always a new cluster, never one a stale /tmp/ray file points to
-    ray.init(address="local", num_cpus=4, num_gpus=GPUS, include_dashboard=False,
-             log_to_driver=False)
+    if args.address:
+        ray.init(address=args.address, log_to_driver=False)
+    else:  # address="local": always a new cluster, never one a stale /tmp/ray file points to
+        ray.init(address="local", num_cpus=4, num_gpus=GPUS, include_dashboard=False,
+                 log_to_driver=False)
     raygang.start()
-    run_raw(1, 2), run_raygang(1, 2)  # warm-up: worker pool, function exports
+    if not args.quick:
+        run_raw(1, 2), run_raygang(1, 2)  # warm-up: worker pool, function exports
     wait_idle()
 
+    runs = "ABBA (raw, raygang, raygang, raw)" if len(order) == 4 else "raw then raygang"
     print(f"lifecycle: {args.gangs} gangs per size and run, each member 1 virtual GPU, "
-          f"{GPUS} GPUs, trivial work; runs ABBA (raw, raygang, raygang, raw)")
+          f"{GPUS} GPUs, trivial work; runs {runs}")
     print(f"{'members':>7}  {'raw gangs/s':>11}  {'raygang gangs/s':>15}  {'ratio':>6}")
     ratios = []
     for size in args.sizes:
         times = {"raw": 0.0, "raygang": 0.0}
-        for side in ("raw", "raygang", "raygang", "raw"):
+        for side in order:
             runner = run_raw if side == "raw" else run_raygang
             times[side] += runner(size, args.gangs)
             wait_idle()
-        raw_rate = 2 * args.gangs / times["raw"]
-        rg_rate = 2 * args.gangs / times["raygang"]
+        per_side = len(order) // 2
+        raw_rate = per_side * args.gangs / times["raw"]
+        rg_rate = per_side * args.gangs / times["raygang"]
         ratios.append(rg_rate / raw_rate)
         print(f"{size:>7}  {raw_rate:>11.2f}  {rg_rate:>15.2f}  {rg_rate / raw_rate:>5.2f}x")
     verdict = "met" if min(ratios) >= 0.9 else "NOT met"
     print(f"target raygang >= 0.9x raw at every size: {verdict} (lowest {min(ratios):.2f}x)")
-    raygang.shutdown()
+    if not args.address:  # a joined cluster keeps its scheduler
+        raygang.shutdown()
     ray.shutdown()
 
 

@@ -23,7 +23,12 @@ its last checkpoint (here it keeps none: 8 GPUs x the seconds it ran). Reported:
 reserved as above, whether the training gang was stopped, the GPU-seconds lost.
 
     python bench/preemption.py           # 5 runs per size, ~3 minutes here
-    python bench/preemption.py --quick   # 1 run per size, for tests
+    python bench/preemption.py --quick   # 4 GPUs (sizes 1 and 2, elastic 2..4, rigid 4),
+                                         # 1 run per size, the training gang works 1 s:
+                                         # every figure, for tests
+    python bench/preemption.py --address HOST:PORT   # an existing cluster and its
+                                         # scheduler (left running; no Serve running there):
+                                         # a placement group holds its GPUs beyond 8 (4)
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from raygang import GangState
 from raygang.runtime import serving
 
 GPUS = 8
+QUICK_GPUS = 4
 KAI_RECLAIM_S = 13.9
 TARGET_S = 1.4
 
@@ -62,8 +68,8 @@ class Echo:
         return "ok"
 
 
-@raygang.gang_task(role="worker", replicas=(GPUS // 2, GPUS), num_gpus=1, num_cpus=0,
-                   priority="batch", preemption_grace_s=0)
+@raygang.gang_task(role="worker", num_gpus=1, num_cpus=0, priority="batch",
+                   preemption_grace_s=0)
 def elastic_training() -> None:
     while True:
         time.sleep(1)
@@ -109,17 +115,19 @@ def run_raygang(size: int, run: int, port: int, fillers) -> tuple[float, float]:
     return reserve, answer
 
 
-def run_resize(elastic: bool, run: int, port: int) -> tuple[float, bool, float, int]:
+def run_resize(elastic: bool, run: int, gpus: int,
+               works_s: float) -> tuple[float, bool, float, int]:
     """(reserve s, the training gang stopped, GPU-seconds lost, its members after)."""
     if elastic:
-        gang = elastic_training.options(name=f"elastic-{run}").remote()
+        gang = elastic_training.options(name=f"elastic-{run}",
+                                        replicas=(gpus // 2, gpus)).remote()
     else:
-        gang = training.options(name=f"rigid-{run}", replicas=GPUS).remote()
-    _wait(lambda: (s := gang.status()).state is GangState.RUNNING and s.world_size == GPUS,
-          120, "training at 8 members")
-    time.sleep(3.0)  # it works a while before the deployment arrives
+        gang = training.options(name=f"rigid-{run}", replicas=gpus).remote()
+    _wait(lambda: (s := gang.status()).state is GangState.RUNNING and s.world_size == gpus,
+          120, f"training at {gpus} members")
+    time.sleep(works_s)  # it works a while before the deployment arrives
     name = f"resize-{run}-{int(elastic)}"
-    ref = raygang.deploy(name, Echo.bind(), replicas=GPUS // 2, num_gpus=1)
+    ref = raygang.deploy(name, Echo.bind(), replicas=gpus // 2, num_gpus=1)
 
     def reserved_at() -> float | None:
         return next((e.at for e in ref.status().events if e.to_state is GangState.RESERVED),
@@ -131,7 +139,7 @@ def run_resize(elastic: bool, run: int, port: int) -> tuple[float, bool, float, 
     stopped = status.preemptions > 0
     # Stopped whole: every member's work since its start (no checkpoint); shrunk: the
     # members staying run on, and the ones removed leave no work behind (data-parallel).
-    lost = GPUS * (reserved_at() - status.started_at) if stopped and status.started_at else 0.0
+    lost = gpus * (reserved_at() - status.started_at) if stopped and status.started_at else 0.0
     members = 0 if stopped else status.world_size
     raygang.undeploy(name)
     gang.cancel()
@@ -153,7 +161,10 @@ def _raw_victim() -> tuple:
 
 
 def run_raw(size: int, victims: list) -> float:
-    """Stop `size` victims by hand and reserve their GPUs for the preemptor."""
+    """Stop `size` victims by hand and reserve their GPUs for the preemptor. Victims
+    stopped by the run before (None) come back first: every GPU runs training."""
+    victims[:] = [victim or _raw_victim() for victim in victims]
+    ray.get([actor.ping.remote() for _, actor in victims])
 
     async def preempt() -> float:
         started = time.perf_counter()
@@ -167,9 +178,22 @@ def run_raw(size: int, victims: list) -> float:
         return elapsed
 
     elapsed = asyncio.run(preempt())
-    victims[:size] = [_raw_victim() for _ in range(size)]  # training comes back
-    ray.get([actor.ping.remote() for _, actor in victims])
+    victims[:size] = [None] * size
     return elapsed
+
+
+def hold_the_rest(gpus: int):
+    """A placement group holding a joined cluster's GPUs beyond `gpus` for the whole run
+    (raygang counts what it did not start as used), so that the training gangs fill the
+    rest; None if there are none."""
+    extra = int(ray.cluster_resources().get("GPU", 0)) - gpus
+    if extra < 0:
+        raise SystemExit(f"the cluster has fewer than {gpus} GPUs")
+    if not extra:
+        return None
+    pg = placement_group([{"GPU": 1}] * extra, strategy="PACK")
+    ray.get(pg.ready(), timeout=60)
+    return pg
 
 
 def _free_port() -> int:
@@ -181,32 +205,38 @@ def _free_port() -> int:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5, help="runs per preemptor size")
-    parser.add_argument("--quick", action="store_true", help="1 run per size")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"{QUICK_GPUS} GPUs, 1 run per size, the training gang works 1 s")
+    parser.add_argument("--address", help="an existing cluster instead of a new one")
     args = parser.parse_args()
     runs = 1 if args.quick else args.runs
-    sizes = (1, GPUS // 2)
+    works_s = 1.0 if args.quick else 3.0
+    gpus = QUICK_GPUS if args.quick else GPUS
+    sizes = (1, gpus // 2)
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a throwaway local cluster
-    # address="local": always a new cluster, never one a stale /tmp/ray file points to
-    ray.init(address="local", num_cpus=4, num_gpus=GPUS, include_dashboard=False,
-             log_to_driver=False)
+    if args.address:
+        ray.init(address=args.address, log_to_driver=False)
+    else:  # address="local": always a new cluster, never one a stale /tmp/ray file points to
+        ray.init(address="local", num_cpus=4, num_gpus=gpus, include_dashboard=False,
+                 log_to_driver=False)
+    held = hold_the_rest(gpus)
+    raygang.start()
+    # The training gangs start while Serve does; each run waits until all of them run.
+    fillers = [training.options(name=f"train-{i}").remote() for i in range(gpus)]
     port = _free_port()
     serving.ensure_serve_started(port)
-    raygang.start()
-
-    fillers = [training.options(name=f"train-{i}").remote() for i in range(GPUS)]
     measured = {size: [run_raygang(size, run, port, fillers) for run in range(runs)]
                 for size in sizes}
     for ref in fillers:
         ref.cancel()
-    resized = {elastic: [run_resize(elastic, run, port) for run in range(runs)]
+    resized = {elastic: [run_resize(elastic, run, gpus, works_s) for run in range(runs)]
                for elastic in (True, False)}
 
-    victims = [_raw_victim() for _ in range(GPUS)]
-    ray.get([actor.ping.remote() for _, actor in victims])
+    victims: list = [None] * gpus
     raw = {size: [run_raw(size, victims) for _ in range(runs)] for size in sizes}
 
-    print(f"preemption: {GPUS} GPUs full of {GPUS} batch training gangs (1 GPU each, grace 0);"
+    print(f"preemption: {gpus} GPUs full of {gpus} batch training gangs (1 GPU each, grace 0);"
           f" an inference deployment preempts them; median of {runs} run(s)")
     print(f"{'preemptor':>12}  {'raygang reserve s':>17}  {'raw Ray s':>9}  {'ratio':>6}  "
           f"{'answers HTTP s':>14}")
@@ -221,21 +251,25 @@ def main() -> None:
     verdict = "met" if worst < TARGET_S else "NOT met"
     print(f"target reserve < {TARGET_S} s (KAI Scheduler publishes {KAI_RECLAIM_S} s for one "
           f"GPU): {verdict} (worst median {worst:.2f} s, {KAI_RECLAIM_S / worst:.1f}x faster)")
-    print(f"shrink vs preempt: {GPUS} GPUs held by one batch training gang, elastic "
-          f"({GPUS // 2} to {GPUS} members) or rigid ({GPUS}); a {GPUS // 2}-GPU inference "
+    print(f"shrink vs preempt: {gpus} GPUs held by one batch training gang, elastic "
+          f"({gpus // 2} to {gpus} members) or rigid ({gpus}); a {gpus // 2}-GPU inference "
           f"deployment takes half; median of {runs} run(s)")
     print(f"{'training gang':>16}  {'reserve s':>9}  {'stopped':>7}  {'GPU-s lost':>10}  "
           f"{'members after':>13}")
     for elastic in (True, False):
         rows = resized[elastic]
-        label = f"elastic {GPUS // 2}..{GPUS}" if elastic else f"rigid {GPUS}"
+        label = f"elastic {gpus // 2}..{gpus}" if elastic else f"rigid {gpus}"
         print(f"{label:>16}  {statistics.median(r for r, *_ in rows):>9.2f}  "
               f"{sum(s for _, s, *_ in rows):>3}/{len(rows):<3}  "
               f"{statistics.median(x for *_, x, _ in rows):>10.1f}  "
               f"{statistics.median(m for *_, m in rows):>13g}")
-    for _, actor in victims:
+    for pg, actor in filter(None, victims):
         ray.kill(actor)
-    raygang.shutdown()
+        remove_placement_group(pg)
+    if held is not None:
+        remove_placement_group(held)
+    if not args.address:  # a joined cluster keeps its scheduler
+        raygang.shutdown()
     serve.shutdown()
     ray.shutdown()
 

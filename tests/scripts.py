@@ -15,7 +15,8 @@ def run_script(path: str, *args: str, timeout: float) -> str:
     the test with its output if it exits non-zero.
 
     The environment has no `RAY_*` variables: a script that starts Ray starts its own
-    local cluster, as on a fresh machine, rather than joining one this session started.
+    local cluster, as on a fresh machine, rather than joining one this session started;
+    it joins the session's cluster only when told to (the benchmarks' `--address`).
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     done = subprocess.run(

@@ -17,7 +17,7 @@ from raygang.control.journal import Journal
 from raygang.control.ports import Cluster, GangRun, MemberFailure, ReservationTimeout
 from raygang.control.records import GangRecord
 from raygang.control.status import GangError
-from raygang.control.tasks import cancel_and_wait, run_to_completion
+from raygang.control.tasks import Spawn, cancel_and_wait, run_to_completion, spawn_free
 from raygang.core.gang import GangState
 from raygang.core.spec import MemberSlot, Resize
 from raygang.core.lifecycle import (
@@ -67,7 +67,8 @@ class GangDriver:
                  policy: Callable[[], RestartPolicy], clock: Callable[[], float],
                  wake_after: Callable[[float], None],
                  released: Callable[[GangDriver], None],
-                 ending: Callable[[GangRecord], Awaitable[None]] | None = None):
+                 ending: Callable[[GangRecord], Awaitable[None]] | None = None,
+                 spawn: Spawn = spawn_free):
         self.record = record
         self.run = run
         self._cluster = cluster
@@ -77,20 +78,27 @@ class GangDriver:
         self._wake_after = wake_after
         self._released = released
         self._ending = ending  # after the run is closed, before its capacity is let go
+        self._spawn = spawn
         self.task: asyncio.Task | None = None
         self.done = False  # released: it holds nothing any more
         self._releasing = False
         self._stopping: asyncio.Task | None = None
         self._released_event = asyncio.Event()
-        self.resizing: dict[str, asyncio.Task] = {}  # member name -> its add or removal
+        # Resizes run one after another, each at the size decided by its turn (the book
+        # and the run agree between any two): `_last_resize` is the last one queued.
+        self._last_resize: asyncio.Task | None = None
+        self._resizes: set[asyncio.Task] = set()  # queued or under way
+        # Surplus members the run holds (added, or reserved for a restart, and not removed
+        # yet): a removal queued behind an add that failed or was skipped has none to stop.
+        self._held: set[str] = set()
         # member name -> done once what it held is free (its removal, or a restart's stop:
         # a gang admitted into that capacity waits for this, not for the restart)
         self.freeing: dict[str, asyncio.Future] = {}
-        self._restarting = asyncio.Lock()  # `resize: restart`: one restart at a time
 
     def start(self, waits_for: Sequence[asyncio.Future] = (), adopted: bool = False) -> None:
-        self.task = asyncio.get_running_loop().create_task(self._drive(list(waits_for),
-                                                                       adopted))
+        if adopted:  # the surplus the previous process's run held, found with it
+            self._held = set(self.record.surplus)
+        self.task = self._spawn(self._drive(list(waits_for), adopted))
 
     def decide(self, event: Event) -> None:
         """Apply the lifecycle's decision on `event` to the gang."""
@@ -144,8 +152,10 @@ class GangDriver:
             return
         self._releasing = True
         record = self.record
-        for task in list(self.resizing.values()):  # the run's close removes every member
+        for task in list(self._resizes):  # the run's close removes every member
             await cancel_and_wait(task)
+        if self.freeing:  # a removal cancelled before its turn freed none: free them now
+            self._freed(set(self.freeing))
         if record.state is GangState.SUCCEEDED and record.result_refs:
             await run_to_completion(self._journal.keep_results(record, self._cluster.fetch))
         if record.state.finished:
@@ -163,15 +173,20 @@ class GangDriver:
     # Resizing (elastic gangs: core/elastic.py) ------------------------------------------
     def grow(self, members: Sequence[str], nodes: Sequence[str]) -> None:
         """Add these surplus members on these nodes: they hold their capacity at once (the
-        plan booked it), and start beside the running members."""
+        plan booked it), and start beside the running members once the resizes queued
+        before have ended."""
         record = self.record
-        slots = [(record.spec.slots_by_name[m], n) for m, n in zip(members, nodes)]
         for member, node in zip(members, nodes):
             record.surplus[member] = node
-        self._resize(members, self._grow(slots))
+        self._queue_resize(lambda: self._grow(list(members)))
 
-    async def _grow(self, slots: list) -> None:
-        record, names = self.record, [slot.name for slot, _ in slots]
+    async def _grow(self, members: list[str]) -> None:
+        record = self.record
+        # A member shrunk again while this waited for its turn is not added at all.
+        names = [m for m in members if m in record.surplus]
+        if not names:
+            return
+        slots = [(record.spec.slots_by_name[m], record.surplus[m]) for m in names]
         restart = record.spec.resize is Resize.RESTART
         try:
             problems: list[str] = []
@@ -185,6 +200,7 @@ class GangDriver:
             record.note(f"could not grow by {', '.join(names)}: "
                         f"{type(error).__name__}: {error}", self._clock())
             return
+        self._held.update(names)
         if restart:
             await self._restart(f"added {', '.join(names)}")
         else:
@@ -193,7 +209,8 @@ class GangDriver:
             self._note_problems(problems)
 
     def shrink(self, members: Sequence[str], why: str) -> None:
-        """Remove these surplus members after the grace period: the gang runs on."""
+        """Remove these surplus members after the grace period, once the resizes queued
+        before have ended (an add of the same members among them): the gang runs on."""
         record = self.record
         members = [m for m in members if m in record.surplus]
         loop = asyncio.get_running_loop()
@@ -202,18 +219,21 @@ class GangDriver:
             self.freeing[member] = loop.create_future()
         record.note(f"shrinking to {record.size} members (removing {', '.join(members)}): "
                     f"{why}", self._clock())
-        slots = [record.spec.slots_by_name[m] for m in members]
-        self._resize(members, self._shrink(slots))
+        self._queue_resize(lambda: self._shrink(list(members)))
 
-    async def _shrink(self, slots: list) -> None:
-        record, names = self.record, {slot.name for slot in slots}
+    async def _shrink(self, members: list[str]) -> None:
+        record, names = self.record, set(members)
+        held = [m for m in members if m in self._held]  # the others were never added
         try:
-            if record.spec.resize is Resize.RESTART:
-                await self._restart(f"removed {', '.join(sorted(names))}",
-                                    stopped=lambda: self._freed(names))
-            else:
-                await grace_period(self.run, record.spec.preemption_grace_s, slots)
-                self._note_problems(await self.run.remove_members(slots))
+            if held:
+                slots = [record.spec.slots_by_name[m] for m in held]
+                if record.spec.resize is Resize.RESTART:
+                    await self._restart(f"removed {', '.join(sorted(held))}",
+                                        stopped=lambda: self._freed(names))
+                else:
+                    await grace_period(self.run, record.spec.preemption_grace_s, slots)
+                    self._note_problems(await self.run.remove_members(slots))
+                    self._held.difference_update(held)
         finally:
             self._freed(names)
             record.members[:] = [m for m in record.members  # in place: the run appends
@@ -236,32 +256,46 @@ class GangDriver:
     async def _restart(self, change: str, stopped: Callable[[], None] | None = None) -> None:
         """`resize: restart`: every member gets the grace period of a preemption (to
         save a checkpoint), then the whole gang starts again at its new size (its
-        minimum and `record.surplus`), as Ray Train V2 restarts a worker group. A member
-        failing to start fails the gang as a failure while it runs would."""
-        record = self.record
-        async with self._restarting:  # one at a time, each at the size decided by then
-            spec, kept = record.spec, set(record.surplus)
-            world = [s for s in spec.slots if s in spec.min_slots or s.name in kept]
-            await grace_period(self.run, spec.preemption_grace_s)
-            record.members[:] = []  # in place: the run appends to this list
-            try:
-                await self.run.restart(world, stopped)
-            except Exception as error:  # noqa: BLE001 - the run fails the gang with it
-                record.note(f"could not restart at {len(world)} members ({change}): "
-                            f"{type(error).__name__}: {error}", self._clock())
-                return
+        minimum and the surplus it holds and keeps), as Ray Train V2 restarts a worker
+        group. A member failing to start fails the gang as a failure while it runs would."""
+        record, spec = self.record, self.record.spec
+        kept = {m for m in self._held if m in record.surplus}
+        world = [s for s in spec.slots if s in spec.min_slots or s.name in kept]
+        await grace_period(self.run, spec.preemption_grace_s)
+        record.members[:] = []  # in place: the run appends to this list
+        dropped = self._held - kept  # leaving: the restart frees what they held
+
+        def gone() -> None:
+            self._held = kept
+            self._freed(dropped)
+            if stopped is not None:
+                stopped()
+
+        try:
+            await self.run.restart(world, gone)
+        except Exception as error:  # noqa: BLE001 - the run fails the gang with it
+            record.note(f"could not restart at {len(world)} members ({change}): "
+                        f"{type(error).__name__}: {error}", self._clock())
+            return
         record.note(f"restarted at {len(world)} members ({change})", self._clock())
 
-    def _resize(self, members: Sequence[str], work: Awaitable[None]) -> None:
-        task = asyncio.get_running_loop().create_task(work)
-        for member in members:
-            self.resizing[member] = task
-        task.add_done_callback(lambda t: self._resized(members, t))
+    def _queue_resize(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Run `work` once every resize queued before it has ended, whatever their end
+        (each notes its own)."""
+        previous = self._last_resize
 
-    def _resized(self, members: Sequence[str], task: asyncio.Task) -> None:
-        for member in members:
-            if self.resizing.get(member) is task:
-                del self.resizing[member]
+        async def in_turn() -> None:
+            if previous is not None and not previous.done():
+                await asyncio.wait([previous])
+            await work()
+
+        task = self._spawn(in_turn())
+        self._last_resize = task
+        self._resizes.add(task)
+        task.add_done_callback(self._resized)
+
+    def _resized(self, task: asyncio.Task) -> None:
+        self._resizes.discard(task)
         self._wake_after(0.0)  # what it freed or failed to take is there for a cycle
 
     # Stopping -------------------------------------------------------------------------
@@ -269,8 +303,7 @@ class GangDriver:
         """Tell the gang it is being preempted (`stopping`: by whom), give it its grace
         period, then stop it; it goes back to its queue."""
         self.decide(PreemptionSignalled(stopping, why, self.record.spec.preemption_grace_s))
-        self._stopping = asyncio.get_running_loop().create_task(self._stop())  # kept: a
-        # task nobody references may be garbage-collected before it ends
+        self._stopping = self._spawn(self._stop())
 
     async def _stop(self) -> None:
         if self.record.state is GangState.RUNNING:

@@ -11,6 +11,7 @@ from raygang.control.journal import Journal
 from raygang.control.ports import Cluster, GangRun, Metrics
 from raygang.control.records import GangRecord
 from raygang.control.registry import Registry
+from raygang.control.tasks import Spawn, spawn_free
 from raygang.core.lifecycle import Admitted, Adopted, RestartPolicy
 from raygang.core.elastic import member_of
 from raygang.core.gang import GangState
@@ -25,7 +26,9 @@ class Fleet:
                  metrics: Metrics, policy: Callable[[], RestartPolicy],
                  clock: Callable[[], float], wake_after: Callable[[float], None],
                  released: Callable[[GangRecord], None],
-                 ending: Callable[[GangRecord], Awaitable[None]] | None = None):
+                 ending: Callable[[GangRecord], Awaitable[None]] | None = None,
+                 spawn: Spawn = spawn_free,
+                 settle_s: float = SETTLE_S):
         self._registry = registry
         self._cluster = cluster
         self._journal = journal
@@ -35,12 +38,13 @@ class Fleet:
         self._wake_after = wake_after
         self._on_released = released
         self._ending = ending
+        self._spawn = spawn
         self._drivers: dict[str, GangDriver] = {}
         # For `settle_s` after a gang let go, the cluster's view may still show its
         # capacity used (on Ray, the GCS lags a placement group's removal by tens of
         # milliseconds): no gang is preempted on such a view (`settling`), it would stop
         # one for room that is already free. 0 where the view never lags (the simulator).
-        self.settle_s = SETTLE_S
+        self.settle_s = settle_s
         self._released_at = float("-inf")
 
     def __contains__(self, gang_id: object) -> bool:
@@ -140,7 +144,7 @@ class Fleet:
         driver = GangDriver(record, run, cluster=self._cluster, journal=self._journal,
                             policy=self._policy, clock=self._clock,
                             wake_after=self._wake_after, released=self._released,
-                            ending=self._ending)
+                            ending=self._ending, spawn=self._spawn)
         self._drivers[record.gang_id] = driver
         return driver
 

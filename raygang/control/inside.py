@@ -30,6 +30,7 @@ from raygang.control.fleet import Fleet
 from raygang.control.ports import Cluster
 from raygang.control.records import GangRecord
 from raygang.control.registry import Registry
+from raygang.control.tasks import Spawn, first_set, spawn_free
 from raygang.core.gang import GangState
 from raygang.core.plan import Admission, WaitCode
 from raygang.core.spec import GangSpec
@@ -44,22 +45,21 @@ class Inside:
 
     def __init__(self, registry: Registry, fleet: Fleet, cluster: Cluster,
                  clock: Callable[[], float], interval: Callable[[], float],
-                 cancel: Callable[[str, str], Awaitable[object]]):
+                 cancel: Callable[[str, str], Awaitable[object]],
+                 spawn: Spawn = spawn_free):
         self._registry = registry
         self._fleet = fleet
         self._budgets = cluster.budget
         self._clock = clock
         self._interval = interval
         self._cancel = cancel
+        self._spawn = spawn
         self._wake = asyncio.Event()
         self._cancelling: set[str] = set()
 
     async def run(self) -> None:
         while True:
-            try:
-                await asyncio.wait_for(self._wake.wait(), self._interval())
-            except asyncio.TimeoutError:
-                pass
+            await first_set([self._wake], self._interval())
             self._wake.clear()
             try:
                 self.place()
@@ -131,8 +131,7 @@ class Inside:
                 for record in self._registry.inside(parent):
                     if record.gang_id not in self._cancelling:
                         self._cancelling.add(record.gang_id)
-                        task = asyncio.get_running_loop().create_task(
-                            self._cancel(record.gang_id, why))
+                        task = self._spawn(self._cancel(record.gang_id, why))
                         task.add_done_callback(
                             lambda _, g=record.gang_id: self._cancelling.discard(g))
 

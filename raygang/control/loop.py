@@ -18,6 +18,7 @@ from raygang.control.fleet import Fleet
 from raygang.control.ports import Cluster, Metrics, Scaling
 from raygang.control.records import GangRecord
 from raygang.control.registry import Registry
+from raygang.control.tasks import first_set
 from raygang.core.backlog import Backlog
 from raygang.core.config import PolicyConfig
 from raygang.core.elastic import member_id, member_of
@@ -60,6 +61,7 @@ class SchedulingLoop:
         self._started = 0.0
         self._metrics_at = float("-inf")  # when the gauges were last refreshed
         self.observed: tuple[float, ClusterSnapshot] | None = None
+        self._noted: set[str] = set()  # pending gangs with a scale note
 
     # Waking ---------------------------------------------------------------------------
     def wake(self) -> None:
@@ -81,10 +83,7 @@ class SchedulingLoop:
     async def _woken(self, event: asyncio.Event, timeout: float | None = None) -> None:
         """Until `event` is set or `timeout` (default: a resync interval) has passed; then
         clear it."""
-        try:
-            await asyncio.wait_for(event.wait(), timeout or self._config().resync_interval_s)
-        except asyncio.TimeoutError:
-            pass
+        await first_set([event], timeout or self._config().resync_interval_s)
         event.clear()
 
     def _cycle_timeout(self) -> float:
@@ -245,8 +244,8 @@ class SchedulingLoop:
         while True:
             await self._woken(self._scale_wake)
             plan = self.last_plan
-            pending = [r.pending_view() for r in self._registry.pending()]
-            waiting = scale_candidates(pending, plan, self._config().policy)
+            waiting = scale_candidates(plan, self._registry.pending_gang,
+                                       self._config().policy)
             busy = {node for a in plan.admissions for node in a.nodes}
             if await scaling.step(self.observe, waiting, busy) is None:
                 continue
@@ -257,5 +256,13 @@ class SchedulingLoop:
                     plural = "node" if request.nodes == 1 else "nodes"
                     record.note(f"requested {request.nodes} {plural} of group {request.group}",
                                 now)
-            for record in self._registry.pending():
-                record.set_scale_note(scaling.note(record.gang_id))
+            # Only a gang the step looked at has a note (the nodes it waits for): the
+            # others keep none, and a long line held by a limit is not walked.
+            noted, self._noted = self._noted, set()
+            for gang_id in noted | {g.gang_id for g in waiting}:
+                record = self._registry.find(gang_id)
+                if record is not None and record.state is GangState.PENDING:
+                    note = scaling.note(gang_id)
+                    record.set_scale_note(note)
+                    if note is not None:
+                        self._noted.add(gang_id)

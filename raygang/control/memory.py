@@ -1,17 +1,32 @@
-"""An in-memory cluster: the control plane's ports without Ray, in one process.
+"""The in-memory cluster: the control plane's ports without Ray, in one process.
 
-Nodes have resources; a gang's run books its bundles on the nodes its admission chose
-(as a pinned placement group does: it waits while they are not free, and times out),
-starts its members, and runs their bodies for as long as their `MemoryProgram` says.
-Members can fail, nodes can be lost, preemption signals are answered as the program
-says. Nothing here is bound to one event loop: what members do follows from the times
-recorded here, so a second control plane (a restarted scheduler) can adopt runs the
-first one started. For the fast test tier and for replaying cluster traces.
+One cluster for the Ray-free test tier (tests/control) and for `raygang sim` (whose
+`SimCluster` adds a trace's jobs and their work to it): nodes with resources, bookings
+made as a pinned placement group would be (a run waits while its nodes cannot hold it,
+and times out), members that start, run and end as their `MemoryProgram` says, nodes
+that die, usage by work outside raygang, jobs whose gangs are placed inside them.
+
+Nothing polls. A run that waits (for room to reserve, for its members' bodies to end,
+for a grace period) waits for the next change of the cluster (a booking freed, a node
+lost or added, outside usage changed, a member told or released) and for the moments its
+members' programs name (a body ends, fails): each is a timer. On an event loop in
+virtual time (`control.virtual`) a scenario costs its callbacks, not its duration.
+
+Seeded jitter: with a `seed`, each step that takes time on Ray (a placement group
+becoming ready, a role's members starting, a reply to a preemption signal, a removal,
+a teardown) takes a few milliseconds drawn from that seed. The control plane's tasks
+then interleave differently under each seed, and a seed reproduces an interleaving: a
+race found under one seed is found again under it, every time.
+
+What members do follows from the times recorded here, not from one event loop, so a
+second control plane (a restarted scheduler, on another loop) can adopt runs the first
+one started: `resume` arms their timers on its own loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -20,12 +35,14 @@ from typing import Any
 from raygang.control.ports import GangRun, MemberFailure, ReservationTimeout
 from raygang.control.records import GangRecord
 from raygang.control.status import GangError, MemberStatus
+from raygang.control.tasks import run_to_completion
 from raygang.core.budget import never_fits, take
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, NodeState, PlacedGang
 from raygang.core.spec import GangSpec, Resize
 
-POLL_S = 0.005  # how often a waiting run looks at the cluster again
+JITTER_S = 0.01  # with a seed: the most one step of a run takes (see the docstring)
+EPSILON_S = 1e-9  # a moment due "now" compares as reached
 
 
 @dataclass(frozen=True)
@@ -56,21 +73,38 @@ class _Member:
     told_at: float | None = None  # preemption signalled
     dead: str | None = None  # why it died (killed, node lost)
 
+    @property
+    def name(self) -> str:
+        return f"{self.role}-{self.index}"
+
     def outcome(self, now: float) -> tuple[str, Any] | None:
         """("done", result) / ("error", GangError) once the body has ended, else None."""
         if self.dead:
-            return "error", GangError(member=f"{self.role}-{self.index}", rank=self.rank,
+            return "error", GangError(member=self.name, rank=self.rank,
                                       error_type="ActorDiedError", message=self.dead)
         if self.released_at is None or self.program.seconds is None:
             return None  # not released yet, or a service: it runs until it dies
-        program, start = self.program, self.released_at
+        program, start, now = self.program, self.released_at, now + EPSILON_S
         if program.fails_after_s is not None and now >= start + program.fails_after_s:
-            return "error", GangError(member=f"{self.role}-{self.index}", rank=self.rank,
+            return "error", GangError(member=self.name, rank=self.rank,
                                       error_type="RuntimeError", message="the body failed")
-        end = start + program.seconds
-        if self.told_at is not None and program.on_preempt == "watch":
-            end = min(end, self.told_at + program.checkpoint_s)
-        return ("done", program.result) if now >= end else None
+        return ("done", program.result) if now >= self._end() else None
+
+    def _end(self) -> float:
+        assert self.released_at is not None and self.program.seconds is not None
+        end = self.released_at + self.program.seconds
+        if self.told_at is not None and self.program.on_preempt == "watch":
+            end = min(end, self.told_at + self.program.checkpoint_s)
+        return end
+
+    def moments(self) -> list[float]:
+        """When its outcome may change by itself (its body ends or fails)."""
+        if self.dead or self.released_at is None or self.program.seconds is None:
+            return []
+        out = [self._end()]
+        if self.program.fails_after_s is not None:
+            out.append(self.released_at + self.program.fails_after_s)
+        return out
 
 
 @dataclass
@@ -78,21 +112,40 @@ class _Node:
     node_id: str
     total: Resources
     alive: bool = True
-    external: Resources = field(default_factory=Resources)  # used by work not of raygang
+    outside: Resources = field(default_factory=Resources)  # used by work not of raygang
     unseen: Resources = field(default_factory=Resources)  # used, not yet in the view (lag)
 
 
+def _loop_clock() -> float:
+    return asyncio.get_running_loop().time()
+
+
 class MemoryCluster:
+    """Nodes, what is booked on them, and the runs of programmed members (the `Cluster`
+    port). Booking keys: a gang's id (its minimum, or all of a rigid gang) and
+    `<gang id>/<member>` (each surplus member of an elastic gang, as on Ray, where each
+    has a placement group of its own)."""
+
     # runs add and remove an elastic gang's surplus members, or restart it whole
-    resizes = frozenset({Resize.LIVE, Resize.RESTART})
+    resizes: frozenset[Resize] = frozenset({Resize.LIVE, Resize.RESTART})
 
     def __init__(self, nodes: Iterable[tuple[str, Resources]],
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] | None = None, seed: int | None = None,
+                 jitter_s: float = JITTER_S):
         self.nodes = {node_id: _Node(node_id, total) for node_id, total in nodes}
-        self.clock = clock
-        self.booked: dict[str, list[tuple[str, Resources]]] = {}  # gang id -> bundles
+        # The running event loop's time by default: timers and the clock then agree (a
+        # virtual-time loop's, or the real monotonic one).
+        self.clock = clock or _loop_clock
+        self.booked: dict[str, list[tuple[str, Resources]]] = {}  # key -> (node, bundle)s
+        self._free = {n: node.total for n, node in self.nodes.items()}  # as the view shows
         self.members: dict[str, list[_Member]] = {}  # gang id -> members, by rank
         self.budgets: dict[str, MemoryBudget] = {}  # job id -> the budget its gangs use
+        self._rng = random.Random(seed) if seed is not None else None
+        self._jitter_s = jitter_s
+        self._waiters: list[asyncio.Future] = []
+        # Called when a gang starts running: the scheduler's view changed without an event
+        # of its own (a resync on Ray finds it; the simulator wakes its loop at once).
+        self.on_change: Callable[[], None] = lambda: None
 
     # What tests and traces do to it ------------------------------------------------------
     def lose_node(self, node_id: str) -> None:
@@ -102,33 +155,150 @@ class MemoryCluster:
             for member in members:
                 if member.node == node_id and not member.dead:
                     member.dead = f"node {node_id} was lost"
+        self.notify()
 
     def add_node(self, node_id: str, total: Resources) -> None:
+        """A node joins (again: a lost node comes back empty)."""
+        used = self._used_on(node_id)
         self.nodes[node_id] = _Node(node_id, total)
+        self._free[node_id] = total - used
+        self.notify()
+
+    def use_outside(self, node_id: str, used: Resources, seen: bool = True) -> None:
+        """Work not started by raygang now uses `used` on the node; `seen=False`: the
+        cluster's view does not show it yet (its lag), though it takes the room."""
+        node = self.nodes[node_id]
+        if seen:
+            self._free[node_id] = self._free[node_id] + node.outside - used
+            node.outside = used
+        else:
+            node.unseen = used
+        self.notify()
 
     def free(self, node_id: str, seen: bool = False) -> Resources:
         """What is free on the node (`seen`: as the cluster's view shows it, which may
         lag: usage `unseen` is not in it yet)."""
-        node = self.nodes[node_id]
-        used = Resources.sum(b for bundles in self.booked.values() for n, b in bundles
+        free = self._free[node_id]
+        return free if seen else free - self.nodes[node_id].unseen
+
+    # Booking ---------------------------------------------------------------------------
+    def fits(self, bundles: Iterable[tuple[str, Resources]]) -> bool:
+        """Whether the bundles, each on its node, fit in what is free now."""
+        need: dict[str, Resources] = {}
+        for node, bundle in bundles:
+            need[node] = need[node] + bundle if node in need else bundle
+        return all(self.nodes[n].alive and amount.fits_in(self.free(n))
+                   for n, amount in need.items())
+
+    def book(self, key: str, bundles: Sequence[tuple[str, Resources]]) -> None:
+        self.unbook(key, quiet=True)
+        for node, bundle in bundles:
+            self._free[node] = self._free[node] - bundle
+        self.booked[key] = list(bundles)
+
+    def unbook(self, key: str, quiet: bool = False) -> None:
+        for node, bundle in self.booked.pop(key, ()):
+            self._free[node] = self._free[node] + bundle
+        if not quiet:
+            self.notify()
+
+    def _used_on(self, node_id: str) -> Resources:
+        return Resources.sum(b for bundles in self.booked.values() for n, b in bundles
                              if n == node_id)
-        return node.total - used - node.external - (Resources() if seen else node.unseen)
+
+    def clear(self, gang_id: str) -> int:
+        """Kill a gang's members and drop its bookings; how many parts there were."""
+        members = self.members.pop(gang_id, [])
+        for member in members:
+            member.dead = member.dead or "killed"
+        keys = [k for k in self.booked if k == gang_id or k.startswith(f"{gang_id}/")]
+        for key in keys:
+            self.unbook(key, quiet=True)
+        self.notify()
+        return len(members) + len(keys)
+
+    # Waiting ---------------------------------------------------------------------------
+    def notify(self) -> None:
+        """Something changed: every waiter looks again."""
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done() and not waiter.get_loop().is_closed():
+                waiter.set_result(None)
+
+    async def changed(self, deadline: float | None = None) -> None:
+        """Until the next change, or until the clock reaches `deadline`."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            if deadline is None:
+                await waiter
+            else:
+                await asyncio.wait([waiter], timeout=max(0.0, deadline - self.clock()))
+        finally:
+            waiter.cancel()  # (done already, or no longer waited for)
+
+    async def until(self, ready: Callable[[], bool], deadline: float | None = None) -> bool:
+        """Until `ready()` holds (True), or the clock reaches `deadline` (False)."""
+        while not ready():
+            if deadline is not None and self.clock() >= deadline - EPSILON_S:
+                return False
+            await self.changed(deadline)
+        return True
+
+    def arm(self, moments: Iterable[float]) -> None:
+        """Wake the waiters at each of these moments (a body ends then: nothing else
+        would tell them)."""
+        loop, now = asyncio.get_running_loop(), self.clock()
+        for moment in moments:
+            if moment > now:
+                loop.call_later(moment - now, self.notify)
+
+    async def step(self) -> None:
+        """One step of a run taking time on a real cluster: with a seed, a few random
+        milliseconds (see the module's docstring); else none at all."""
+        if self._rng is not None:
+            await asyncio.sleep(self._rng.uniform(0.0, self._jitter_s))
 
     # The port ---------------------------------------------------------------------------
     def observe(self, held: Iterable[PlacedGang], draining: Collection[str]) -> ClusterSnapshot:
-        ours: dict[str, Resources] = {}
-        for gang in held:
-            for node_id, bundle in gang.bundles:
-                ours[node_id] = ours.get(node_id, Resources()) + bundle
+        """Free is what the view shows (`free(seen=True)`), but never more than the node's
+        total less what `held` holds: a gang admitted and not booked yet (waiting for
+        its victims) takes its room already, as on Ray (runtime/observe.py)."""
+        held = tuple(held)
+        coming = self._coming(held)
         nodes = []
         for node in self.nodes.values():
+            node_id = node.node_id
             free = Resources()
-            if node.alive and node.node_id not in draining:
-                free = self.free(node.node_id, seen=True).minimum(
-                    node.total - ours.get(node.node_id, Resources()))
-            nodes.append(NodeState(node.node_id, node.total, free, alive=node.alive,
-                                   name=node.node_id))
-        return ClusterSnapshot(tuple(nodes), tuple(held))
+            if node.alive and node_id not in draining:
+                free = self._free[node_id]
+                if node_id in coming:
+                    free = free.minimum(node.total - self._used_on(node_id) - coming[node_id])
+            nodes.append(NodeState(node_id, node.total, free, alive=node.alive, name=node_id))
+        return ClusterSnapshot(tuple(nodes), held)
+
+    def _coming(self, held: Sequence[PlacedGang]) -> dict[str, Resources]:
+        """Per node, what held gangs hold in the book and not yet in the cluster. Cheap
+        when every held gang is booked whole (the common case: one count per gang)."""
+        counts: dict[str, int] = {}
+        for key, bundles in self.booked.items():
+            gang = key.split("/", 1)[0]
+            counts[gang] = counts.get(gang, 0) + len(bundles)
+        coming: dict[str, Resources] = {}
+        for gang in held:
+            if counts.get(gang.gang_id, 0) == len(gang.bundles):
+                continue
+            booked: dict[str, Resources] = {}
+            for key, bundles in self.booked.items():
+                if key == gang.gang_id or key.startswith(f"{gang.gang_id}/"):
+                    for node, bundle in bundles:
+                        booked[node] = booked[node] + bundle if node in booked else bundle
+            for node, bundle in gang.bundles:
+                if node in booked and bundle.fits_in(booked[node]):
+                    booked[node] = booked[node] - bundle  # this one is booked
+                else:
+                    coming[node] = coming[node] + bundle if node in coming else bundle
+        return coming
 
     def new_run(self, record: GangRecord, nodes: Sequence[str], attempt: int,
                 on_member_ready: Callable[[MemberStatus], None]) -> GangRun:
@@ -161,13 +331,6 @@ class MemoryCluster:
 
     def restore_results(self, values: list[Any]) -> list[Any]:
         return list(values)
-
-    def clear(self, gang_id: str) -> int:
-        """Kill a gang's members and drop its booking; how many parts there were."""
-        members = self.members.pop(gang_id, [])
-        for member in members:
-            member.dead = member.dead or "killed"
-        return len(members) + (self.booked.pop(gang_id, None) is not None)
 
 
 class MemoryBudget:
@@ -213,8 +376,9 @@ class MemoryBudget:
     def _rebook(self) -> None:
         if self._job_id in self._cluster.booked:  # not once the job let go
             used = self._used()
-            self._cluster.booked[self._job_id] = [
-                b for i, b in enumerate(self._booked) if i not in used]
+            self._cluster.book(self._job_id,
+                               [b for i, b in enumerate(self._booked) if i not in used])
+            self._cluster.notify()
 
 
 class MemoryLeftovers:
@@ -231,7 +395,8 @@ class MemoryLeftovers:
         return 0 if gang_id is None else self._cluster.clear(gang_id)
 
     def orphans(self, unfinished: set[str]) -> int:
-        stale = (set(self._cluster.booked) | set(self._cluster.members)) - unfinished
+        gangs = {key.split("/", 1)[0] for key in self._cluster.booked}
+        stale = (gangs | set(self._cluster.members)) - unfinished
         return sum(self._cluster.clear(g) for g in stale - self._taken)
 
 
@@ -258,28 +423,24 @@ class MemoryRun:
         self.nodes = tuple(nodes)  # one per member of the minimum (`spec.min_slots`)
         self.on_member_ready = on_member_ready
         self.members: list[_Member] = []
-        self.extra: dict[str, tuple[str, Resources]] = {}  # surplus member -> its booking
+        self.extra: dict[str, str] = {}  # surplus member -> its node (booked as gang/member)
         self._restarting = False  # `restart` under way: no members is not an outcome
         self._broken: MemberFailure | None = None  # a restart failed: the run fails
+
+    def _bundles(self) -> list[tuple[str, Resources]]:
+        return list(zip(self.nodes, self.spec.min_bundles))
 
     async def reserve(self) -> None:
         """Book every bundle on its node once it fits there (a node that is not alive
         never fits), within the gang's reservation timeout."""
         cluster = self.cluster
-        deadline = time.monotonic() + self.spec.reservation_timeout_s
-        while True:
-            need: dict[str, Resources] = {}
-            for node, bundle in zip(self.nodes, self.spec.min_bundles):
-                need[node] = need.get(node, Resources()) + bundle
-            if all(cluster.nodes[n].alive and amount.fits_in(cluster.free(n))
-                   for n, amount in need.items()):
-                cluster.booked[self.gang_id] = list(zip(self.nodes, self.spec.min_bundles))
-                return
-            if time.monotonic() >= deadline:
-                raise ReservationTimeout(
-                    f"the reservation of gang {self.gang_id} was not ready within "
-                    f"{self.spec.reservation_timeout_s:g}s")
-            await asyncio.sleep(POLL_S)
+        deadline = cluster.clock() + self.spec.reservation_timeout_s
+        await cluster.step()
+        if not await cluster.until(lambda: cluster.fits(self._bundles()), deadline):
+            raise ReservationTimeout(
+                f"the reservation of gang {self.gang_id} was not ready within "
+                f"{self.spec.reservation_timeout_s:g}s")
+        cluster.book(self.gang_id, self._bundles())
 
     async def start_members(self) -> None:
         """Start role after role (`after` order), each member taking its `start_s`, all
@@ -300,59 +461,67 @@ class MemoryRun:
         roles = list(self.spec.roles)
         by_rank: list[_Member | None] = [None] * self.spec.world_size
         node_of = dict(zip((s.name for s in self.spec.min_slots), self.nodes))
-        node_of.update((name, node) for name, (node, _) in self.extra.items())
+        node_of.update(self.extra)
         while roles:
             role = next(r for r in roles if set(r.after) <= started)
             roles.remove(role)
             program = self.programs.get(role.name, MemoryProgram())
             await asyncio.sleep(program.start_s)
+            await self.cluster.step()
             for slot in (s for s in slots if s.role == role.name):
                 member = by_rank[slot.rank] = _Member(
                     self.gang_id, slot.rank, slot.role, slot.index, node_of[slot.name],
                     program)
                 if program.fails_to_start:
-                    raise MemberFailure(GangError(member=f"{slot.role}-{slot.index}",
-                                                  rank=slot.rank, error_type="ValueError",
+                    raise MemberFailure(GangError(member=slot.name, rank=slot.rank,
+                                                  error_type="ValueError",
                                                   message="the constructor failed"))
-                self.on_member_ready(MemberStatus(
-                    role=slot.role, index=slot.index, rank=slot.rank,
-                    actor_name=f"memory-{self.gang_id}-{slot.role}-{slot.index}",
-                    node_id=member.node, ready_at=time.time()))
+                self._ready(member)
             started.add(role.name)
         self.members = [m for m in by_rank if m is not None]
         self.cluster.members[self.gang_id] = self.members
 
-    async def run(self) -> list[Any]:
+    def _ready(self, member: _Member) -> None:
+        self.on_member_ready(MemberStatus(
+            role=member.role, index=member.index, rank=member.rank,
+            actor_name=f"memory-{self.gang_id}-{member.name}", node_id=member.node,
+            ready_at=time.time()))
+
+    def _release(self, members: Iterable[_Member]) -> None:
         now = self.cluster.clock()
-        for member in self.members:
-            member.released_at = now
+        for member in members:
+            if member.released_at is None:
+                member.released_at = now
+            self.cluster.arm(member.moments())
+
+    async def run(self) -> list[Any]:
+        self._release(self.members)
         return await self._outcome()
 
     async def resume(self) -> list[Any]:
-        now = self.cluster.clock()
-        for member in self.members:
-            if member.released_at is None:
-                member.released_at = now
+        self._release(self.members)  # (on this process's loop: the old one's timers died)
         return await self._outcome()
 
     async def _outcome(self) -> list[Any]:
         """Results in rank order once every body ended; the first failure raises."""
+        cluster = self.cluster
         while True:
             if self._broken is not None:
                 raise self._broken
-            now = self.cluster.clock()
+            now = cluster.clock()
             outcomes = [m.outcome(now) for m in self.members]
             for outcome in outcomes:
                 if outcome is not None and outcome[0] == "error":
                     raise MemberFailure(outcome[1])
             if not self._restarting and all(o is not None for o in outcomes):
                 return [o[1] for o in outcomes if o is not None]
-            await asyncio.sleep(POLL_S)
+            await cluster.changed()
 
     async def signal_preempt(self, grace_s: float,
                              members: Sequence[Any] | None = None) -> list[dict]:
         if not grace_s or grace_s <= 0:
             return []
+        await self.cluster.step()  # the replies take a moment
         now = self.cluster.clock()
         replies = []
         told = None if members is None else {slot.rank for slot in members}
@@ -368,52 +537,62 @@ class MemoryRun:
             running = m.released_at is not None and m.program.seconds is not None \
                 and m.outcome(now) is None
             replies.append(_reply(m, hooks, None, running))
+            self.cluster.arm(m.moments())
+        self.cluster.notify()
         return replies
 
     async def wait_bodies(self, ranks: Sequence[int], timeout: float) -> None:
-        deadline = time.monotonic() + max(0.0, timeout)
+        cluster = self.cluster
         members = [m for m in self.members if m.rank in set(ranks)]
-        while time.monotonic() < deadline:
-            now = self.cluster.clock()
-            if all(m.outcome(now) is not None for m in members):
-                return
-            await asyncio.sleep(POLL_S)
+        await cluster.until(lambda: all(m.outcome(cluster.clock()) is not None
+                                        for m in members),
+                            cluster.clock() + max(0.0, timeout))
 
     async def close(self) -> None:
-        self.cluster.budgets.pop(self.gang_id, None)  # a job's budget ends with its run
-        self.cluster.clear(self.gang_id)
-        self.members = []
-        self.extra = {}
+        """Tear everything down (a moment's step first, as on Ray); never cut short."""
+        await run_to_completion(self._close())
+
+    async def _close(self) -> None:
+        try:
+            await self.cluster.step()
+        finally:
+            self.cluster.budgets.pop(self.gang_id, None)  # a job's budget ends with it
+            self.cluster.clear(self.gang_id)
+            self.members = []
+            self.extra = {}
 
     # Elastic gangs ----------------------------------------------------------------------
     async def add_members(self, members: Sequence[tuple[Any, str]]) -> list[str]:
         """Book each member's bundle on its node once it fits (within the reservation
         timeout), start them (their role's `start_s`) and release them (no resize hooks
-        here: nothing goes wrong telling the others)."""
+        here: nothing goes wrong telling the others). Undone if anything fails, or if it
+        is cancelled, on the way."""
         await self.reserve_members(members)
+        names = [slot.name for slot, _ in members]
         try:
             started = await self._start([slot for slot, _ in members])
         except BaseException:
-            self._unbook(slot.name for slot, _ in members)
+            self._unbook(names)
             raise
         self.members = sorted([*self.members, *started], key=lambda m: m.rank)
         self.cluster.members[self.gang_id] = self.members
+        self._release(started)
         return []
 
     async def reserve_members(self, members: Sequence[tuple[Any, str]]) -> None:
         """Book each member's bundle on its node once it fits (within the reservation
         timeout)."""
-        deadline = time.monotonic() + self.spec.reservation_timeout_s
-        wanted = {slot.name: (node, self.spec.bundles[slot.rank])
-                  for slot, node in members}
-        while not self._fits(wanted):
-            if time.monotonic() >= deadline:
-                raise ReservationTimeout(f"members {', '.join(wanted)} of gang "
-                                         f"{self.gang_id} were not reserved within "
-                                         f"{self.spec.reservation_timeout_s:g}s")
-            await asyncio.sleep(POLL_S)
-        self.extra.update(wanted)
-        self._rebook()
+        cluster = self.cluster
+        deadline = cluster.clock() + self.spec.reservation_timeout_s
+        wanted = {slot.name: (node, self.spec.bundles[slot.rank]) for slot, node in members}
+        await cluster.step()
+        if not await cluster.until(lambda: cluster.fits(wanted.values()), deadline):
+            raise ReservationTimeout(f"members {', '.join(wanted)} of gang "
+                                     f"{self.gang_id} were not reserved within "
+                                     f"{self.spec.reservation_timeout_s:g}s")
+        for name, bundle in wanted.items():
+            self.extra[name] = bundle[0]
+            cluster.book(f"{self.gang_id}/{name}", [bundle])
 
     async def restart(self, world: Sequence[Any],
                       stopped: Callable[[], None] | None = None) -> None:
@@ -429,60 +608,53 @@ class MemoryRun:
             await self._start_members(world)
         except MemberFailure as failure:
             self._broken = failure
+            self.cluster.notify()
             raise
         finally:
             self._restarting = False
-        now = self.cluster.clock()
-        for member in self.members:
-            member.released_at = now
+        self._release(self.members)
+        self.cluster.notify()
 
     async def _start(self, slots: Sequence[Any]) -> list[_Member]:
-        """Start these surplus members (their role's `start_s`) on their booked nodes and
-        release them; a constructor failing raises."""
-        node_of = {name: node for name, (node, _) in self.extra.items()}
+        """Start these surplus members (their role's `start_s`) on their booked nodes; a
+        constructor failing raises."""
         started = []
         for slot in slots:
             program = self.programs.get(slot.role, MemoryProgram())
             await asyncio.sleep(program.start_s)
+            await self.cluster.step()
             if program.fails_to_start:
                 raise MemberFailure(GangError(member=slot.name, rank=slot.rank,
                                               error_type="ValueError",
                                               message="the constructor failed"))
-            started.append(_Member(self.gang_id, slot.rank, slot.role, slot.index,
-                                   node_of[slot.name], program,
-                                   released_at=self.cluster.clock()))
-            self.on_member_ready(MemberStatus(
-                role=slot.role, index=slot.index, rank=slot.rank,
-                actor_name=f"memory-{self.gang_id}-{slot.role}-{slot.index}",
-                node_id=node_of[slot.name], ready_at=time.time()))
+            member = _Member(self.gang_id, slot.rank, slot.role, slot.index,
+                             self.extra[slot.name], program)
+            started.append(member)
+            self._ready(member)
         return started
 
     def _unbook(self, names: Iterable[str]) -> None:
         for name in list(names):
-            self.extra.pop(name, None)
-        self._rebook()
+            if self.extra.pop(name, None) is not None:
+                self.cluster.unbook(f"{self.gang_id}/{name}")
 
     async def remove_members(self, members: Sequence[Any]) -> list[str]:
-        """Stop them (told and given their grace period before) and free their bundles."""
-        names = {slot.name for slot in members}
-        self.members = [m for m in self.members if f"{m.role}-{m.index}" not in names]
-        self.cluster.members[self.gang_id] = self.members
-        self._unbook(names)
+        """Stop them (told and given their grace period before) and free their bundles.
+        Only members the run has (started, as on Ray: a member still being added has no
+        actor to stop yet, and its add goes on)."""
+        names = {m.name for m in self.members} & {slot.name for slot in members}
+        try:
+            await self.cluster.step()
+        finally:  # never cut short: what a removal started, it finishes
+            for member in self.members:
+                if member.name in names:
+                    member.dead = member.dead or "removed"
+            self.members = [m for m in self.members if m.name not in names]
+            self.cluster.members[self.gang_id] = self.members
+            self._unbook(names)
         return []
-
-    def _fits(self, wanted: dict[str, tuple[str, Resources]]) -> bool:
-        need: dict[str, Resources] = {}
-        for node, bundle in wanted.values():
-            need[node] = need.get(node, Resources()) + bundle
-        return all(self.cluster.nodes[n].alive and amount.fits_in(self.cluster.free(n))
-                   for n, amount in need.items())
-
-    def _rebook(self) -> None:
-        if self.gang_id in self.cluster.booked:
-            self.cluster.booked[self.gang_id] = [
-                *zip(self.nodes, self.spec.min_bundles), *self.extra.values()]
 
 
 def _reply(member: _Member, hooks: int, error: str | None, running: bool) -> dict:
-    return {"member": f"{member.role}-{member.index}", "rank": member.rank, "hooks": hooks,
-            "error": error, "running": running}
+    return {"member": member.name, "rank": member.rank, "hooks": hooks, "error": error,
+            "running": running}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import uuid
 from collections.abc import Callable, Collection
 from typing import Any
@@ -26,15 +27,16 @@ from raygang.control.errors import (
     SchedulerRecoveringError,
     UnschedulableError,
 )
-from raygang.control.fleet import Fleet
+from raygang.control.fleet import SETTLE_S, Fleet
 from raygang.control.idempotency import submission_fingerprint
 from raygang.control.inside import Inside
 from raygang.control.journal import STORE_RETRY_S, Journal
-from raygang.control.loop import SchedulingLoop
+from raygang.control.loop import RELEASE_RECHECK_S, Decide, SchedulingLoop
 from raygang.control.ports import Cluster, Metrics, NoMetrics, Scaling
 from raygang.control.program import RoleProgram
 from raygang.control.records import GangRecord
 from raygang.control.registry import Registry
+from raygang.control.tasks import TaskSet, first_set
 from raygang.control.status import (
     ClusterStatus,
     DryRunResult,
@@ -47,35 +49,61 @@ from raygang.core.gang import GangState
 from raygang.core.lifecycle import CancelledWhilePending, decide
 from raygang.core.queues import QueueSpec
 from raygang.core.scale import never_hosted
-from raygang.core.schedule import unschedulable_reason
-from raygang.core.spec import DeploymentSpec, GangSpec, JobSpec, Resize
+from raygang.core.schedule import schedule, unschedulable_reason
+from raygang.core.spec import DeploymentSpec, GangSpec, JobSpec
 
 log = logging.getLogger(__name__)
 CLUSTER_VIEW_MAX_AGE_S = 0.25  # `cluster()` observes afresh at most this often
 
 
 class ControlPlane:
+    """What the environment decides comes in here, once, when the plane is built:
+
+    - `clock`: seconds, for timestamps, backoffs and ages (wall time on Ray; the virtual
+      loop's time in tests and in `raygang sim`);
+    - `decide`: what a cycle decides with (`core.schedule`; a baseline's function in the
+      simulator, of the same signature);
+    - `settle_s` and `release_recheck_s`: how long the cluster's view may lag a release
+      (on Ray, the GCS shows a removed placement group's resources tens of milliseconds
+      late: no gang is preempted for `settle_s` after a release, and the loop looks again
+      at each of `release_recheck_s`); 0 and () where the view never lags;
+    - `ids`: where gang ids' random part comes from (a seeded `random.Random` makes a
+      run repeatable; None: `uuid4`).
+    """
+
     def __init__(self, config: SchedulerConfig, cluster: Cluster, journal: Journal,
                  clock: Callable[[], float], metrics: Metrics | None = None,
-                 scaling: Scaling | None = None):
+                 scaling: Scaling | None = None, *, decide: Decide = schedule,
+                 settle_s: float = SETTLE_S,
+                 release_recheck_s: tuple[float, ...] = RELEASE_RECHECK_S,
+                 ids: random.Random | None = None):
         self.config = config
         self._cluster = cluster
         self.journal = journal
         self._clock = clock
         self._metrics = metrics or NoMetrics()
+        self._ids = ids
+        self.tasks = TaskSet()  # every task this plane starts: `close` ends them all
         self.registry = Registry(config.finished_gangs_kept, clock)
         self.fleet = Fleet(self.registry, cluster, journal, self._metrics,
                            lambda: self.config.restart_policy, clock,
                            wake_after=lambda delay: self.loop.wake_after(delay),
-                           released=self._released, ending=self._ending)
+                           released=self._released, ending=self._ending,
+                           spawn=self.tasks.spawn, settle_s=settle_s)
         self.loop = SchedulingLoop(self.registry, self.fleet, cluster, self._metrics, scaling,
-                                   lambda: self.config, clock)
+                                   lambda: self.config, clock, decide, release_recheck_s)
         self.inside = Inside(self.registry, self.fleet, cluster, clock,
-                             lambda: self.config.resync_interval_s, self.cancel)
-        self.instance = uuid.uuid4().hex  # a new one after every restart of the process
+                             lambda: self.config.resync_interval_s, self.cancel,
+                             spawn=self.tasks.spawn)
+        self.instance = self._new_id(128)  # a new one after every restart of the process
         self.recovery: dict[str, Any] = {}  # what the last rebuild found
         self._recovered = asyncio.Event()
         self._tasks: dict[str, asyncio.Task] = {}
+
+    def _new_id(self, bits: int) -> str:
+        if self._ids is None:
+            return uuid.uuid4().hex[:bits // 4]
+        return f"{self._ids.getrandbits(bits):0{bits // 4}x}"
 
     # Starting -------------------------------------------------------------------------
     def start(self) -> None:
@@ -93,7 +121,7 @@ class ControlPlane:
     def _spawn(self, name: str, work: Callable) -> None:
         task = self._tasks.get(name)
         if task is None or (task.done() and name != "recover"):
-            self._tasks[name] = asyncio.get_running_loop().create_task(work())
+            self._tasks[name] = self.tasks.spawn(work(), name=f"raygang-{name}")
 
     async def ready(self) -> None:
         """Wait (up to `state.recovery_wait_s`) until the state is read back."""
@@ -239,8 +267,7 @@ class ControlPlane:
     async def list_jobs(self, state: GangState | None = None) -> list[GangStatus]:
         """Ray Jobs queued through raygang, in submission order."""
         await self.ready()
-        return [self._status(r) for r in self.registry.matching(state, None)
-                if r.kind == "job"]
+        return [self._status(r) for r in self.registry.jobs(state)]
 
     def record(self, gang_id: str) -> GangRecord:
         """The gang's record (for the runtime's hand-off calls)."""
@@ -282,7 +309,7 @@ class ControlPlane:
             raise UnschedulableError(f"{kind} {spec.name!r} can never be admitted: {reason}")
         now = self._clock()
         record = GangRecord(
-            gang_id=f"{spec.name}-{uuid.uuid4().hex[:8]}", spec=spec, programs=programs,
+            gang_id=f"{spec.name}-{self._new_id(32)}", spec=spec, programs=programs,
             priority=cls.value, seq=self.registry.next_seq(), submitted_at=now,
             preemptible=cls.preemptible, min_runtime_s=cls.min_runtime_s, kind=kind,
             deployment=deployment, app=app, workload=workload, parent=parent,
@@ -343,9 +370,9 @@ class ControlPlane:
     async def queues(self) -> list[QueueStatus]:
         """The queue tree with usage and fair shares as of now."""
         await self.ready()
-        pending = [r.pending_view() for r in self.registry.pending()]
         # Usage is what raygang holds now; only the nodes (for fair shares) may be cached.
-        return queue_statuses(self.loop.held_snapshot(), pending, self.config.policy)
+        return queue_statuses(self.loop.held_snapshot(), self.registry.pending_totals(),
+                              self.config.policy)
 
     async def cluster(self) -> ClusterStatus:
         """Nodes with their total, free and used resources, and which gang holds what."""
@@ -375,11 +402,7 @@ class ControlPlane:
         past the launch barrier), or as it is after `timeout` seconds."""
         await self.ready()
         record = self.registry.get(gang_id)
-        event = record.released if until_running else record.finished
-        try:
-            await asyncio.wait_for(event.wait(), timeout)
-        except asyncio.TimeoutError:
-            pass
+        await first_set([record.released if until_running else record.finished], timeout)
         return self._status(record)
 
     async def results(self, gang_id: str) -> list:
@@ -457,6 +480,14 @@ class ControlPlane:
         # A shutdown ends this scheduler's history (a crash keeps it): the next start is clean.
         await self.journal.clear()
         return len(unfinished)
+
+    async def close(self, timeout_s: float = 1.0) -> list[asyncio.Task]:
+        """End every task this plane started (its loops, each gang's drive, resize and
+        stop), as a process ending would, and wait for them, up to `timeout_s`. Gangs are
+        not cancelled first (see `shutdown`): a drive that ends tears its gang down, as
+        it does when cancelled. Returns the tasks that did not end (none, unless one
+        ignores cancellation)."""
+        return await self.tasks.close(timeout_s)
 
     # Bookkeeping ----------------------------------------------------------------------
     def _apply_queues(self, queues: list[QueueSpec]) -> None:

@@ -8,7 +8,8 @@ change (`changed`), so that no call has to walk every gang:
 - the backlog: per queue, the pending gangs a cycle may admit, sorted in admission order,
   with the totals they ask for; gangs waiting out a restart backoff join it when due;
 - per state and per queue, the gangs in submission order (pages of `list_gangs`), and how
-  many there are of each state in each queue (totals, metrics).
+  many there are of each state in each queue (totals, metrics);
+- the Ray Jobs, in submission order (`list_jobs`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class Registry:
         self._state: dict[str, GangState] = {}  # gang id -> the state it is indexed under
         self._where: dict[str, str] = {}  # gang id -> "line" | "backoff" | "inside" (pending)
         self._children: dict[str, set[str]] = {}  # job id -> unfinished gangs inside it
+        self._jobs: dict[str, None] = {}  # the Ray Jobs' gang ids, in submission order
 
     # Reading ------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -74,6 +76,21 @@ class Registry:
         """Gangs to schedule: stored, and not being cancelled (those waiting out a restart
         backoff included); not those waiting inside a job's budget."""
         return [self._gangs[g] for g, where in self._where.items() if where != "inside"]
+
+    def pending_totals(self) -> dict[str, dict[Resources, int]]:
+        """Per queue, the distinct totals the gangs of `pending` ask for, and how many ask
+        each: the lines' totals and those of the few gangs in a restart backoff."""
+        totals = {queue: dict(counts) for queue, counts in self._totals.items() if counts}
+        for gang_id in {g for _, _, g in self._backoff if self._where.get(g) == "backoff"}:
+            gang = self._gangs[gang_id].pending_view()
+            counts = totals.setdefault(gang.queue, {})
+            counts[gang.total] = counts.get(gang.total, 0) + 1
+        return totals
+
+    def pending_gang(self, gang_id: str) -> PendingGang | None:
+        """A gang to schedule, as `pending` lists them, by id (None: not one now)."""
+        where = self._where.get(gang_id)
+        return None if where is None or where == "inside" else self._gangs[gang_id].pending_view()
 
     def waiting_inside(self) -> list[GangRecord]:
         """Gangs to place inside their job's budget (`control.inside`), in submission
@@ -150,6 +167,11 @@ class Registry:
         """In submission order, optionally only in `state` and in `queues`."""
         return self.page(state, queues, 0, len(self._gangs))[0]
 
+    def jobs(self, state: GangState | None = None) -> list[GangRecord]:
+        """The Ray Jobs (gangs of kind "job"), in submission order, optionally in `state`."""
+        records = (self._gangs[g] for g in self._jobs)
+        return [r for r in records if state is None or r.state is state]
+
     def unfinished(self) -> list[GangRecord]:
         return [r for r in self._gangs.values() if not r.state.finished]
 
@@ -171,6 +193,8 @@ class Registry:
                       (record.seq, record.gang_id))
         if record.deployment is not None:
             self._deployments[record.deployment.name] = record.gang_id
+        if record.kind == "job":
+            self._jobs[record.gang_id] = None
         if record.parent is not None and not record.state.finished:
             self._children.setdefault(record.parent, set()).add(record.gang_id)
         self.changed(record)
@@ -261,6 +285,7 @@ class Registry:
             self._counts[state, queue] -= 1
         _remove(self._by_queue[queue], (record.seq, gang_id))
         del self._gangs[gang_id]
+        self._jobs.pop(gang_id, None)
         self._drop_child(record)
         if record.deployment is not None and \
                 self._deployments.get(record.deployment.name) == gang_id:

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 log = logging.getLogger(__name__)
+
+# Starts a task for its owner (a control plane's `TaskSet.spawn`).
+Spawn = Callable[[Coroutine[Any, Any, Any]], "asyncio.Task[Any]"]
+
+
+def spawn_free(work: Coroutine[Any, Any, Any]) -> asyncio.Task:
+    """A task owned by no task set (a part used on its own, in a test)."""
+    return asyncio.get_running_loop().create_task(work)
 
 
 async def run_to_completion(work: Awaitable[Any]) -> None:
@@ -25,6 +33,26 @@ async def run_to_completion(work: Awaitable[Any]) -> None:
             return
 
 
+async def first_set(events: Sequence[asyncio.Event], timeout: float | None) -> bool:
+    """Until one of `events` is set (True) or `timeout` seconds have passed (False).
+
+    Never swallows the caller's cancellation, unlike `asyncio.wait_for` before Python 3.12:
+    cancelled in the step where its inner wait ends (an event set just before, as a wake
+    always is in a scheduling loop), wait_for returns normally instead of raising
+    (bpo-42130). A loop built on it then runs on for ever when cancelled, and so does
+    whoever waits for it (`asyncio.run`'s clean-up, a closing control plane)."""
+    if any(e.is_set() for e in events):
+        return True
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    try:
+        done, _ = await asyncio.wait(waits, timeout=timeout,
+                                     return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+    return bool(done)
+
+
 async def cancel_and_wait(task: asyncio.Task) -> None:
     """Cancel a task and wait until it has ended. Cancels again until it ends: a library
     call may swallow one cancellation (asyncio.wait_for before 3.12 does when its inner
@@ -32,3 +60,33 @@ async def cancel_and_wait(task: asyncio.Task) -> None:
     while not task.done():
         task.cancel()
         await asyncio.wait([task], timeout=1.0)
+
+
+class TaskSet:
+    """The tasks one control plane started (its loops, gang drivers, resizes, stops):
+    kept so that a task nobody else references is not garbage-collected before it ends,
+    and so that closing the plane can end every one of them."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task] = set()
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def spawn(self, work: Coroutine[Any, Any, Any], name: str | None = None) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(work, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def close(self, timeout_s: float) -> list[asyncio.Task]:
+        """Cancel every task, again each time one cancellation was swallowed or a task
+        started another, until none is left or `timeout_s` has passed; the tasks still
+        running then (none, unless one ignores cancellation)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self._tasks and loop.time() < deadline:
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.wait(list(self._tasks), timeout=min(0.05, deadline - loop.time()))
+        return list(self._tasks)

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping
 
 from raygang.control.records import GangRecord
 from raygang.control.status import ClusterStatus, HeldBundle, NodeStatus, QueueStatus, ScalingStatus
 from raygang.core.config import PolicyConfig
-from raygang.core.gang import PendingGang
 from raygang.core.report import queue_report
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot
 
 
-def queue_statuses(snapshot: ClusterSnapshot, pending: Sequence[PendingGang],
+def queue_statuses(snapshot: ClusterSnapshot, pending: Mapping[str, Mapping[Resources, int]],
                    policy: PolicyConfig) -> list[QueueStatus]:
-    """The queue tree with usage (what `snapshot.placed` holds) and fair shares."""
+    """The queue tree with usage (what `snapshot.placed` holds) and fair shares; `pending`:
+    what waits in each queue, as `Registry.pending_totals`."""
     return [
         QueueStatus(
             name=r.name, parent=r.parent, leaf=r.leaf, weight=r.weight,

@@ -20,6 +20,7 @@ from raygang.core.capacity import Capacity
 from raygang.core.config import PolicyConfig
 from raygang.core.draining import Draining
 from raygang.core.elastic import pieces, stops, units_first, with_remaining_units
+from raygang.core.excess import Amounts, ExcessSearch
 from raygang.core.explain import why_not
 from raygang.core.fairshare import QueueBook
 from raygang.core.gang import PendingGang
@@ -38,7 +39,7 @@ from raygang.core.pool import Candidates, Pool
 from raygang.core.reserve import Hold, elect
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
-from raygang.core.victims import VictimSearch, victim_key
+from raygang.core.victims import VictimSearch, reclaim_protected, victim_key
 
 # An action's own narrowing of the gangs any action may stop (reclaim's protections).
 Narrow = Callable[["Cycle", list[PlacedGang]], list[PlacedGang]]
@@ -150,6 +151,8 @@ class Cycle:
         self.tried: dict[str, list] = {}  # gang id -> (action, candidates) that failed it
         self.limited: dict[str, str] = {}  # gang id -> the limit it hit last
         self.taken: set[str] = set()  # victims chosen this cycle
+        self.taken_from: dict[str, Resources] = {}  # queue -> what its victims held
+        self.memo: dict[str, object] = {}  # what an action works out once per cycle
         self.failed: set = set()  # shapes (per action) that did not fit this cycle
         self.waiting: dict[str, Waiting] = {}
         self._pools: dict[str, Pool] = {}  # action -> the gangs it may stop
@@ -292,12 +295,13 @@ class Cycle:
         """Nodes for the gang on the free capacity now, or None."""
         return place(gang.bundles, gang.strategy, self.capacity)
 
-    def pool(self, action: str, narrow: Narrow | None = None) -> Pool:
-        """Running gangs that `action` may stop, least important first (once per cycle):
-        preemptible, not draining, not protected by a minimum runtime (their class's, or
-        the action's own: `PolicyConfig.preemption`), and, if `narrow` is given, those it
-        keeps of them."""
-        if action not in self._pools:
+    def pool(self, action: str, narrow: Narrow | None = None, key: str | None = None) -> Pool:
+        """Running gangs that `action` may stop, least important first (once per cycle,
+        per `key`: the action's name unless given): preemptible, not draining, not
+        protected by a minimum runtime (their class's, or the action's own:
+        `PolicyConfig.preemption`), and, if `narrow` is given, those it keeps of them."""
+        key = key or action
+        if key not in self._pools:
             if self._stoppable is None:  # filtered once: an action's pool is a subset
                 self._stoppable = [
                     g for g in self.pieces
@@ -310,8 +314,8 @@ class Cycle:
             stoppable = self._sorted[order]
             ordered = stoppable if narrow is None else narrow(self, stoppable)
             ordered, young = self._old_enough(ordered, action)
-            self._pools[action] = Pool(ordered, self.capacity, self.taken, young)
-        return self._pools[action]
+            self._pools[key] = Pool(ordered, self.capacity, self.taken, young)
+        return self._pools[key]
 
     def _old_enough(self, gangs: list[PlacedGang], action: str
                     ) -> tuple[list[PlacedGang], list[tuple[PlacedGang, float]]]:
@@ -330,9 +334,12 @@ class Cycle:
         return old, young
 
     def search(self, gang: PendingGang, pool: Pool, candidates: Candidates,
-               action: str) -> bool:
+               action: str, amounts: Amounts | None = None) -> bool:
         """Admit `gang` by stopping some of `candidates` (whole gangs, as few and as
-        unimportant as it takes), if that makes room; else remember it tried."""
+        unimportant as it takes), if that makes room; else remember it tried. With
+        `amounts` (reclaim), no more than those per queue: where the victims found take
+        more, or none were found, the search by amount looks among the amounts' own
+        candidates (core.excess)."""
         problem = None if gang.preemptible else self.book.borrow_problem(gang.queue, gang.total)
         if problem:  # stopping others (always preemptible gangs) never changes this
             self.limited[gang.gang_id] = problem
@@ -345,7 +352,16 @@ class Cycle:
         key = (action, gang.shape, gang.priority, gang.queue, gang.preemptible)
         found = None
         if key not in self.failed:
-            found = VictimSearch(gang, self.capacity, self.book, pool).run(candidates)
+            first = VictimSearch(gang, self.capacity, self.book, pool)
+            found = first.run(candidates)
+            if amounts is not None:
+                if found is not None and not amounts.allow(found[1]):
+                    first.undo()
+                    found = None
+                if found is None:
+                    wide, among = amounts.candidates()
+                    found = ExcessSearch(gang, self.capacity, self.book, wide,
+                                         amounts).run(among)
         if found is None:
             self.failed.add(key)
             self.tried.setdefault(gang.gang_id, []).append((action, candidates))
@@ -363,12 +379,30 @@ class Cycle:
         self.draining.add(victims)
         for victim in victims:
             self.taken.add(victim.gang_id)
+            self.taken_from[victim.queue] = self.taken_from.get(victim.queue, Resources()) \
+                + victim.total
             for other in self._pools.values():
                 other.taken(victim)
         self.preemptions.extend(stops(victims, gang, action, why))
         self.failed.clear()  # freed leftovers may now fit shapes that failed before
         self.admit(gang, nodes, action if victims else "allocate", victims)
         return True
+
+    def reclaim_kept(self) -> set[str]:
+        """The gangs each queue runs within its share, as reclaim counts it: walking its
+        gangs most important first, those within its quota or its fair share
+        (`victims.reclaim_protected`; a baseline may count otherwise)."""
+        return reclaim_protected(self.book, self.pieces,
+                                 self.config.preemption.reclaim_victim_order, self.now)
+
+    def frees(self, victim: PlacedGang) -> Resources:
+        """What stopping `victim` takes from its queue: a gang stopped whole loses what
+        is left of its surplus too."""
+        units = self._units_of.get(victim.gang_id) if victim.of is None else None
+        if not units:
+            return victim.total
+        return Resources.sum([victim.total] + [u.total for u in units
+                                               if u.gang_id not in self.taken])
 
     def admit(
         self, gang: PendingGang, nodes: tuple[str, ...], action: str, victims: list[PlacedGang]
@@ -398,7 +432,8 @@ class Cycle:
                 if blocker is not None and not eager and i >= len(gangs.head):
                     first = self.waiting[blocker.gang_id].message
                     behind[queue] = Behind(gangs.tail, gangs.start + i - len(gangs.head),
-                                           functools.partial(self._behind, blocker, first))
+                                           functools.partial(self._behind, blocker, first),
+                                           blocker.gang_id)
                     break
                 self.waiting[gang.gang_id] = self._reason(gang, blocker, by_shape)
                 if blocker is None and self.ever.fits(gang) and not backfill:
@@ -407,18 +442,25 @@ class Cycle:
 
     def _behind(self, blocker: PendingGang, first: str, gang: PendingGang) -> Waiting:
         if not self.ever.fits(gang):
-            return self._reason(gang, None, {})
+            return self._never(gang, blocker)
         return Waiting(
             gang.gang_id, WaitCode.BEHIND,
             f"waiting behind gang {blocker.gang_id} (priority {blocker.priority}, earlier "
             f"in queue {gang.queue!r}; backfill is off), which cannot start yet: {first}",
+            behind=blocker.gang_id,
         )
+
+    def _never(self, gang: PendingGang, blocker: PendingGang | None) -> Waiting:
+        """A gang that cannot fit even on the empty cluster; behind `blocker` in line if
+        one is blocked ahead of it (it would wait behind it once it fit)."""
+        reason = why_not(gang.bundles, gang.strategy, self.ever.empty)
+        return Waiting(gang.gang_id, WaitCode.UNSCHEDULABLE,
+                       f"cannot fit on the cluster as it is now, even empty: {reason}",
+                       behind=None if blocker is None else blocker.gang_id)
 
     def _reason(self, gang: PendingGang, blocker: PendingGang | None, by_shape: dict) -> Waiting:
         if not self.ever.fits(gang):
-            reason = why_not(gang.bundles, gang.strategy, self.ever.empty)
-            return Waiting(gang.gang_id, WaitCode.UNSCHEDULABLE,
-                           f"cannot fit on the cluster as it is now, even empty: {reason}")
+            return self._never(gang, blocker)
         if blocker is not None:
             return self._behind(blocker, self.waiting[blocker.gang_id].message, gang)
         if gang.gang_id in self.limited:

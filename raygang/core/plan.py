@@ -71,6 +71,7 @@ class Waiting:
     gang_id: str
     code: WaitCode
     message: str
+    behind: str | None = None  # the blocked head of its queue it comes after, if any
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +110,7 @@ class Behind:
     line: Sequence[PendingGang]
     start: int
     reason: Callable[[PendingGang], Waiting]
+    blocker: str  # the blocked head's id
 
 
 class Waitings(Mapping[str, Waiting]):

@@ -9,7 +9,7 @@ also bounds what any search could find free there.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from operator import add
 
 from raygang.core.capacity import Capacity
@@ -24,11 +24,18 @@ class Candidates:
     """Some members of a pool, least important first: iterable, and read in place by
     `Probe.walk` (a search may read thousands; a generator step per member costs)."""
 
-    def __init__(self, gangs: list[PlacedGang], taken: set[str], other_than: str | None,
-                 below: int | None, start: int = 0, queue: str | None = None):
+    def __init__(self, gangs: list[PlacedGang], taken: set[str], other_than: frozenset[str],
+                 below: int | None, start: int = 0, queue: str | None = None,
+                 allowed: Callable[[PlacedGang], bool] | None = None):
         self.gangs, self.taken, self.other_than, self.below = gangs, taken, other_than, below
         self.start = start  # gangs before it are all taken
         self.queue = queue
+        self.allowed = allowed
+
+    def only(self, allowed: Callable[[PlacedGang], bool]) -> Candidates:
+        """These candidates, less those `allowed` refuses."""
+        return Candidates(self.gangs, self.taken, self.other_than, self.below, self.start,
+                          self.queue, allowed)
 
     def __iter__(self) -> Iterator[PlacedGang]:
         for gang in self.gangs[self.start:]:
@@ -40,13 +47,15 @@ class Candidates:
                 yield gang
 
     def admits(self, gang: PlacedGang) -> bool:
-        """Not taken, and not of the excluded queue (priority aside)."""
-        return gang.gang_id not in self.taken and gang.queue != self.other_than
+        """Not taken, not of an excluded queue, and allowed (priority aside)."""
+        return (gang.gang_id not in self.taken and gang.queue not in self.other_than
+                and (self.allowed is None or self.allowed(gang)))
 
     def would_admit(self, gang: PlacedGang) -> bool:
-        """Whether `gang` (not in the pool) would be a candidate here: for the reasons of
-        gangs that wait on gangs a minimum runtime protects."""
-        return (self.admits(gang) and (self.queue is None or gang.queue == self.queue)
+        """Whether `gang` (not in the pool) would be a candidate here but for `allowed`:
+        for the reasons of gangs that wait on gangs a minimum runtime protects."""
+        return (gang.gang_id not in self.taken and gang.queue not in self.other_than
+                and (self.queue is None or gang.queue == self.queue)
                 and (self.below is None or gang.priority < self.below))
 
 
@@ -79,17 +88,18 @@ class Pool:
         self._relevant: dict[tuple, tuple[list[int], list[int]]] = {}  # see `positions`
         self._scores: dict[tuple, dict[Vec, tuple[int, ...]]] = {}  # (names, tests) -> ...
         self.class_scores: dict[tuple, tuple[int, ...]] = {}  # (names, tests, free) -> ...
+        self._on_nodes: dict[tuple[str, ...], dict[str, list[int]]] = {}
 
-    def candidates(self, queue: str | None = None, *, other_than: str | None = None,
+    def candidates(self, queue: str | None = None, *, other_than: Iterable[str] = (),
                    below: int | None = None) -> Candidates:
-        """Members not yet taken: of `queue` if given, not of `other_than` if given, of
+        """Members not yet taken: of `queue` if given, not of the queues `other_than`, of
         priority below `below` if given."""
         gangs = self.by_queue.get(queue, [])
         start = self._start.get(id(gangs), 0)  # victims go least important first, so the
         while start < len(gangs) and gangs[start].gang_id in self._taken:  # head goes first
             start += 1
         self._start[id(gangs)] = start
-        return Candidates(gangs, self._taken, other_than, below, start, queue)
+        return Candidates(gangs, self._taken, frozenset(other_than), below, start, queue)
 
     # What gangs hold, what nodes have ------------------------------------------------
     def footprints(self, names: tuple[str, ...]
@@ -184,6 +194,18 @@ class Pool:
                 known.append(i)
                 yield i
 
+    def on_nodes(self, names: tuple[str, ...]) -> dict[str, list[int]]:
+        """Node -> positions among all members (`candidates().gangs`), in order, of those
+        holding something of `names` there (once per pool)."""
+        if names not in self._on_nodes:
+            _, footprint = self.footprints(names)
+            index: dict[str, list[int]] = {}
+            for i, gang in enumerate(self.by_queue[None]):
+                for node, _ in footprint(gang)[0]:
+                    index.setdefault(node, []).append(i)
+            self._on_nodes[names] = index
+        return self._on_nodes[names]
+
     def taken(self, gang: PlacedGang) -> None:
         """`gang` was stopped for good this cycle (by any action): a member's share moves
         from one term of the bound to the other; anyone else's raises it (later, if this
@@ -205,8 +227,16 @@ class Pool:
         for (of, tests), hopeful in self._hopeful.items():
             if of == names and node not in hopeful and any(score(tests, bound)):
                 hopeful.add(node)  # bounds only grow: nodes only join
+                everyone = id(self.by_queue[None])
                 for key in [k for k in self._relevant if k[1:] == (of, tests)]:
-                    del self._relevant[key]  # read again from the start
+                    if key[0] != everyone:
+                        del self._relevant[key]  # read again from the start
+                        continue
+                    known, read = self._relevant[key]  # what was read gains the node's
+                    have = set(known)
+                    for i in self.on_nodes(names).get(node, ()):
+                        if i < read[0] and i not in have:
+                            bisect.insort(known, i)
 
 
 def score(tests: Tests, free: Vec) -> tuple[int, ...]:

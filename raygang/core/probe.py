@@ -128,7 +128,7 @@ class Probe:
         unsure: list[int] = []
         verdict: bool | None = False  # the caller placed the gang for real first
         gangs, taken = candidates.gangs, candidates.taken
-        other, below = candidates.other_than, candidates.below
+        other, below, allowed = candidates.other_than, candidates.below, candidates.allowed
         cache, footprint, hopeful = self._cache, self._footprint, self._hopeful
         touch, track = self._touch, self._track
         for i in range(candidates.start, len(gangs)) if relevant is None else relevant:
@@ -137,7 +137,8 @@ class Probe:
                 if victim.of is None:
                     break  # sorted by priority (after the surplus units, sorted apart)
                 continue
-            if victim.gang_id in taken or victim.queue == other:
+            if victim.gang_id in taken or victim.queue in other or (
+                    allowed is not None and not allowed(victim)):
                 continue
             entries, total = cache.get(id(victim)) or footprint(victim)
             if not entries and not self._frees_any(victim):

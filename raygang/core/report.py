@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from raygang.core.backlog import demand
 from raygang.core.config import PolicyConfig
 from raygang.core.fairshare import QueueBook
-from raygang.core.gang import PendingGang
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot
 
@@ -28,22 +28,26 @@ class QueueReport:
 
 
 def queue_report(
-    snapshot: ClusterSnapshot, pending: Sequence[PendingGang], config: PolicyConfig
+    snapshot: ClusterSnapshot, pending: Mapping[str, Mapping[Resources, int]],
+    config: PolicyConfig,
 ) -> list[QueueReport]:
-    """One row per queue, parents before their children."""
+    """One row per queue, parents before their children. `pending`: per queue, the
+    distinct totals its waiting gangs ask for and how many ask each (as `Backlog.totals`):
+    a report costs the queues and the shapes that wait, not the gangs."""
     tree = config.queue_tree
     book = QueueBook(tree, snapshot.placed)
     waiting = dict.fromkeys(tree.specs, 0)
     running = dict.fromkeys(tree.specs, 0)
-    for gang in pending:
-        if gang.queue in tree.specs:
-            for name in tree.paths[gang.queue]:
-                waiting[name] += 1
+    for queue, totals in pending.items():
+        if queue in tree.specs:
+            for name in tree.paths[queue]:
+                waiting[name] += sum(totals.values())
     for placed in snapshot.placed:
         if placed.queue in tree.specs:
             for name in tree.paths[placed.queue]:
                 running[name] += 1
-    book.share_out(snapshot.alive_nodes, pending)
+    book.share_out_demand(snapshot.alive_nodes,
+                          {queue: demand(totals) for queue, totals in pending.items()})
     rows = []
     for name in tree.top_down():
         if name is None:

@@ -143,6 +143,13 @@ class Resources(Mapping[str, float]):
             {k: min(mine.get(k, 0), theirs.get(k, 0)) for k in mine.keys() | theirs.keys()}
         )
 
+    def maximum(self, other: Resources) -> Resources:
+        """Per-resource maximum (a resource missing on either side counts as 0)."""
+        mine, theirs = self._units, other._units
+        return Resources._of_units(
+            {k: max(mine.get(k, 0), theirs.get(k, 0)) for k in mine.keys() | theirs.keys()}
+        )
+
     def positive(self) -> Resources:
         """Only the positive amounts (a node booked beyond its total has none free)."""
         return Resources._of_units({k: v for k, v in self._units.items() if v > 0})

@@ -15,7 +15,7 @@ costs at most one node for `idle_timeout_s`, never an up-down-up flap.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from raygang.core.capacity import Capacity
@@ -23,7 +23,7 @@ from raygang.core.config import NodeType, PolicyConfig, ScalePolicy
 from raygang.core.explain import describe_bundles
 from raygang.core.gang import PendingGang
 from raygang.core.placement import place
-from raygang.core.plan import Plan, WaitCode
+from raygang.core.plan import Plan, WaitCode, Waiting, Waitings
 from raygang.core.resources import Resources, scarcity_key
 from raygang.core.snapshot import ClusterSnapshot, NodeState
 from raygang.core.spec import GangSpec, Strategy
@@ -96,18 +96,31 @@ class ScalePlan:
 
 
 def scale_candidates(
-    pending: Iterable[PendingGang], plan: Plan, config: PolicyConfig
+    plan: Plan, find: Callable[[str], PendingGang | None], config: PolicyConfig
 ) -> list[PendingGang]:
-    """The gangs more nodes could help, in admission order: not admitted, not held by a
-    quota or limit, and not rejected for a queue problem no node can fix."""
-    out = []
-    for gang in pending:
-        waiting = plan.waiting.get(gang.gang_id)
-        if waiting is None or waiting.code is WaitCode.LIMIT:
+    """The gangs more nodes could help, in admission order: those `plan` left waiting
+    that are still pending (`find`: a pending gang by id, None if it is not one any more),
+    not held by a quota or limit, nor waiting behind a queue head that is (it waits for
+    the limit too), and not rejected for a queue problem no node can fix. A line behind a
+    head that a limit holds is skipped whole: its gangs are not walked."""
+    waiting = plan.waiting
+
+    def wanted(gang: PendingGang, w: Waiting) -> bool:
+        head = waiting.get(w.behind) if w.behind is not None else None
+        if w.code is WaitCode.LIMIT or (head is not None and head.code is WaitCode.LIMIT):
+            return False
+        return w.code is not WaitCode.UNSCHEDULABLE or not config.queue_tree.problem(gang.spec)
+
+    out = [gang for gang_id, w in plan.looked_at.items()
+           if (gang := find(gang_id)) is not None and wanted(gang, w)]
+    for line in waiting.behind.values() if isinstance(waiting, Waitings) else ():
+        head = waiting.get(line.blocker)
+        if head is not None and head.code is WaitCode.LIMIT:
             continue
-        if waiting.code is WaitCode.UNSCHEDULABLE and config.queue_tree.problem(gang.spec):
-            continue
-        out.append(gang)
+        for i in range(line.start, len(line.line)):
+            gang = find(line.line[i].gang_id)
+            if gang is not None and wanted(gang, line.reason(gang)):
+                out.append(gang)
     return sorted(out, key=PendingGang.order_key)
 
 

@@ -170,6 +170,10 @@ class VictimSearch:
         self._sync(freed)
         return self._fits()
 
+    def undo(self) -> None:
+        """Take back what `run` left freed: the scratch state as it was."""
+        self._sync({})
+
     def _sync(self, freed: dict[int, PlacedGang]) -> None:
         for i in [i for i in self._freed if i not in freed]:
             self._freed.pop(i)()

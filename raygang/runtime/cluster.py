@@ -28,7 +28,8 @@ from raygang.core.snapshot import ClusterSnapshot, PlacedGang
 from raygang.core.spec import Resize
 from raygang.runtime.deployment import ServeLaunch
 from raygang.runtime.handoff import holds_of
-from raygang.runtime.jobs import JOB_ACTOR, JobClient, JobLaunch
+from raygang.runtime.jobclient import JobClient
+from raygang.runtime.jobs import JOB_ACTOR, JobLaunch
 from raygang.runtime.trainrun import TrainLaunch, TrainSession
 from raygang.runtime.launcher import NAMESPACE, SCHEDULER_NAME, GangLaunch, member_name, pg_name
 from raygang.runtime.observe import observe

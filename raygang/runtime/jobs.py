@@ -14,7 +14,9 @@ to Ray (`raygang-<gang id>-<attempt>`). The driver runs with:
 Stopping (preemption or `job stop`): Train runs inside are preempted through Train's own
 path first (their workers checkpoint; Train tears them down at the deadline); then Ray
 stops the job (SIGTERM, the grace period, SIGKILL). A preempted job goes back to its queue
-with the same id and starts its entrypoint again when admitted (a new Ray job id).
+with the same id and starts its entrypoint again when admitted (a new Ray job id), once
+Ray says every earlier attempt ended. A stop at any point of the start ends the Ray job:
+a submission under way then is let finish (Ray may still accept it) and is stopped.
 """
 
 from __future__ import annotations
@@ -27,8 +29,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import ray
-
 from raygang.control.ports import MemberFailure
 from raygang.control.status import GangError
 from raygang.control.tasks import run_to_completion
@@ -36,13 +36,12 @@ from raygang.core.budget import never_fits
 from raygang.core.resources import Resources
 from raygang.core.spec import GangSpec, JobSpec
 from raygang.runtime.handoff import Budget, selector
-from raygang.runtime.ray_private import job_status, job_status_now
+from raygang.runtime.jobclient import TERMINAL, JobClient, stop_until_ended, transient
 from raygang.runtime.trainrun import TrainSession
 
 log = logging.getLogger(__name__)
 POLL_S = 1.0
 TRAIN_CALLBACK = "raygang.runtime.train_callback.RaygangTrain"
-TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 LOG_TAIL_CHARS = 2000
 JOB_ACTOR = "_ray_internal_job_actor_{}"  # the name Ray gives a job's supervisor actor
 
@@ -64,64 +63,6 @@ def driver_command(entrypoint: str, gcs_address: str | None) -> str:
     return f"export RAY_ADDRESS={shlex.quote(gcs_address)}; {entrypoint}"
 
 
-def _transient(error: Exception) -> bool:
-    text = str(error)
-    return isinstance(error, ConnectionError) or "try again later" in text \
-        or "No available agent" in text
-
-
-class JobClient:
-    """Ray's Job Submission API, made once per address: its calls block (run them in a
-    thread), except `status`, read from the GCS."""
-
-    def __init__(self, address: str | None):
-        self._address = address
-        self._client: Any = None
-
-    def _sdk(self):
-        if self._client is None:
-            from ray.job_submission import JobSubmissionClient
-
-            from raygang.runtime.ray_private import dashboard_url
-
-            address = self._address or dashboard_url()
-            if not address:
-                raise RuntimeError("Ray Jobs need the Ray dashboard: this cluster runs "
-                                   "without one (start Ray with include_dashboard=True, or "
-                                   "set jobs_address in the scheduler config)")
-            self._client = JobSubmissionClient(address)
-        return self._client
-
-    def submit(self, **kwargs: Any) -> str:
-        return self._sdk().submit_job(**kwargs)
-
-    @staticmethod
-    def gcs_address() -> str | None:
-        """The GCS of the cluster this process is connected to (the scheduler's)."""
-        return ray.get_runtime_context().gcs_address if ray.is_initialized() else None
-
-    async def status(self, job_id: str) -> str | None:
-        """From the GCS, where the dashboard reads it too (no HTTP request per poll)."""
-        return await job_status(job_id)
-
-    def status_now(self, job_id: str) -> str | None:
-        return job_status_now(job_id)
-
-    def message(self, job_id: str) -> str:
-        info = self._sdk().get_job_info(job_id)
-        return info.message or ""
-
-    def stop(self, job_id: str) -> None:
-        try:
-            self._sdk().stop_job(job_id)
-        except RuntimeError as error:
-            if "does not exist" not in str(error):
-                raise
-
-    def logs(self, job_id: str) -> str:
-        return self._sdk().get_job_logs(job_id)
-
-
 class JobLaunch:
     """The run of a job gang (the `GangRun` port)."""
 
@@ -140,8 +81,13 @@ class JobLaunch:
         self._mine: dict[str, TrainSession] = {}
         self._inside: dict[str, list[int]] = {}  # gang inside it -> the bundles it took
         self._started = started
-        self._submitted = False
+        # The submit call runs in a thread, which cancelling `start_members` does not stop:
+        # its own task, waited for by a stop (`_in_ray`).
+        self._submission: asyncio.Future | None = None
+        self._submitted = False  # Ray has the job
         self._stopping = False
+        self._stop_taken = False  # Ray's job supervisor has the stop
+        self._abandoned = False  # a stop gave up waiting for the submission: it stops itself
         self.on_close: Callable[[], Any] = lambda: None
 
     @classmethod
@@ -226,7 +172,33 @@ class JobLaunch:
         await self.budget.hold()
 
     async def start_members(self) -> None:
-        """Submit the entrypoint; return once Ray runs it (or it already ended)."""
+        """Submit the entrypoint once no earlier attempt runs in Ray; return once Ray runs
+        it (or it already ended)."""
+        deadline = time.monotonic() + self.spec.startup_timeout_s
+        await self._earlier_attempts_ended(deadline)
+        while True:
+            self._submission = asyncio.ensure_future(self._submit(**self._request()))
+            try:
+                await asyncio.shield(self._submission)
+                break
+            except Exception as error:
+                # The dashboard's job agent answers "No available agent ... try again
+                # later" for a while after the cluster starts: retry that, not the rest.
+                if not transient(error) or time.monotonic() > deadline:
+                    raise MemberFailure(GangError(error_type="JobSubmissionFailed",
+                                                  message=f"{type(error).__name__}: {error}"))
+                await asyncio.sleep(POLL_S)
+        self._started(self.job_id)
+        while (status := await self._status()) in (None, "PENDING"):
+            if time.monotonic() > deadline:
+                raise MemberFailure(GangError(
+                    error_type="StartupTimeout",
+                    message=f"Ray did not start job {self.job_id} within "
+                            f"{self.spec.startup_timeout_s:g}s ({status or 'unknown'})"))
+            await asyncio.sleep(POLL_S / 4)
+
+    def _request(self) -> dict[str, Any]:
+        """The arguments of Ray's submit_job for this attempt."""
         job = self.job
         runtime_env = dict(job.runtime_env or {})
         if job.working_dir:
@@ -238,38 +210,66 @@ class JobLaunch:
             "RAY_TRAIN_CALLBACKS": TRAIN_CALLBACK,
             "RAY_JOB_STOP_WAIT_TIME_S": str(max(1, int(job.preemption_grace_s))),
         }
-        deadline = time.monotonic() + self.spec.startup_timeout_s
-        while True:
-            try:
-                await asyncio.to_thread(
-                    self.client.submit,
-                    entrypoint=driver_command(job.entrypoint, self.client.gcs_address()),
-                    submission_id=self.job_id,
-                    runtime_env=runtime_env,
-                    metadata={**job.metadata, "raygang_gang_id": self.gang_id},
-                    # The driver takes none of the job's capacity (its Train run does),
-                    # and runs on the node of the job's first bundle, not on the head:
-                    # Ray puts drivers given no resources on the head, where hundreds of
-                    # them exhaust its memory (ray#41241).
-                    entrypoint_num_cpus=0,
-                    entrypoint_label_selector=selector(self.budget.nodes[:1]))
-                break
-            except Exception as error:
-                # The dashboard's job agent answers "No available agent ... try again
-                # later" for a while after the cluster starts: retry that, not the rest.
-                if not _transient(error) or time.monotonic() > deadline:
-                    raise MemberFailure(GangError(error_type="JobSubmissionFailed",
-                                                  message=f"{type(error).__name__}: {error}"))
-                await asyncio.sleep(POLL_S)
+        return dict(
+            entrypoint=driver_command(job.entrypoint, self.client.gcs_address()),
+            submission_id=self.job_id,
+            runtime_env=runtime_env,
+            metadata={**job.metadata, "raygang_gang_id": self.gang_id},
+            # The driver takes none of the job's capacity (its Train run does), and runs
+            # on the node of the job's first bundle, not on the head: Ray puts drivers
+            # given no resources on the head, where hundreds of them exhaust its memory
+            # (ray#41241).
+            entrypoint_num_cpus=0,
+            entrypoint_label_selector=selector(self.budget.nodes[:1]))
+
+    async def _submit(self, **request: Any) -> None:
+        try:
+            await asyncio.to_thread(self.client.submit, **request)
+        except RuntimeError as error:
+            # Ray has a job of this id, which names this attempt: a retry of a submission
+            # Ray accepted though its answer failed (the dashboard's head timed out on its
+            # agent), or one a previous scheduler process made.
+            if "already exists" not in str(error):
+                raise
         self._submitted = True
-        self._started(self.job_id)
-        while (status := await self._status()) in (None, "PENDING"):
-            if time.monotonic() > deadline:
+        if self._abandoned:
+            await stop_until_ended(self.client, self.job_id, time.monotonic() + self._stop_wait_s())
+
+    async def _earlier_attempts_ended(self, deadline: float) -> None:
+        """No two attempts of a job run at once: an earlier one a stop gave up waiting for,
+        or one a previous scheduler process left, is stopped and ended first."""
+        for attempt in range(self.attempt):
+            job_id = ray_job_id(self.gang_id, attempt)
+            status = await stop_until_ended(self.client, job_id, deadline)
+            if status not in TERMINAL | {None}:
                 raise MemberFailure(GangError(
                     error_type="StartupTimeout",
-                    message=f"Ray did not start job {self.job_id} within "
-                            f"{self.spec.startup_timeout_s:g}s ({status or 'unknown'})"))
-            await asyncio.sleep(POLL_S / 4)
+                    message=f"Ray job {job_id}, an earlier attempt, was still {status} "
+                            f"{self.spec.startup_timeout_s:g}s after it was stopped"))
+
+    async def _in_ray(self) -> bool:
+        """Whether Ray has this attempt's job. A submission under way is let finish first:
+        Ray may accept it although the start was cancelled."""
+        submission = self._submission
+        if submission is not None and not submission.done():
+            await asyncio.wait([submission], timeout=self.spec.startup_timeout_s)
+            if not submission.done():
+                self._abandoned = True
+                log.warning("submitting %s took over %gs: it is stopped if Ray accepts it",
+                            self.job_id, self.spec.startup_timeout_s)
+                return False
+        if submission is not None and not self._submitted:
+            if not submission.cancelled():
+                submission.exception()  # retrieved: the start reported it
+            # It failed, perhaps after Ray accepted it (its answer was lost).
+            self._submitted = (await self._status()) is not None
+        return self._submitted
+
+    def _stop_wait_s(self) -> float:
+        """How long a stop waits for Ray to end the job: a driver still setting up its
+        runtime env stops only once that is done (the startup timeout), then SIGTERM,
+        the grace period and SIGKILL."""
+        return self.spec.startup_timeout_s + self.job.preemption_grace_s + 15
 
     async def _status(self) -> str | None:
         return await self.client.status(self.job_id)
@@ -328,17 +328,18 @@ class JobLaunch:
             await session.wait_released(max(0.0, deadline - time.monotonic()))
 
     async def _stop(self) -> None:
+        """Ask Ray to stop the job, once (`_ended` asks again if Ray did not take it)."""
         self._stopping = True
         self.budget.closing = True
-        if self._submitted and (await self._status()) not in TERMINAL:
-            await asyncio.to_thread(self.client.stop, self.job_id)
+        if not self._stop_taken and await self._in_ray() \
+                and (await self._status()) not in TERMINAL:
+            self._stop_taken = await asyncio.to_thread(self.client.stop, self.job_id)
 
     async def _ended(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while self._submitted and time.monotonic() < deadline:
-            if (await self._status()) in TERMINAL | {None}:
-                return
-            await asyncio.sleep(POLL_S / 4)
+        """Until Ray says the stopped job ended (or `timeout`)."""
+        if self._submitted:
+            await stop_until_ended(self.client, self.job_id, time.monotonic() + timeout,
+                                   self._stop_taken)
 
     async def close(self) -> None:
         """Stop the job (Train runs inside through Train's path, then SIGTERM, then Ray's
@@ -356,9 +357,8 @@ class JobLaunch:
                 for session in running:
                     session.preempt(grace)
                 await self._sessions_released(grace)
-            if self._submitted:
-                await self._stop()
-                await self._ended(self.job.preemption_grace_s + 15)
+            await self._stop()
+            await self._ended(self._stop_wait_s())
             for session in list(self._mine.values()):
                 session.end_watch()
                 await session.close()

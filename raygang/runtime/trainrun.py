@@ -26,6 +26,7 @@ from typing import Any
 
 from raygang.control.ports import MemberFailure, ReservationTimeout
 from raygang.control.status import GangError
+from raygang.control.tasks import first_set
 from raygang.core.resources import Resources
 from raygang.core.spec import GangSpec, MemberSlot
 from raygang.runtime.handoff import Budget, HandoffFailed, check_group, remove_group
@@ -145,11 +146,8 @@ class TrainSession:
     async def wait_preempt(self, timeout: float) -> dict | None:
         """What the callback's watcher waits for: {"deadline_ms"} once preempted, or
         {"cancelled"}; None after `timeout` (it asks again)."""
-        if not self.preempting.is_set():
-            try:
-                await asyncio.wait_for(self.preempting.wait(), timeout)
-            except asyncio.TimeoutError:
-                return None
+        if not await first_set([self.preempting], timeout):
+            return None
         if self.preempt_deadline_ms is None:
             return {"ended": True}
         return {"deadline_ms": self.preempt_deadline_ms}
@@ -174,12 +172,12 @@ class TrainSession:
         self.claimable.set()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + claim_timeout
-        while not await _first(self.claimed, self.handoff_failed, timeout=WATCH_INTERVAL_S):
+        while not await first_set((self.claimed, self.handoff_failed), WATCH_INTERVAL_S):
             self.check_controller()
             if loop.time() > deadline:
                 raise ReservationTimeout(f"the Train run did not claim its reserved nodes "
                                          f"within {claim_timeout:g}s")
-        if not await _first(self.adopted, self.handoff_failed, timeout=self.lease_s):
+        if not await first_set((self.adopted, self.handoff_failed), self.lease_s):
             self._fail(f"Train's worker group was not placed on the reserved nodes within "
                        f"the {self.lease_s:g}s lease")
         if self.failed:
@@ -207,12 +205,9 @@ class TrainSession:
             # A group stopped as asked is the gang's run's to follow: it is stopped (the
             # lifecycle requeues it), or restarted at its new size (`TrainLaunch.restart`).
             self.check_controller()
-            try:
-                events = (self.ended,) if self.final or self.released.is_set() \
-                    else (self.ended, self.released)
-                await asyncio.wait_for(_any(*events), WATCH_INTERVAL_S)
-            except asyncio.TimeoutError:
-                pass
+            events = (self.ended,) if self.final or self.released.is_set() \
+                else (self.ended, self.released)
+            await first_set(events, WATCH_INTERVAL_S)
 
     def check_controller(self) -> None:
         """MemberFailure (final) if the run's controller is dead: nothing will claim,
@@ -222,7 +217,7 @@ class TrainSession:
                                           message="the Ray Train controller died"), final=True)
 
     async def wait_released(self, timeout: float) -> None:
-        await _first(self.released, self.ended, timeout=timeout)
+        await first_set((self.released, self.ended), timeout)
 
     async def close(self) -> None:
         """Leave no group behind: Train's own, if the run is cancelled or its controller
@@ -347,18 +342,3 @@ class TrainLaunch:
                 del self._sessions[self.gang_id]
 
 
-async def _first(*events: asyncio.Event, timeout: float) -> bool:
-    try:
-        await asyncio.wait_for(_any(*events), timeout)
-        return True
-    except asyncio.TimeoutError:
-        return False
-
-
-async def _any(*events: asyncio.Event) -> None:
-    waits = [asyncio.ensure_future(e.wait()) for e in events]
-    try:
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for wait in waits:
-            wait.cancel()

@@ -1,11 +1,9 @@
-"""The simulated cluster: the control plane's `Cluster` and `GangRun` ports in virtual time.
+"""The simulated cluster: the in-memory cluster (`control.memory`) with a trace's jobs on it.
 
-It does what `control.memory.MemoryCluster` does for the test tier (nodes with resources,
-a run books its bundles on the nodes its admission chose, members run for as long as
-their work says), but it is driven by events instead of polling: a member's body ends on
-a timer set for the moment its work is done, so a run costs a few callbacks whatever it
-lasts (polling every few milliseconds of simulated time would cost millions over a
-week). Free resources per node are kept as bookings come and go, not summed per read.
+Nodes, bookings, observing and waiting are `control.memory.MemoryCluster`'s, the same
+cluster the Ray-free test tier runs on; what this adds is the jobs' work. A member's body
+ends on a timer set for the moment its work is done, so a run costs a few callbacks
+whatever it lasts.
 
 Work and checkpoints: a job needs `duration_s` seconds of work. An attempt that is
 stopped keeps the work up to its last checkpoint (every `checkpoint_s` of running, from
@@ -18,113 +16,49 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from raygang.control.memory import MemoryCluster
 from raygang.control.ports import GangRun, ReservationTimeout
 from raygang.control.records import GangRecord
 from raygang.control.status import MemberStatus
 from raygang.core.gang import GangState
 from raygang.core.resources import Resources
-from raygang.core.snapshot import ClusterSnapshot, NodeState, PlacedGang
 from raygang.core.spec import Resize
 from raygang.sim.inference import INFERENCE_QUEUE, ServiceLog
 from raygang.sim.ledger import JobLog, Stop, TenantUsage
 
 
-class SimCluster:
-    """Nodes, what is booked on them, and the jobs' work (the `Cluster` port)."""
+class SimCluster(MemoryCluster):
+    """The in-memory cluster (nodes, bookings, observe: `control.memory`) with a trace's
+    jobs and their work on it (the `Cluster` port)."""
 
     def __init__(self, nodes: Iterable[tuple[str, Resources]], jobs: dict[str, JobLog],
                  usage: TenantUsage, clock: Callable[[], float], checkpoint_s: float,
                  start_s: float = 0.0):
-        self.total = dict(nodes)
-        self.free = dict(self.total)
+        super().__init__(nodes, clock)
         self.jobs = jobs  # gang name -> its job's log
         self.usage = usage
-        self.clock = clock
         self.checkpoint_s = checkpoint_s
         self.start_s = start_s  # admitted -> running (SimSettings.start_s)
         self.services: dict[str, ServiceLog] = {}  # the inference stream's (sim.inference)
         # elastic jobs (SimSettings.elastic_min) add and remove members, or restart
         self.resizes: frozenset[Resize] = frozenset()
         self.restart_s = 0.0  # a restarted job's idle time (SimSettings.elastic_restart_s)
-        self.booked: dict[str, list[tuple[str, Resources]]] = {}  # gang id -> bundles
-        self._freed: asyncio.Event | None = None  # set when something is unbooked
-        # Called when a gang starts running: the scheduler's view changed without an event
-        # of its own (a resync on Ray finds it; here the loop is woken at once).
-        self.on_change: Callable[[], None] = lambda: None
 
     # The port ------------------------------------------------------------------------
-    def observe(self, held: Iterable[PlacedGang], draining: Collection[str]) -> ClusterSnapshot:
-        """Free = what nothing is booked on, less what held gangs not yet booked will take
-        (admitted, waiting for their victims to go): `MemoryCluster.observe`'s
-        min(free, total - held), computed without summing every held gang per node (a
-        booked gang is always held: its driver unbooks before it lets go)."""
-        held = tuple(held)
-        coming: dict[str, Resources] = {}
-        booked = self.booked
-        for gang in held:
-            if gang.gang_id not in booked:
-                for node_id, bundle in gang.bundles:
-                    coming[node_id] = coming[node_id] + bundle if node_id in coming else bundle
-        nodes = []
-        free_now = self.free
-        for node_id, total in self.total.items():
-            if node_id in draining:
-                free = Resources()
-            elif node_id in coming:
-                free = free_now[node_id] - coming[node_id]
-            else:
-                free = free_now[node_id]
-            nodes.append(NodeState(node_id, total, free, name=node_id))
-        return ClusterSnapshot(tuple(nodes), held)
-
     def new_run(self, record: GangRecord, nodes: Sequence[str], attempt: int,
                 on_member_ready: Callable[[MemberStatus], None]) -> GangRun:
         if record.spec.name in self.services:
             return ServiceRun(self, record, tuple(nodes), self.services[record.spec.name])
         return SimRun(self, record, tuple(nodes), on_member_ready)
 
-    def leftovers(self, known: set[str]) -> _NoLeftovers:
-        return _NoLeftovers()  # a replay starts on an empty cluster, and never restarts
-
     def adopt(self, record: GangRecord, leftovers: Any) -> GangRun | None:
-        return None
+        return None  # a replay starts on an empty cluster, and never restarts
 
     def budget(self, job_id: str) -> None:
         return None  # a trace's jobs submit nothing from inside
-
-    async def fetch(self, results: list[Any]) -> list[Any]:
-        return list(results)
-
-    def restore_results(self, values: list[Any]) -> list[Any]:
-        return list(values)
-
-    # Booking -------------------------------------------------------------------------
-    def fits(self, bundles: Sequence[tuple[str, Resources]]) -> bool:
-        need: dict[str, Resources] = {}
-        for node, bundle in bundles:
-            need[node] = need[node] + bundle if node in need else bundle
-        return all(amount.fits_in(self.free[node]) for node, amount in need.items())
-
-    def book(self, gang_id: str, bundles: list[tuple[str, Resources]]) -> None:
-        for node, bundle in bundles:
-            self.free[node] = self.free[node] - bundle
-        self.booked[gang_id] = bundles
-
-    def unbook(self, gang_id: str) -> None:
-        for node, bundle in self.booked.pop(gang_id, ()):
-            self.free[node] = self.free[node] + bundle
-        if self._freed is not None:
-            self._freed.set()
-            self._freed = None
-
-    async def freed(self) -> None:
-        """Until the next unbooking."""
-        if self._freed is None:
-            self._freed = asyncio.Event()
-        await self._freed.wait()
 
 
 class SimRun:
@@ -158,14 +92,11 @@ class SimRun:
         """Book the bundles once they are free (the victims waited for are gone by now;
         only a plan decided on a stale view would wait), within the reservation timeout."""
         cluster = self.cluster
-        try:
-            async with asyncio.timeout(self.record.spec.reservation_timeout_s):
-                while not cluster.fits(self.bundles):
-                    await cluster.freed()
-        except TimeoutError:
+        deadline = cluster.clock() + self.record.spec.reservation_timeout_s
+        if not await cluster.until(lambda: cluster.fits(self.bundles), deadline):
             raise ReservationTimeout(
                 f"the reservation of gang {self.record.gang_id} was not ready within "
-                f"{self.record.spec.reservation_timeout_s:g}s") from None
+                f"{self.record.spec.reservation_timeout_s:g}s")
         cluster.book(self.record.gang_id, self.bundles)
 
     async def start_members(self) -> None:
@@ -245,9 +176,11 @@ class SimRun:
         cluster, gang = self.cluster, self.record.gang_id
         wanted = [(f"{gang}/{slot.name}", [(node, Resources(GPU=self.each))])
                   for slot, node in members]
-        async with asyncio.timeout(self.record.spec.reservation_timeout_s):
-            while not cluster.fits([b for _, bs in wanted for b in bs]):
-                await cluster.freed()
+        deadline = cluster.clock() + self.record.spec.reservation_timeout_s
+        if not await cluster.until(lambda: cluster.fits([b for _, bs in wanted for b in bs]),
+                                   deadline):
+            raise ReservationTimeout(f"members of gang {gang} were not reserved within "
+                                     f"{self.record.spec.reservation_timeout_s:g}s")
         if self._closed:
             raise RuntimeError(f"gang {gang} ended before its members were added")
         for key, bundles in wanted:
@@ -385,8 +318,8 @@ class ServiceRun:
 
     async def reserve(self) -> None:
         cluster = self.cluster
-        while not cluster.fits(self.bundles):  # a stale plan: wait (no timeout: it serves)
-            await cluster.freed()
+        await cluster.until(lambda: cluster.fits(self.bundles))  # a stale plan: wait (no
+        # timeout: it serves)
         cluster.book(self.record.gang_id, self.bundles)
 
     async def start_members(self) -> None:
@@ -419,17 +352,6 @@ class ServiceRun:
             now = self.cluster.clock()
             self.log.ended_at = now
             self.cluster.usage.change(now, INFERENCE_QUEUE, running=-self.log.gpus)
-
-
-class _NoLeftovers:
-    def take(self, gang_id: str) -> None:
-        pass
-
-    def clear(self, gang_id: str | None) -> int:
-        return 0
-
-    def orphans(self, unfinished: set[str]) -> int:
-        return 0
 
 
 def _finish(body: asyncio.Future) -> None:

@@ -1,10 +1,13 @@
 """One replay: a trace through raygang's control plane in virtual time, under one policy.
 
 How it runs. The real `ControlPlane` (registry, journal, fleet of gang drivers, the
-scheduling loop and `core.schedule`, the lifecycle) runs on a `VirtualTimeLoop` (clock.py)
-over a `SimCluster` (cluster.py), with the product's loop set up by `sim.loop` (no re-check
-cycles for Ray's lagging view; `product_loop=True` keeps them, which decides the same,
-more slowly). Jobs are submitted through
+scheduling loop and `core.schedule`, the lifecycle) runs on a `VirtualTimeLoop`
+(`control.virtual`) over a `SimCluster` (cluster.py: `control.memory`'s cluster with the
+trace's jobs on it). Two settings of the plane say what differs from Ray, not what is
+decided: the simulated cluster's view never lags a release, so there is no settling time
+and no re-check cycle after one (`product_loop=True` keeps Ray's, which decides the same,
+more slowly); and a baseline policy decides with its own function in place of
+`core.schedule` (`sim.policies`). Jobs are submitted through
 `ControlPlane.submit` at their trace times; the loop wakes, decides, and the fleet's
 drivers reserve, start and run each admitted gang, whose body ends when its work is done;
 preemptions go through the drivers' real grace-period path. Whenever every task waits,
@@ -35,6 +38,7 @@ from datetime import datetime
 from raygang.control.config import SchedulerConfig
 from raygang.control.errors import UnschedulableError
 from raygang.control.journal import Journal
+from raygang.control.loop import RELEASE_RECHECK_S
 from raygang.control.plane import ControlPlane
 from raygang.control.ports import NoMetrics
 from raygang.control.program import RoleProgram
@@ -46,7 +50,7 @@ from raygang.core.plan import Preemption
 from raygang.core.queues import DEFAULT_QUEUE
 from raygang.core.resources import Resources
 from raygang.core.spec import GangSpec, RoleSpec, Strategy
-from raygang.sim.clock import VirtualTimeLoop
+from raygang.control.virtual import VirtualTimeLoop
 from raygang.sim.cluster import SimCluster
 from raygang.sim.inference import INFERENCE_QUEUE, InferenceStream, ServiceLog
 from raygang.sim.ledger import JobLog, TenantUsage
@@ -253,10 +257,12 @@ class _Replayer:
         config = SchedulerConfig.model_validate({
             **part.config.model_dump(), "resync_interval_s": self.settings.resync_s,
             "state": {"store": "memory", "results_max_bytes": 0}})
+        product = self.settings.product_loop  # Ray's lagging view, re-checked (see above)
         plane = ControlPlane(config, cluster, Journal(DiscardingStore(), config.state),
-                             clock, metrics=metrics)
-        cluster.on_change = lambda: plane.loop.wake()
-        self.policy.install(plane, cluster, metrics, clock, recheck=self.settings.product_loop)
+                             clock, metrics=metrics, decide=self.policy.decider(),
+                             settle_s=0.0,
+                             release_recheck_s=RELEASE_RECHECK_S if product else ())
+        cluster.on_change = plane.loop.wake
         return plane
 
     async def _submit(self, plane: ControlPlane | None, name: str, log: JobLog) -> None:

@@ -26,13 +26,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from raygang.control.config import SchedulerConfig
-from raygang.control.plane import ControlPlane
-from raygang.control.ports import Cluster, Metrics
+from raygang.control.loop import Decide
 from raygang.core.queues import DEFAULT_QUEUE, QueueSpec
 from raygang.core.schedule import schedule
 from raygang.sim import inference
 from raygang.sim.baselines import kai, kueue
-from raygang.sim.loop import Decide, install
 from raygang.sim.settings import SimSettings
 from raygang.sim.trace import Trace, TraceJob
 
@@ -55,7 +53,7 @@ class SimPolicy:
     partitioned: bool = False  # every tenant on its own nodes
     by_duration: bool = False  # ordered by true duration, shortest first (an oracle)
     config: dict = field(default_factory=dict)  # policy keys set over the user's config
-    decide: Decide | None = None  # None: core.schedule itself (sim.loop calls either)
+    decide: Decide | None = None  # None: core.schedule itself
     # A decision function with a state of its own (a usage history), made anew per replay.
     fresh: Callable[[], Decide] | None = None
 
@@ -90,10 +88,9 @@ class SimPolicy:
                 **self.config}
         return SchedulerConfig.model_validate(data)
 
-    def install(self, plane: ControlPlane, cluster: Cluster, metrics: Metrics,
-                clock: Callable[[], float], recheck: bool = False) -> None:
-        decide = self.fresh() if self.fresh is not None else self.decide or schedule
-        install(plane, cluster, metrics, clock, decide, recheck)
+    def decider(self) -> Decide:
+        """What a control plane of this policy decides with (a fresh one per plane)."""
+        return self.fresh() if self.fresh is not None else self.decide or schedule
 
 
 def tenant_queues(trace: Trace, config: SchedulerConfig) -> tuple[QueueSpec, ...]:

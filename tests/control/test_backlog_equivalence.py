@@ -5,8 +5,9 @@ lines, and reads the reasons and places of the gangs behind a blocked head only 
 (`core.backlog`). A full cycle sorts every pending gang afresh and explains each one. On
 random event sequences (submissions, cancellations, gangs ending and failing, restart
 backoffs, nodes lost and added, queue limits changed, backfill on or off) both must give
-the same plan at every cycle: the same admissions and preemptions, and for every waiting
-gang the same reason and place in line, also as the gang's status shows it.
+the same plan at every cycle: the same admissions and preemptions, for every waiting gang
+the same reason and place in line, also as the gang's status shows it, and the same gangs
+that more nodes would help (the scale step's candidates).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from raygang.control.memory import MemoryProgram
 from raygang.control.program import RoleProgram
 from raygang.core import QueueSpec, Resources, schedule
 from raygang.core.gang import GangState as S
+from raygang.core.scale import scale_candidates
 
-from tests.control.harness import make_cluster, make_plane
+from tests.control.harness import make_cluster, make_plane, run
 from tests.unit.builders import spec
 
 QUEUES = [QueueSpec(name="default"), QueueSpec(name="a", quota={"GPU": 2}),
@@ -64,6 +66,9 @@ async def scenario(seed: int, steps: int) -> int:
         incremental = schedule(snapshot, backlog, policy, now)
         full = schedule(snapshot, pending, policy, now)
         assert incremental == full, f"seed {seed} step {step}"
+        find = plane.registry.pending_gang  # the gangs more nodes would help: the same
+        assert scale_candidates(incremental, find, policy) == \
+            scale_candidates(full, find, policy), f"seed {seed} step {step}: scale"
         plane.loop._started = 0.0
         plane.loop._apply(now, incremental, snapshot)
         for gang in pending:  # every waiting gang's status says what the full cycle says
@@ -107,10 +112,10 @@ async def _events(plane, cluster, rng):
         gpus = rng.choice([1, 2, 4, 8])
         await plane.set_queue(QueueSpec(name="b", limit={"GPU": gpus}))
     elif roll < 0.35:
-        cluster.nodes["n2"].external = rng.choice([Resources(), Resources(GPU=1)])
+        cluster.use_outside("n2", rng.choice([Resources(), Resources(GPU=1)]))
 
 
 @pytest.mark.parametrize("seeds", [range(0, 12), range(12, 24)])
 def test_a_cycle_on_the_backlog_decides_what_a_full_cycle_decides(seeds):
-    compared = sum(asyncio.run(asyncio.wait_for(scenario(seed, 25), 120)) for seed in seeds)
+    compared = sum(run(lambda: scenario(seed, 25), seed=seed) for seed in seeds)
     assert compared > 500  # the sequences did build up backlogs

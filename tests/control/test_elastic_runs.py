@@ -12,14 +12,12 @@ import pytest
 from raygang.control.memory import MemoryProgram
 from raygang.control.program import RoleProgram
 from raygang.core.gang import GangState as S
+from raygang.core.queues import QueueSpec
 from raygang.core.spec import DeploymentSpec, Resize, RoleSpec
 
-from tests.control.harness import make_cluster, make_plane, released, submit, wait_for
+from tests.control.harness import run, make_cluster, make_plane, released, submit, wait_for
 from tests.unit.builders import spec
 
-
-def run(scenario):
-    return asyncio.run(asyncio.wait_for(scenario(), 60))
 
 
 async def elastic(plane, name: str, low: int, high: int, seconds: float | None = None,
@@ -219,4 +217,33 @@ def test_an_elastic_deployment_grows_on_its_node_only_and_shrinks_for_a_more_urg
         await plane.cancel(hold)
         await released(plane)
         assert cluster.booked == {} and cluster.members == {}
+    run(scenario)
+
+
+def test_a_queue_reclaiming_its_quota_takes_the_surplus_first():
+    # 8 GPUs: 2 in `default`, 6 in team-a (quota 2) by an elastic gang of 2 to 6. When
+    # team-b (quota 2) asks for its 2, team-a's fair share is 4 (its quota and half the
+    # GPUs no queue is guaranteed), `default` runs within its own: reclaim takes two of
+    # team-a's surplus members, and no gang is stopped whole.
+    async def scenario():
+        cluster = make_cluster("w-1: GPU=4", "w-2: GPU=4")
+        plane = make_plane(cluster, queues=[
+            QueueSpec(name="default"), QueueSpec(name="team-a", quota={"GPU": 2}),
+            QueueSpec(name="team-b", quota={"GPU": 2})],
+            preemption={"reclaim_min_runtime_s": 0, "reclaim_delay_s": 0})
+        keep = await submit(plane, "keep", "2xGPU=1", seconds=None)
+        await wait_for(plane, keep, S.RUNNING)
+        e = await elastic(plane, "e", 2, 6, queue="team-a")
+        await size_of(plane, e, 6)
+        first = {m.actor_name for m in (await plane.status(e)).members[:2]}
+        owed = await submit(plane, "owed", "2xGPU=1", queue="team-b", seconds=None)
+        await wait_for(plane, owed, S.RUNNING)
+        await size_of(plane, e, 4)
+        status = await plane.status(e)
+        assert (status.state, status.preemptions) == (S.RUNNING, 0)
+        assert (await plane.status(keep)).preemptions == 0
+        assert first == {m.actor_name for m in status.members[:2]}
+        assert any("shrinking to 4 members" in ev.reason and "reclaimed for gang" in ev.reason
+                   for ev in status.events), [ev.reason for ev in status.events]
+        await cancel_all(plane, cluster, owed, e, keep)
     run(scenario)

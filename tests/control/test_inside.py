@@ -13,12 +13,9 @@ from raygang.control.program import RoleProgram
 from raygang.core.gang import GangState as S
 from raygang.control.memory import MemoryProgram
 
-from tests.control.harness import make_cluster, make_plane, moves, released, submit, wait_for
+from tests.control.harness import run, make_cluster, make_plane, moves, released, submit, wait_for
 from tests.unit.builders import spec
 
-
-def run(scenario):
-    return asyncio.run(asyncio.wait_for(scenario(), 60))
 
 
 async def inside(plane, parent: str, name: str, shape: str, **program: object) -> str:

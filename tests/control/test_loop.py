@@ -5,17 +5,15 @@ node, reservation timeouts, cancellation, capacity still being freed."""
 from __future__ import annotations
 
 import asyncio
-import time
+
+import pytest
 
 from raygang.core.gang import GangState as S
 from raygang.core.resources import Resources
 from raygang.core.schedule import schedule
 
-from tests.control.harness import make_cluster, make_plane, moves, released, submit, wait_for
+from tests.control.harness import run, make_cluster, make_plane, moves, released, submit, wait_for
 
-
-def run(scenario):
-    return asyncio.run(asyncio.wait_for(scenario(), 60))
 
 
 def test_a_gang_is_admitted_runs_and_succeeds():
@@ -91,10 +89,11 @@ def test_the_grace_period_ends_when_nothing_is_left_to_finish():
         train = await submit(plane, "train", "2xGPU=1", seconds=3600, on_preempt="watch",
                              checkpoint_s=0.2, priority="batch", preemption_grace_s=30)
         await wait_for(plane, train, S.RUNNING)
-        started = time.monotonic()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         infer = await submit(plane, "infer", "2xGPU=1", seconds=None, priority="inference")
         await wait_for(plane, infer, S.RUNNING)
-        assert 0.2 <= time.monotonic() - started < 5
+        assert 0.2 <= loop.time() - started < 5
         await plane.shutdown()
 
     run(scenario)
@@ -150,7 +149,7 @@ def test_a_reservation_that_times_out_is_requeued():
         cluster = make_cluster("n0: GPU=2")
         # Work not started by raygang, which the cluster's view does not show yet: the
         # gang is admitted, its reservation waits, times out, and it goes back in line.
-        cluster.nodes["n0"].unseen = Resources(GPU=2)
+        cluster.use_outside("n0", Resources(GPU=2), seen=False)
         plane = make_plane(cluster)
         gang_id = await submit(plane, "job", "2xGPU=1", seconds=0, reservation_timeout_s=0.05)
         status = await wait_for(plane, gang_id, S.PENDING, S.ADMITTED)
@@ -161,7 +160,7 @@ def test_a_reservation_that_times_out_is_requeued():
             await asyncio.sleep(0.01)
         assert any(r == f"requeued: the reservation of gang {gang_id} was not ready within "
                    "0.05s" for _, r in moves(status))
-        cluster.nodes["n0"].unseen = Resources()  # the other work ends
+        cluster.use_outside("n0", Resources(), seen=False)  # the other work ends
         assert (await plane.wait(gang_id, timeout=5)).state is S.SUCCEEDED
         await plane.shutdown()
 
@@ -279,6 +278,87 @@ def test_capacity_a_gang_just_released_is_taken_once_not_once_per_cycle():
             states = [(await plane.status(o)).state for o in others[1:]]
             assert states == [S.PENDING, S.PENDING], states
         assert len(cluster.booked) == 1
+        await plane.shutdown()
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("name", ["loop", "inside"])
+def test_a_loop_cancelled_in_the_step_it_is_woken_ends(name):
+    """asyncio.wait_for before Python 3.12 returns normally when it is cancelled in the
+    step its inner wait ends (bpo-42130); a scheduling loop built on it swallowed the
+    cancellation and ran on for ever, and so did whatever waited for it to end."""
+    async def scenario():
+        plane = make_plane(make_cluster("n0: GPU=1"))
+        await plane.ready()
+        await asyncio.sleep(0.01)  # it waits for its next wake
+        task = plane._tasks[name]
+        (plane.loop._wake if name == "loop" else plane.inside._wake).set()
+        task.cancel()  # in the same step as the wake
+        await asyncio.wait([task], timeout=1.0)
+        assert task.done(), f"the {name} task swallowed its cancellation"
+
+    run(scenario)
+
+
+def test_a_gang_cancelled_right_after_its_admission_is_torn_down():
+    """Cancelled in the instant after admission (its drive created, not yet run a step):
+    CANCELLED, nothing held (found on Ray by the API load test)."""
+    async def scenario():
+        cluster = make_cluster("n0: CPU=4")
+        plane = make_plane(cluster)
+
+        async def no_loop():  # cycles are driven here, one by one
+            await asyncio.Event().wait()
+
+        plane.loop.run = no_loop
+        await plane.ready()
+        gang_id = await submit(plane, "instant", "2xCPU=1", seconds=60)
+        plane.loop.cycle()  # admits it: its task exists but has not run a step
+        assert plane.registry.get(gang_id).state is S.ADMITTED
+        assert not plane.fleet.driver(gang_id).task.done()
+        status = await plane.cancel(gang_id, "cancelled at once")
+        assert status.state is S.CANCELLED and status.reason == "cancelled at once"
+        assert not list(plane.fleet) and not cluster.booked and not cluster.members
+
+    run(scenario)
+
+
+def test_a_submission_and_a_gang_end_wake_the_loop_not_only_its_timer():
+    """With a resync interval of 30 s, a submission is admitted at once, and a gang waiting
+    for capacity is admitted as soon as the gang holding it ends."""
+    async def scenario():
+        cluster = make_cluster("n0: GPU=8")
+        plane = make_plane(cluster, resync_interval_s=30.0)
+        await plane.ready()
+        await asyncio.sleep(1.0)  # past the cycle the start itself ran
+        first = await submit(plane, "first", "8xGPU=1", seconds=3.0)
+        status = await wait_for(plane, first, S.RUNNING)
+        admitted = next(e.at for e in status.events if e.to_state is S.ADMITTED)
+        assert admitted - status.submitted_at < 0.5
+        second = await submit(plane, "second", "GPU=1", seconds=1.0)
+        await asyncio.sleep(0.5)
+        assert (await plane.status(second)).state is S.PENDING  # it waits, for GPUs
+        done = await plane.wait(first, timeout=10)
+        assert done.state is S.SUCCEEDED
+        status = await wait_for(plane, second, S.RUNNING, S.SUCCEEDED)
+        admitted = next(e.at for e in status.events if e.to_state is S.ADMITTED)
+        assert 0 <= admitted - done.finished_at < 0.5  # not on the next timer tick (30 s)
+        await plane.shutdown()
+
+    run(scenario)
+
+
+def test_one_gang_failing_does_not_touch_another():
+    async def scenario():
+        plane = make_plane(make_cluster("n0: GPU=4"))
+        bad = await submit(plane, "bad", "2xGPU=1", seconds=1, fails_to_start=True)
+        good = await submit(plane, "good", "2xGPU=1", seconds=0.5, result="ok")
+        assert (await plane.wait(good, timeout=10)).state is S.SUCCEEDED
+        assert await plane.results(good) == ["ok", "ok"]
+        status = await plane.wait(bad, timeout=10)
+        assert status.state is S.FAILED and "the constructor failed" in status.error.message
+        assert plane.loop.last_error is None
         await plane.shutdown()
 
     run(scenario)

@@ -15,21 +15,27 @@ from raygang.control.store import MemoryStore
 from raygang.core.gang import GangState as S
 from raygang.core.resources import Resources
 
-from tests.control.harness import make_cluster, make_plane, moves, submit, wait_for
+from raygang.control.virtual import VirtualClock, VirtualTimeLoop
+
+from tests.control import harness
+from tests.control.harness import make_plane, moves, submit, wait_for
 from tests.unit.builders import spec
 
 
 def crash_and_restart(cluster, before, after):
-    """Run `before(plane)` on a first plane, abandon it, run `after(plane)` on a second."""
+    """Run `before(plane)` on a first plane, abandon it, run `after(plane)` on a second;
+    both loops in the same virtual time as the cluster."""
     store = MemoryStore()
-    first_loop = asyncio.new_event_loop()
+    first_loop = VirtualTimeLoop(cluster.clock, wall_limit_s=30)
     try:
         first = make_plane_in(first_loop, cluster, store)
         ids = first_loop.run_until_complete(asyncio.wait_for(before(first), 30))
-        second_loop = asyncio.new_event_loop()
+        second_loop = VirtualTimeLoop(cluster.clock, wall_limit_s=30)
         try:
-            second_loop.run_until_complete(asyncio.wait_for(
-                after(make_plane_in(second_loop, cluster, store), ids), 30))
+            second = make_plane_in(second_loop, cluster, store)
+            second_loop.run_until_complete(asyncio.wait_for(after(second, ids), 30))
+            stuck = second_loop.run_until_complete(second.close())
+            assert not stuck, f"tasks that did not end when cancelled: {stuck}"
         finally:
             second_loop.close()
     finally:  # only now may the dead process's tasks end (the test is over)
@@ -47,6 +53,10 @@ def make_plane_in(loop, cluster, store):
     return loop.run_until_complete(made())
 
 
+def make_cluster(*lines):
+    return harness.make_cluster(*lines, seed=0, clock=VirtualClock())
+
+
 def test_a_restarted_scheduler_adopts_requeues_and_keeps_its_queue():
     cluster = make_cluster("n0: GPU=4 CPU=8")
 
@@ -62,7 +72,7 @@ def test_a_restarted_scheduler_adopts_requeues_and_keeps_its_queue():
         ids["pending"] = await submit(plane, "big", "4xGPU=1", seconds=0, key="k-1")
         await wait_for(plane, ids["pending"], S.PENDING)
         ids["pending-seq"] = plane.registry.get(ids["pending"]).seq
-        cluster.booked["ghost-0000"] = [("n0", Resources(CPU=1))]  # of no gang: an orphan
+        cluster.book("ghost-0000", [("n0", Resources(CPU=1))])  # of no gang: an orphan
         await asyncio.sleep(0.05)  # the writer task writes the latest states
         return ids
 

@@ -25,9 +25,11 @@ def book(seed: int, n: int = 300) -> tuple[Registry, list[GangRecord]]:
     registry = Registry(finished_kept=rng.choice([20, 10_000]), clock=lambda: now[0])
     records = []
     for i in range(n):
-        record = GangRecord(f"g-{i:04d}", spec(f"g{i}", "GPU=1", queue=rng.choice(QUEUES)),
+        record = GangRecord(f"g-{i:04d}", spec(f"g{i}", rng.choice(["GPU=1", "2xGPU=1"]),
+                                               queue=rng.choice(QUEUES)),
                             {}, priority=rng.choice([10, 100, 1000]), seq=registry.next_seq(),
-                            submitted_at=float(i), on_change=registry.changed)
+                            submitted_at=float(i), on_change=registry.changed,
+                            kind=rng.choice(["gang", "gang", "job"]))
         registry.add(record)
         records.append(record)
         if rng.random() < 0.9:
@@ -87,3 +89,17 @@ def test_the_backlog_holds_exactly_the_gangs_a_cycle_may_admit(seed):
     assert len(later) >= len(backlog)
     assert len(later) == len([r for r in records if r.gang_id in registry
                               and r.state is S.PENDING and r.saved and r.cancel_reason is None])
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_what_waits_per_queue_and_the_jobs_match_a_walk_over_every_gang(seed):
+    registry, records = book(seed)
+    want: dict[str, dict] = {}
+    for r in registry.pending():
+        gang = r.pending_view()
+        counts = want.setdefault(gang.queue, {})
+        counts[gang.total] = counts.get(gang.total, 0) + 1
+    assert registry.pending_totals() == want
+    for state in (None, S.PENDING, S.RUNNING, S.SUCCEEDED):
+        assert [r.gang_id for r in registry.jobs(state)] == \
+            [r.gang_id for r in brute(records, registry, state, None) if r.kind == "job"]

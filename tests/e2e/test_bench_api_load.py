@@ -1,4 +1,6 @@
-"""bench/api_load.py runs end to end and prints REST and direct figures and the ratios."""
+"""bench/api_load.py runs end to end and prints REST and direct figures and the ratios
+(small sizes), on the session's cluster (--address: its scheduler has the bench's queue
+`load`), and the leak check after."""
 
 from __future__ import annotations
 
@@ -9,9 +11,10 @@ from tests.scripts import run_script
 NUMBER = r"([\d.]+)"
 
 
-def test_api_load_benchmark_small():
-    out = run_script("bench/api_load.py", "--n", "200", "--concurrency", "20", timeout=300)
-    assert out.startswith("api_load: 200 requests per operation and side, 20 concurrent"), out
+def test_api_load_benchmark_small(ray_cluster):
+    out = run_script("bench/api_load.py", "--n", "60", "--concurrency", "10",
+                     "--address", ray_cluster.address, timeout=300)
+    assert out.startswith("api_load: 60 requests per operation and side, 10 concurrent"), out
     rows = re.findall(r"^ +(submit|status)" + rf" +{NUMBER}" * 6 + rf" +{NUMBER}x$", out,
                       re.MULTILINE)
     assert [r[0] for r in rows] == ["submit", "status"], out

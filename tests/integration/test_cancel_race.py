@@ -1,7 +1,6 @@
-"""A gang cancelled in the instant after its admission (its task created, not yet run) is
-torn down like any other: CANCELLED, its launch forgotten, nothing held. Found by the API
-load test; reproduced here deterministically by driving the scheduler's control plane by
-hand in the test's own event loop, on the real cluster."""
+"""A gang cancelled while its placement group is being created, on the real cluster: the
+group comes to rest before it is removed (Ray 2.60 leaks it otherwise). Cancelled in the
+instant after its admission: tests/control/test_loop.py (that path touches no Ray)."""
 
 from __future__ import annotations
 
@@ -11,25 +10,6 @@ from raygang.core.gang import GangState
 from raygang.runtime.scheduler import Scheduler
 from raygang.server.models import GangSubmission
 from tests.conftest import SCHEDULER_CONFIG
-
-
-def test_cancel_right_after_admission(ray_cluster):
-    submission = GangSubmission.model_validate({"name": "instant", "roles": [{
-        "name": "w", "replicas": 2, "resources": {"CPU": 1},
-        "entrypoint": "raygang.demo:sleep", "args": [60]}]})
-
-    async def scenario():
-        plane = Scheduler(SCHEDULER_CONFIG).plane
-        gang_id = await plane.submit(submission.gang_spec(), submission.programs())
-        plane.loop.cycle()  # admits it: its task exists but has not run a step
-        record = plane.registry.get(gang_id)
-        assert record.state is GangState.ADMITTED and not plane.fleet.driver(gang_id).task.done()
-        status = await plane.cancel(gang_id, "cancelled at once")
-        return plane, status
-
-    plane, status = asyncio.run(scenario())
-    assert status.state is GangState.CANCELLED and status.reason == "cancelled at once"
-    assert not list(plane.fleet)  # no gang holds anything
 
 
 def test_cancel_while_the_placement_group_is_being_created_leaks_nothing(ray_cluster):

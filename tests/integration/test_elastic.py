@@ -103,59 +103,6 @@ def test_admitted_at_its_minimum_it_grows_live_when_a_blocker_ends(made):
                for e in final.events), [e.reason for e in final.events]
 
 
-def test_a_higher_priority_gang_takes_the_surplus_first_then_a_whole_gang(made):
-    keep = Hold.options(priority=1000).remote()  # 4 GPUs no one here may preempt
-    made.append(keep)
-    wait_state(keep, GangState.RUNNING)
-    gang = DataParallel.options(priority=0).remote(0)  # runs until preempted
-    made.append(gang)
-    wait_state(gang, GangState.RUNNING)
-    _ready_members(gang, 4)
-    before = _actor_ids(gang.gang_id, ["worker-0", "worker-1"])
-
-    first = Hold.options(name="first", replicas=2, priority=500).remote()
-    made.append(first)
-    wait_state(first, GangState.RUNNING)
-    shrunk = wait_until(lambda: (s := gang.status()).world_size == 2 and not s.members[2:] and s)
-    assert (shrunk.state, shrunk.preemptions) == (GangState.RUNNING, 0)
-    assert keep.status().state is GangState.RUNNING and keep.status().preemptions == 0
-    assert _actor_ids(gang.gang_id, ["worker-0", "worker-1"]) == before
-    assert any("shrinking to 2 members" in e.reason for e in shrunk.events), shrunk.events
-    assert len([pg for pg in raygang_placement_groups()
-                if pg["name"].startswith(f"raygang-{gang.gang_id}")]) == 1
-
-    second = Hold.options(name="second", replicas=2, priority=500).remote()  # > the surplus
-    made.append(second)
-    wait_state(second, GangState.RUNNING)
-    status = wait_state(gang, GangState.PENDING)
-    assert status.preemptions == 1
-
-
-def test_a_queue_reclaiming_its_quota_takes_the_surplus_first(made):
-    # 8 GPUs: 2 in `default`, 6 in team-a (quota 2) by an elastic gang of 2 to 6. When
-    # team-b (quota 2) asks for its 2, team-a's fair share is 4 (its quota and half the
-    # GPUs no queue is guaranteed), `default` runs within its own: reclaim takes two of
-    # team-a's surplus members, and no gang is stopped whole.
-    keep = Hold.options(replicas=2).remote()
-    made.append(keep)
-    wait_state(keep, GangState.RUNNING)
-    gang = DataParallel.options(queue="team-a", replicas=(2, 6)).remote(0)
-    made.append(gang)
-    wait_state(gang, GangState.RUNNING)
-    _ready_members(gang, 6)
-    before = _actor_ids(gang.gang_id, ["worker-0", "worker-1"])
-
-    owed = Hold.options(name="owed", replicas=2, queue="team-b").remote()
-    made.append(owed)
-    wait_state(owed, GangState.RUNNING)
-    shrunk = wait_until(lambda: (s := gang.status()).world_size == 4 and not s.members[4:] and s)
-    assert (shrunk.state, shrunk.preemptions) == (GangState.RUNNING, 0)
-    assert keep.status().preemptions == 0
-    assert _actor_ids(gang.gang_id, ["worker-0", "worker-1"]) == before
-    assert any("shrinking to 4 members" in e.reason and "reclaimed for gang" in e.reason
-               for e in shrunk.events), [e.reason for e in shrunk.events]
-
-
 def test_a_restarted_scheduler_adopts_the_surplus_members_too(made):
     gang = DataParallel.options(priority=0).remote(0)  # runs until preempted
     made.append(gang)

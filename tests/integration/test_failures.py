@@ -95,18 +95,6 @@ def test_whole_gang_restarts_up_to_max_restarts(ray_cluster):
     assert admitted[2].at - requeues[1].at >= 2.0
 
 
-def test_restarts_exhausted_fail_with_the_last_error(ray_cluster):
-    with pytest.raises(GangFailedError, match="transient failure on attempt 1"):
-        flaky.options(max_restarts=1).remote().result(timeout=90)
-
-
-def test_one_gang_failing_does_not_affect_another(ray_cluster):
-    bad = LoadsWeights.remote(0)
-    good = LoadsWeights.options(replicas=2).remote(-1)
-    assert good.result(timeout=60) == ["ok", "ok"]
-    assert bad.wait(timeout=60).state is GangState.FAILED
-
-
 def test_gang_that_can_never_fit_is_rejected_at_submission(ray_cluster):
     with pytest.raises(UnschedulableError) as raised:
         Service.options(replicas=5, num_gpus=1, strategy="STRICT_PACK").remote()
@@ -123,8 +111,6 @@ def test_gang_that_can_never_fit_is_rejected_at_submission(ray_cluster):
 def test_unknown_priority_class_is_refused_with_the_known_ones(ray_cluster):
     with pytest.raises(ValueError, match="unknown priority class 'urgent'.*batch, inference"):
         Service.options(priority="urgent").remote()
-
-
 
 
 def test_scheduler_loop_survives_garbage(ray_cluster):

@@ -256,6 +256,45 @@ def test_a_team_below_quota_reclaims_what_another_team_borrowed(teams, tmp_path)
         f"a-over rank {r} attempt 0" for r in range(4)]
 
 
+@raygang.gang_task(num_gpus=1, num_cpus=0)
+class Service:
+    """A 1-GPU service: no run(), no hook."""
+
+
+def test_a_team_reclaims_two_services_of_one_node_not_the_two_it_borrowed_last(gangs):
+    # The shared scheduler: team-a and team-b guaranteed 2 GPUs each, reclaim at once.
+    # team-a runs 7 GPUs: a 2x2-GPU gang across both workers, then 1-GPU services a-k and
+    # a-x on one worker (X) and a-y on the other (Y); `default` runs a service on Y. When
+    # team-b asks for 2 GPUs on one node, team-a's fair share is 5: a-x and a-y, started
+    # last, run beyond it, one on each worker. Taking them would not make room; taking
+    # a-k and a-x, both on X, does, and leaves team-a its fair share (issue 28: with the
+    # default victim order, team-b waited for ever).
+    refs = {}
+    for name, options in [
+        ("a-wide", {"queue": "team-a", "replicas": 2, "num_gpus": 2,
+                    "strategy": "STRICT_SPREAD"}),
+        ("a-k", {"queue": "team-a"}), ("a-x", {"queue": "team-a"}),
+        ("other", {}), ("a-y", {"queue": "team-a"}),
+    ]:
+        refs[name] = Service.options(name=name, **options).remote()
+        gangs.append(refs[name])
+        wait_state(refs[name], GangState.RUNNING)
+    [x] = refs["a-k"].status().nodes()
+    assert refs["a-x"].status().nodes() == [x] != refs["a-y"].status().nodes()
+
+    b = Service.options(name="b", queue="team-b", num_gpus=2).remote()
+    gangs.append(b)
+    assert wait_state(b, GangState.RUNNING, timeout=20).nodes() == [x]
+    for name in ("a-k", "a-x"):
+        status = wait_state(refs[name], GangState.PENDING)
+        assert status.preemptions == 1, name
+        assert any(e.reason.startswith(f"reclaimed by gang {b.gang_id}")
+                   for e in status.events), [e.reason for e in status.events]
+    for name in ("a-wide", "other", "a-y"):
+        status = refs[name].status()
+        assert (status.state, status.preemptions) == (GangState.RUNNING, 0), name
+
+
 def test_dry_run_answers_without_side_effects(ray_cluster):
     answer = raygang.dry_run(Inference)
     assert answer.outcome == "admit" and len(answer.nodes) == 2 and len(set(answer.nodes)) == 1

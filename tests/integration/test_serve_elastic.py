@@ -6,7 +6,6 @@ throughout. The shared cluster has 8 GPUs (two workers of 4)."""
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 
 import ray

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from raygang.sim.api import simulate
-from raygang.sim.clock import SimulationStalled, VirtualTimeLoop
+from raygang.control.virtual import SimulationStalled, VirtualTimeLoop
 from raygang.sim.engine import Replay
 from raygang.sim.ledger import TenantUsage, jain
 from raygang.sim.metrics import allocation, percentile, summarize

@@ -13,8 +13,8 @@ import pickle
 import threading
 import time
 
-import cloudpickle
 import pytest
+from ray import cloudpickle  # Ray's own (Ray vendors it; no dependency declares it)
 
 from raygang.runtime import context as ctx_module
 from raygang.runtime import member as member_module

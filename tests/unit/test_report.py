@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from raygang.core import PolicyConfig
+from raygang.core.backlog import Backlog
 from raygang.core.report import queue_report
 
 from tests.unit.builders import busy, gang, queue, res, running
@@ -19,8 +20,9 @@ def test_queue_report_counts_usage_pending_and_fair_share_up_the_tree():
                     placed=[running("t1", "w-1: 4xGPU=1", queue="a"),
                             running("t2", "w-2: 2xGPU=1", queue="b")])
     pending = [gang("p1", "2xGPU=1", queue="b"), gang("p2", "GPU=1", queue="b")]
-    rows = {r.name: r for r in queue_report(snapshot, pending, config)}
-    assert [r.name for r in queue_report(snapshot, pending, config)][0] in ("default", "org")
+    totals = Backlog.of(pending).totals
+    rows = {r.name: r for r in queue_report(snapshot, totals, config)}
+    assert [r.name for r in queue_report(snapshot, totals, config)][0] in ("default", "org")
     org, a, b = rows["org"], rows["a"], rows["b"]
     assert (org.usage, org.running, org.pending, org.leaf) == (res("GPU=6"), 2, 2, False)
     assert (a.usage, a.limit, a.pending) == (res("GPU=4"), res("GPU=6"), 0)

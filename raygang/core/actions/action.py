@@ -6,9 +6,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from raygang.core.excess import Amounts
 from raygang.core.fairshare import QueueBook
 from raygang.core.gang import PendingGang
 from raygang.core.pool import Candidates, Pool
+from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
 
 
@@ -32,18 +34,24 @@ class CycleState(Protocol):
     book: QueueBook  # queue usage with this cycle's moves, and fair shares
     limited: dict[str, str]  # gang id -> the limit it hit (its reason)
     failed: set  # (action, shape...) keys that did not fit: not tried again this cycle
+    taken_from: dict[str, Resources]  # queue -> what this cycle's victims held there
+    memo: dict[str, object]  # what an action works out once per cycle
 
     def place(self, gang: PendingGang) -> tuple[str, ...] | None: ...
+
+    def frees(self, victim: PlacedGang) -> Resources: ...
+
+    def reclaim_kept(self) -> set[str]: ...
 
     def admit(self, gang: PendingGang, nodes: tuple[str, ...], action: str,
               victims: list[PlacedGang]) -> None: ...
 
     def pool(self, action: str,
              narrow: Callable[[CycleState, list[PlacedGang]], list[PlacedGang]] | None = None,
-             ) -> Pool: ...
+             key: str | None = None) -> Pool: ...
 
-    def search(self, gang: PendingGang, pool: Pool, candidates: Candidates,
-               action: str) -> bool: ...
+    def search(self, gang: PendingGang, pool: Pool, candidates: Candidates, action: str,
+               amounts: Amounts | None = None) -> bool: ...
 
 
 @dataclass(frozen=True)

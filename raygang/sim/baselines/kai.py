@@ -13,8 +13,9 @@ cycle with the one rule where raygang chose differently:
   reclaim recovers a queue's deserved quota, not its fair share (KAI-Scheduler
   discussion #1763, GuaranteeDeservedQuota). raygang also protects what a queue runs
   within its fair share (`core.victims.reclaim_protected`), so it takes less from queues
-  that borrowed while others were idle. Here reclaim may take any gang a queue runs
-  beyond its quota (walked most important first, as raygang walks them).
+  that borrowed while others were idle. Here reclaim may take what a queue runs beyond
+  its quota (walked most important first, as raygang walks them), from any of its gangs
+  (by amount, as raygang takes it: `core.excess`).
 
 Time-based fair share (`kai-tbf`, `TimeBasedFairShare`): KAI's proportion plugin divides
 the capacity beyond deserved quotas among queues by a share weight that falls with each
@@ -41,10 +42,9 @@ from dataclasses import dataclass
 
 from raygang.core.backlog import Backlog
 from raygang.core.config import PolicyConfig
-from raygang.core.cycle import Cycle, Narrow
+from raygang.core.cycle import Cycle
 from raygang.core.fairshare import in_quota
 from raygang.core.plan import Plan
-from raygang.core.pool import Pool
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
 
@@ -155,30 +155,25 @@ class WithUsage:
 
 
 class _KaiCycle(Cycle):
-    def pool(self, action: str, narrow: Narrow | None = None) -> Pool:
-        if action == "reclaim":
-            narrow = _beyond_quota
-        return super().pool(action, narrow)
-
-
-def _beyond_quota(cycle: Cycle, gangs: list[PlacedGang]) -> list[PlacedGang]:
-    """The gangs each queue runs beyond its deserved quota: walking a queue's gangs most
-    important first (non-preemptible, higher priority, longer running), those that keep
-    the queue within its quota are protected."""
-    specs = cycle.book.tree.specs
-    kept: set[str] = set()
-    by_queue: dict[str, list[PlacedGang]] = {}
-    for gang in cycle.pieces:
-        if gang.queue in specs:
-            by_queue.setdefault(gang.queue, []).append(gang)
-    for queue, placed in by_queue.items():
-        quota, total = specs[queue].quota, Resources()
-        for gang in sorted(placed, key=_importance):
-            with_it = total + gang.total
-            if in_quota(quota, with_it, gang.total):
-                total = with_it
-                kept.add(gang.gang_id)
-    return [g for g in gangs if g.gang_id not in kept]
+    def reclaim_kept(self) -> set[str]:
+        """The gangs each queue runs within its deserved quota: walking a queue's gangs
+        most important first (non-preemptible, higher priority, longer running), those
+        that keep the queue within its quota. Reclaim takes what the others add up to,
+        from any of the queue's gangs (`core.excess`), as raygang does."""
+        specs = self.book.tree.specs
+        kept: set[str] = set()
+        by_queue: dict[str, list[PlacedGang]] = {}
+        for gang in self.pieces:
+            if gang.queue in specs:
+                by_queue.setdefault(gang.queue, []).append(gang)
+        for queue, placed in by_queue.items():
+            quota, total = specs[queue].quota, Resources()
+            for gang in sorted(placed, key=_importance):
+                with_it = total + gang.total
+                if in_quota(quota, with_it, gang.total):
+                    total = with_it
+                    kept.add(gang.gang_id)
+        return kept
 
 
 def _importance(gang: PlacedGang) -> tuple:

@@ -2,9 +2,14 @@
 
 The control plane is asyncio code that waits on timers (`asyncio.sleep`, `wait_for`,
 `call_later`) and on futures other tasks resolve. Run it on this loop and every wait is
-a wait in simulated time: when nothing is ready to run, instead of blocking in the
-selector for `timeout` seconds the loop adds `timeout` to its clock and goes on, so the
-next timer fires at once. A week of cluster time then costs what its callbacks cost.
+a wait in virtual time: when nothing is ready to run, instead of blocking in the
+selector until the next timer is due, the loop moves its clock to that timer and goes
+on, so it fires at once. A week of cluster time then costs what its callbacks cost, and
+a test scenario of seconds costs milliseconds. One thread, timers ordered by time and
+then by the order they were set: the same program runs the same way every time.
+
+Used by the Ray-free test tier (tests/control, on `control.memory.MemoryCluster`) and by
+`raygang sim` (the same cluster, replaying a trace).
 
 Nothing may run in a real thread meanwhile (the loop would move time on while it works):
 `run_in_executor` / `asyncio.to_thread` run their function inline (`InlineExecutor`).
@@ -17,12 +22,18 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import selectors
+import time
 from collections.abc import Callable
 from typing import Any
 
 
 class SimulationStalled(RuntimeError):
     """Nothing is ready and no timer is set: the simulated world would wait for ever."""
+
+
+class WallClockExceeded(RuntimeError):
+    """The loop has run longer in real time than it was allowed (a livelock: tasks that
+    keep each other busy without time moving on)."""
 
 
 class VirtualClock:
@@ -37,15 +48,28 @@ class VirtualClock:
     def advance(self, seconds: float) -> None:
         self.now += seconds
 
+    def jump_to(self, when: float) -> None:
+        """On to `when` exactly (never back): a timer due then compares equal to it."""
+        self.now = max(self.now, when)
+
 
 class _JumpingSelector(selectors.DefaultSelector):
-    """A selector that never blocks: a select that would wait moves the clock instead."""
+    """A selector that never blocks: a select that would wait moves the clock instead, to
+    the loop's next timer."""
 
     def __init__(self, clock: VirtualClock):
         super().__init__()
         self._clock = clock
+        self.next_timer: Callable[[], float | None] = lambda: None
+        self.wall_limit_s: float | None = None
+        self._wall_start = time.monotonic()
 
     def select(self, timeout: float | None = None) -> list:
+        if self.wall_limit_s is not None \
+                and time.monotonic() - self._wall_start > self.wall_limit_s:
+            raise WallClockExceeded(
+                f"ran for more than {self.wall_limit_s:g}s of real time (virtual time "
+                f"{self._clock.now:.3f}s): tasks keep each other busy")
         ready = super().select(0)
         if ready or timeout == 0:
             return ready
@@ -53,7 +77,13 @@ class _JumpingSelector(selectors.DefaultSelector):
             raise SimulationStalled(
                 "no task can make progress and no timer is set (a gang waits for an event "
                 "that nothing will ever send)")
-        self._clock.advance(timeout)
+        when = self.next_timer()
+        # The timer's own time, not now + timeout: adding would round, and a timer meant
+        # for `when` could find the clock a hair before it.
+        if when is None:
+            self._clock.advance(timeout)
+        else:
+            self._clock.jump_to(when)
         return []
 
 
@@ -71,12 +101,20 @@ class InlineExecutor(concurrent.futures.ThreadPoolExecutor):
 
 
 class VirtualTimeLoop(asyncio.SelectorEventLoop):
-    """An event loop on a `VirtualClock` (see the module's docstring)."""
+    """An event loop on a `VirtualClock` (see the module's docstring). `wall_limit_s`:
+    raise `WallClockExceeded` once it has run that long in real time."""
 
-    def __init__(self, clock: VirtualClock | None = None):
+    def __init__(self, clock: VirtualClock | None = None, wall_limit_s: float | None = None):
         self.clock = clock or VirtualClock()
-        super().__init__(_JumpingSelector(self.clock))
+        selector = _JumpingSelector(self.clock)
+        super().__init__(selector)
+        selector.next_timer = self._next_timer
+        selector.wall_limit_s = wall_limit_s
         self.set_default_executor(InlineExecutor(max_workers=1))
 
     def time(self) -> float:
         return self.clock.now
+
+    def _next_timer(self) -> float | None:
+        scheduled = self._scheduled  # asyncio's heap of timer handles (cancelled included)
+        return scheduled[0].when() if scheduled else None
