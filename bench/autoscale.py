@@ -112,7 +112,8 @@ def core(quick: bool) -> None:
     snapshot, gangs, groups, node_groups = workload(nodes, pending)
     config = PolicyConfig()
     t_schedule, plan = median_time(lambda: schedule(snapshot, gangs, config, 0.0), runs)
-    waiting = scale_candidates(gangs, plan, config)
+    by_id = {g.gang_id: g for g in gangs}
+    waiting = scale_candidates(plan, by_id.get, config)
     scale_config = ScalePolicy(idle_timeout_s=300)
     t_scale, scale = median_time(
         lambda: plan_scale(snapshot, waiting, groups, node_groups, {}, (), scale_config, 0.0),
