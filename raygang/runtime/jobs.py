@@ -178,8 +178,17 @@ class JobLaunch:
         await self._earlier_attempts_ended(deadline)
         while True:
             self._submission = asyncio.ensure_future(self._submit(**self._request()))
+            # Not cancelled with the start, nor when it times out: Ray may still accept it.
+            await asyncio.wait([self._submission],
+                               timeout=max(0.0, deadline - time.monotonic()))
+            if not self._submission.done():
+                self._abandoned = True  # if Ray accepts it after all, it stops it again
+                raise MemberFailure(GangError(
+                    error_type="StartupTimeout",
+                    message=f"Ray's Job Submission API did not accept job {self.job_id} "
+                            f"within {self.spec.startup_timeout_s:g}s"))
             try:
-                await asyncio.shield(self._submission)
+                self._submission.result()
                 break
             except Exception as error:
                 # The dashboard's job agent answers "No available agent ... try again
@@ -252,7 +261,8 @@ class JobLaunch:
         Ray may accept it although the start was cancelled."""
         submission = self._submission
         if submission is not None and not submission.done():
-            await asyncio.wait([submission], timeout=self.spec.startup_timeout_s)
+            if not self._abandoned:  # the start gave up on it already: no second wait
+                await asyncio.wait([submission], timeout=self.spec.startup_timeout_s)
             if not submission.done():
                 self._abandoned = True
                 log.warning("submitting %s took over %gs: it is stopped if Ray accepts it",
