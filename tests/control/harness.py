@@ -131,6 +131,19 @@ def make_plane(cluster: MemoryCluster, store: MemoryStore | None = None,
     return plane
 
 
+async def stepped_plane(cluster: MemoryCluster, **options: object) -> ControlPlane:
+    """A ready plane whose loop never cycles on its own: the test drives its cycles one by
+    one (`plane.loop.cycle()`, or `schedule` and `plane.loop._apply`)."""
+    plane = make_plane(cluster, **options)
+
+    async def no_loop() -> None:
+        await asyncio.Event().wait()
+
+    plane.loop.run = no_loop
+    await plane.ready()
+    return plane
+
+
 async def submit(plane: ControlPlane, name: str, shape: str, strategy: str = "PACK",
                  key: str | None = None, **options: object) -> str:
     """A gang of `shape` (builders' syntax; roles r0, r1...) whose members all run the

@@ -23,7 +23,7 @@ from raygang.core import QueueSpec, Resources, schedule
 from raygang.core.gang import GangState as S
 from raygang.core.scale import scale_candidates
 
-from tests.control.harness import make_cluster, make_plane, run
+from tests.control.harness import make_cluster, run, stepped_plane
 from tests.unit.builders import spec
 
 QUEUES = [QueueSpec(name="default"), QueueSpec(name="a", quota={"GPU": 2}),
@@ -43,13 +43,7 @@ def full_plan(plane, now):
 async def scenario(seed: int, steps: int) -> int:
     rng = random.Random(seed)
     cluster = make_cluster("n0: GPU=4 CPU=4", "n1: GPU=4 CPU=4", "n2: GPU=2 CPU=8")
-    plane = make_plane(cluster, queues=QUEUES, backfill=rng.random() < 0.3)
-
-    async def no_loop():  # cycles are driven here, one by one
-        await asyncio.Event().wait()
-
-    plane.loop.run = no_loop
-    await plane.ready()
+    plane = await stepped_plane(cluster, queues=QUEUES, backfill=rng.random() < 0.3)
     compared = 0
     for step in range(steps):
         for _ in range(rng.randint(0, 4)):
@@ -79,7 +73,6 @@ async def scenario(seed: int, steps: int) -> int:
                     f"seed {seed} step {step} {gang.gang_id}"
                 assert status.queue_position == full.positions.get(gang.gang_id)
         compared += len(pending)
-    plane.loop.run = no_loop
     await plane.shutdown()
     return compared
 

@@ -12,7 +12,9 @@ from raygang.core.gang import GangState as S
 from raygang.core.resources import Resources
 from raygang.core.schedule import schedule
 
-from tests.control.harness import run, make_cluster, make_plane, moves, released, submit, wait_for
+from tests.control.harness import (
+    make_cluster, make_plane, moves, released, run, stepped_plane, submit, wait_for,
+)
 
 
 
@@ -211,13 +213,7 @@ def test_a_gang_on_capacity_being_freed_waits_for_the_victim():
 def test_a_plan_applied_after_its_preemptor_was_cancelled_strands_no_gang():
     async def scenario():
         cluster = make_cluster("n0: GPU=4")
-        plane = make_plane(cluster)
-
-        async def no_loop():  # cycles are driven here, one by one
-            await asyncio.Event().wait()
-
-        plane.loop.run = no_loop
-        await plane.ready()
+        plane = await stepped_plane(cluster)
         victim = await submit(plane, "victim", "GPU=4", seconds=None, priority="batch",
                               preemption_grace_s=0)
         plane.loop.cycle()
@@ -306,13 +302,7 @@ def test_a_gang_cancelled_right_after_its_admission_is_torn_down():
     CANCELLED, nothing held (found on Ray by the API load test)."""
     async def scenario():
         cluster = make_cluster("n0: CPU=4")
-        plane = make_plane(cluster)
-
-        async def no_loop():  # cycles are driven here, one by one
-            await asyncio.Event().wait()
-
-        plane.loop.run = no_loop
-        await plane.ready()
+        plane = await stepped_plane(cluster)
         gang_id = await submit(plane, "instant", "2xCPU=1", seconds=60)
         plane.loop.cycle()  # admits it: its task exists but has not run a step
         assert plane.registry.get(gang_id).state is S.ADMITTED
