@@ -68,7 +68,7 @@ class GangDriver:
                  wake_after: Callable[[float], None],
                  released: Callable[[GangDriver], None],
                  ending: Callable[[GangRecord], Awaitable[None]] | None = None,
-                 spawn: Spawn = spawn_free):
+                 spawn: Spawn = spawn_free, settle_s: float = 0.0):
         self.record = record
         self.run = run
         self._cluster = cluster
@@ -79,6 +79,7 @@ class GangDriver:
         self._released = released
         self._ending = ending  # after the run is closed, before its capacity is let go
         self._spawn = spawn
+        self._settle_s = settle_s  # how long the cluster's view may lag a release
         self.task: asyncio.Task | None = None
         self.done = False  # released: it holds nothing any more
         self._releasing = False
@@ -117,6 +118,11 @@ class GangDriver:
             else:
                 if waits_for:  # their resources are promised to this gang: wait until freed
                     await asyncio.wait(waits_for)
+                    # ... and until the cluster's view shows it (at most the settle time):
+                    # on Ray a placement group asked for earlier is placed only on a later
+                    # retry of the GCS, up to a second after the room is free.
+                    await self._cluster.until_free(record.placed_view().bundles,
+                                                   self._settle_s)
                 await run.reserve()
                 self.decide(Reserved())
                 await run.start_members()

@@ -144,7 +144,8 @@ class Fleet:
         driver = GangDriver(record, run, cluster=self._cluster, journal=self._journal,
                             policy=self._policy, clock=self._clock,
                             wake_after=self._wake_after, released=self._released,
-                            ending=self._ending, spawn=self._spawn)
+                            ending=self._ending, spawn=self._spawn,
+                            settle_s=self.settle_s)
         self._drivers[record.gang_id] = driver
         return driver
 

@@ -114,6 +114,7 @@ class _Node:
     alive: bool = True
     outside: Resources = field(default_factory=Resources)  # used by work not of raygang
     unseen: Resources = field(default_factory=Resources)  # used, not yet in the view (lag)
+    hidden: Resources = field(default_factory=Resources)  # freed, not yet in the view (lag)
 
 
 def _loop_clock() -> float:
@@ -131,7 +132,7 @@ class MemoryCluster:
 
     def __init__(self, nodes: Iterable[tuple[str, Resources]],
                  clock: Callable[[], float] | None = None, seed: int | None = None,
-                 jitter_s: float = JITTER_S):
+                 jitter_s: float = JITTER_S, view_lag_s: float = 0.0):
         self.nodes = {node_id: _Node(node_id, total) for node_id, total in nodes}
         # The running event loop's time by default: timers and the clock then agree (a
         # virtual-time loop's, or the real monotonic one).
@@ -143,6 +144,12 @@ class MemoryCluster:
         self._rng = random.Random(seed) if seed is not None else None
         self._jitter_s = jitter_s
         self._waiters: list[asyncio.Future] = []
+        # A booking removed shows free in the view (`free(seen=True)`, `observe`) this long
+        # after the room is free (Ray's GCS: tens of milliseconds). A reservation asked for
+        # before the view shows its room is noted in `asked_early`: on Ray it would be
+        # placed only on a later retry of the GCS (`Cluster.until_free`).
+        self.view_lag_s = view_lag_s
+        self.asked_early: list[str] = []
         # Called when a gang starts running: the scheduler's view changed without an event
         # of its own (a resync on Ray finds it; the simulator wakes its loop at once).
         self.on_change: Callable[[], None] = lambda: None
@@ -177,9 +184,17 @@ class MemoryCluster:
 
     def free(self, node_id: str, seen: bool = False) -> Resources:
         """What is free on the node (`seen`: as the cluster's view shows it, which may
-        lag: usage `unseen` is not in it yet)."""
-        free = self._free[node_id]
-        return free if seen else free - self.nodes[node_id].unseen
+        lag: usage `unseen` is not in it yet, room freed `hidden` not yet either)."""
+        free, node = self._free[node_id], self.nodes[node_id]
+        return free - node.hidden if seen else free - node.unseen
+
+    def shown(self, bundles: Iterable[tuple[str, Resources]]) -> bool:
+        """Whether the view shows the bundles, each on its node, free together."""
+        need: dict[str, Resources] = {}
+        for node, bundle in bundles:
+            need[node] = need[node] + bundle if node in need else bundle
+        return all(self.nodes[n].alive and amount.fits_in(self.free(n, seen=True))
+                   for n, amount in need.items())
 
     # Booking ---------------------------------------------------------------------------
     def fits(self, bundles: Iterable[tuple[str, Resources]]) -> bool:
@@ -191,16 +206,35 @@ class MemoryCluster:
                    for n, amount in need.items())
 
     def book(self, key: str, bundles: Sequence[tuple[str, Resources]]) -> None:
-        self.unbook(key, quiet=True)
+        self._give_back(key)  # booked again at once: the view never shows it free
         for node, bundle in bundles:
             self._free[node] = self._free[node] - bundle
         self.booked[key] = list(bundles)
 
     def unbook(self, key: str, quiet: bool = False) -> None:
-        for node, bundle in self.booked.pop(key, ()):
-            self._free[node] = self._free[node] + bundle
+        for node, bundle in self._give_back(key):
+            self._hide(node, bundle)
         if not quiet:
             self.notify()
+
+    def _give_back(self, key: str) -> list[tuple[str, Resources]]:
+        bundles = self.booked.pop(key, [])
+        for node, bundle in bundles:
+            self._free[node] = self._free[node] + bundle
+        return bundles
+
+    def _hide(self, node_id: str, freed: Resources) -> None:
+        """The view shows `freed` only `view_lag_s` from now."""
+        if self.view_lag_s <= 0 or node_id not in self.nodes:
+            return
+        node = self.nodes[node_id]
+        node.hidden = node.hidden + freed
+
+        def show() -> None:
+            node.hidden = (node.hidden - freed).positive()
+            self.notify()
+
+        asyncio.get_running_loop().call_later(self.view_lag_s, show)
 
     def _used_on(self, node_id: str) -> Resources:
         return Resources.sum(b for bundles in self.booked.values() for n, b in bundles
@@ -271,7 +305,7 @@ class MemoryCluster:
             node_id = node.node_id
             free = Resources()
             if node.alive and node_id not in draining:
-                free = self._free[node_id]
+                free = self.free(node_id, seen=True)
                 if node_id in coming:
                     free = free.minimum(node.total - self._used_on(node_id) - coming[node_id])
             nodes.append(NodeState(node_id, node.total, free, alive=node.alive, name=node_id))
@@ -299,6 +333,10 @@ class MemoryCluster:
                 else:
                     coming[node] = coming[node] + bundle if node in coming else bundle
         return coming
+
+    async def until_free(self, bundles: Sequence[tuple[str, Resources]],
+                         timeout: float) -> bool:
+        return await self.until(lambda: self.shown(bundles), self.clock() + timeout)
 
     def new_run(self, record: GangRecord, nodes: Sequence[str], attempt: int,
                 on_member_ready: Callable[[MemberStatus], None]) -> GangRun:
@@ -436,6 +474,8 @@ class MemoryRun:
         cluster = self.cluster
         deadline = cluster.clock() + self.spec.reservation_timeout_s
         await cluster.step()
+        if not cluster.shown(self._bundles()):
+            cluster.asked_early.append(self.gang_id)
         if not await cluster.until(lambda: cluster.fits(self._bundles()), deadline):
             raise ReservationTimeout(
                 f"the reservation of gang {self.gang_id} was not ready within "

@@ -141,6 +141,14 @@ class Cluster(Protocol):
         """Nodes with their free resources (what `held` holds counts as used even if the
         cluster does not show it yet; `draining` nodes have nothing free)."""
 
+    async def until_free(self, bundles: Sequence[tuple[str, Resources]],
+                         timeout: float) -> bool:
+        """Until the cluster's view shows `bundles` (node, resources) free together (True),
+        or `timeout` seconds passed (False). An admission that waited for gangs to go asks
+        for its reservation once their room shows: on Ray, a placement group asked for
+        before the GCS shows the room fails its first try and is placed only on a later
+        retry of the GCS (its placement-group retry backoff, then its 1 s tick)."""
+
     def new_run(self, record: GangRecord, nodes: Sequence[str], attempt: int,
                 on_member_ready: Callable[[MemberStatus], None]) -> GangRun:
         """A run for an admitted gang, pinned to `nodes` (one per bundle)."""

@@ -24,6 +24,7 @@ from raygang.control.ports import GangRun
 from raygang.control.records import GangRecord
 from raygang.control.status import MemberStatus
 from raygang.core.gang import GangState
+from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
 from raygang.core.spec import Resize
 from raygang.runtime.deployment import ServeLaunch
@@ -32,11 +33,16 @@ from raygang.runtime.jobclient import JobClient
 from raygang.runtime.jobs import JOB_ACTOR, JobLaunch
 from raygang.runtime.trainrun import TrainLaunch, TrainSession
 from raygang.runtime.launcher import NAMESPACE, SCHEDULER_NAME, GangLaunch, member_name, pg_name
-from raygang.runtime.observe import observe
-from raygang.runtime.ray_private import group_nodes, placement_group
+from raygang.runtime.observe import observe, schedulable
+from raygang.runtime.ray_private import (
+    available_resources_per_node,
+    group_nodes,
+    placement_group,
+)
 
 log = logging.getLogger(__name__)
 PREFIX = "raygang-"
+FREE_POLL_S = 0.01  # how often `until_free` reads the GCS (the view lags by 10-100 ms)
 
 
 class RayCluster:
@@ -54,6 +60,27 @@ class RayCluster:
 
     def observe(self, held: Iterable[PlacedGang], draining: Collection[str]) -> ClusterSnapshot:
         return observe(held, draining)
+
+    async def until_free(self, bundles: Sequence[tuple[str, Resources]],
+                         timeout: float) -> bool:
+        """Until the GCS shows `bundles` free on their nodes. A placement group created
+        before it does (a removed group's resources show tens of milliseconds after the
+        removal) fails its first try; the GCS retries it after a backoff only when
+        something else makes it schedule, else at its tick, once a second: reserved
+        ~0.5 s late on average. Created once the room shows, it is placed at once."""
+        need: dict[str, Resources] = {}
+        for node, bundle in bundles:
+            need[node] = need[node] + bundle if node in need else bundle
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            available = available_resources_per_node()
+            if all(amount.fits_in(schedulable(available.get(node, {})))
+                   for node, amount in need.items()):
+                return True
+            if loop.time() >= deadline:
+                return False
+            await asyncio.sleep(FREE_POLL_S)
 
     def new_run(self, record: GangRecord, nodes: Sequence[str], attempt: int,
                 on_member_ready: Callable[[MemberStatus], None]) -> GangRun:

@@ -112,10 +112,13 @@ def _cancel_everything(loop: asyncio.AbstractEventLoop) -> None:
             pass
 
 
-def make_cluster(*lines: str, seed: int | None = None, clock=None) -> MemoryCluster:
-    """Nodes in the builders' syntax; jittered by `seed` (default: the run's seed)."""
+def make_cluster(*lines: str, seed: int | None = None, clock=None,
+                 view_lag_s: float = 0.0) -> MemoryCluster:
+    """Nodes in the builders' syntax; jittered by `seed` (default: the run's seed);
+    `view_lag_s`: the view shows a removal's room that late (as Ray's GCS does)."""
     seed = _seed.get() if seed is None else seed
-    return MemoryCluster(((n.node_id, n.total) for n in map(node, lines)), clock, seed=seed)
+    return MemoryCluster(((n.node_id, n.total) for n in map(node, lines)), clock, seed=seed,
+                         view_lag_s=view_lag_s)
 
 
 def make_plane(cluster: MemoryCluster, store: MemoryStore | None = None,

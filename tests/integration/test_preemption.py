@@ -6,9 +6,11 @@ import time
 from pathlib import Path
 
 import pytest
+from ray.util.placement_group import placement_group_table
 
 import raygang
 from raygang import GangState
+from raygang.runtime.launcher import pg_name
 from tests.conftest import SCHEDULER_CONFIG, _scheduler_with
 from tests.integration.helpers import wait_state
 
@@ -154,6 +156,18 @@ def test_a_preempted_service_without_hooks_is_stopped_at_once(gangs):
     # Before: it kept its GPUs for the whole grace period (60 s here), though nothing in
     # it could react.
     assert _preempt_with_inference(gangs, PlainService.remote()) < 10
+
+
+def test_the_preemptor_asks_ray_for_its_group_once_the_gcs_shows_the_room(gangs):
+    # Asked for at once after its victim's removal, before the GCS showed the GPUs free,
+    # the group failed its first try and was placed only on a later retry of the GCS
+    # (its backoff, then its tick once a second: bench/preemption.py's 1-GPU figure).
+    _preempt_with_inference(gangs, PlainService.remote())
+    infer = gangs[-1]
+    groups = [info for info in placement_group_table().values()
+              if info["name"] == pg_name(infer.gang_id) and info["state"] == "CREATED"]
+    assert len(groups) == 1
+    assert groups[0]["stats"]["scheduling_attempt"] == 1, groups[0]["stats"]
 
 
 def test_the_grace_period_waits_for_running_bodies_only(gangs):
