@@ -37,7 +37,7 @@ from raygang.control.records import GangRecord
 from raygang.control.status import GangError, MemberStatus
 from raygang.control.tasks import run_to_completion
 from raygang.core.budget import never_fits, take
-from raygang.core.resources import Resources
+from raygang.core.resources import Resources, per_node
 from raygang.core.snapshot import ClusterSnapshot, NodeState, PlacedGang
 from raygang.core.spec import GangSpec, Resize
 
@@ -190,20 +190,14 @@ class MemoryCluster:
 
     def shown(self, bundles: Iterable[tuple[str, Resources]]) -> bool:
         """Whether the view shows the bundles, each on its node, free together."""
-        need: dict[str, Resources] = {}
-        for node, bundle in bundles:
-            need[node] = need[node] + bundle if node in need else bundle
-        return all(self.nodes[n].alive and amount.fits_in(self.free(n, seen=True))
-                   for n, amount in need.items())
+        return self.fits(bundles, seen=True)
 
     # Booking ---------------------------------------------------------------------------
-    def fits(self, bundles: Iterable[tuple[str, Resources]]) -> bool:
-        """Whether the bundles, each on its node, fit in what is free now."""
-        need: dict[str, Resources] = {}
-        for node, bundle in bundles:
-            need[node] = need[node] + bundle if node in need else bundle
-        return all(self.nodes[n].alive and amount.fits_in(self.free(n))
-                   for n, amount in need.items())
+    def fits(self, bundles: Iterable[tuple[str, Resources]], seen: bool = False) -> bool:
+        """Whether the bundles, each on its node, fit in what is free now (`seen`: as the
+        view shows it)."""
+        return all(self.nodes[n].alive and amount.fits_in(self.free(n, seen))
+                   for n, amount in per_node(bundles).items())
 
     def book(self, key: str, bundles: Sequence[tuple[str, Resources]]) -> None:
         self._give_back(key)  # booked again at once: the view never shows it free
@@ -322,11 +316,9 @@ class MemoryCluster:
         for gang in held:
             if counts.get(gang.gang_id, 0) == len(gang.bundles):
                 continue
-            booked: dict[str, Resources] = {}
-            for key, bundles in self.booked.items():
-                if key == gang.gang_id or key.startswith(f"{gang.gang_id}/"):
-                    for node, bundle in bundles:
-                        booked[node] = booked[node] + bundle if node in booked else bundle
+            booked = per_node(pair for key, bundles in self.booked.items()
+                              if key == gang.gang_id or key.startswith(f"{gang.gang_id}/")
+                              for pair in bundles)
             for node, bundle in gang.bundles:
                 if node in booked and bundle.fits_in(booked[node]):
                     booked[node] = booked[node] - bundle  # this one is booked

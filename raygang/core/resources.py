@@ -202,6 +202,14 @@ class Resources(Mapping[str, float]):
         )
 
 
+def per_node(bundles: Iterable[tuple[str, Resources]]) -> dict[str, Resources]:
+    """What (node, bundle) pairs ask of each node, summed."""
+    need: dict[str, Resources] = {}
+    for node, bundle in bundles:
+        need[node] = need[node] + bundle if node in need else bundle
+    return need
+
+
 def _to_units(name: object, amount: object) -> int:
     if not isinstance(name, str) or not name:
         raise ValueError(f"resource names must be non-empty strings, got {name!r}")

@@ -24,7 +24,7 @@ from raygang.control.ports import GangRun
 from raygang.control.records import GangRecord
 from raygang.control.status import MemberStatus
 from raygang.core.gang import GangState
-from raygang.core.resources import Resources
+from raygang.core.resources import Resources, per_node
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
 from raygang.core.spec import Resize
 from raygang.runtime.deployment import ServeLaunch
@@ -68,9 +68,7 @@ class RayCluster:
         removal) fails its first try; the GCS retries it after a backoff only when
         something else makes it schedule, else at its tick, once a second: reserved
         ~0.5 s late on average. Created once the room shows, it is placed at once."""
-        need: dict[str, Resources] = {}
-        for node, bundle in bundles:
-            need[node] = need[node] + bundle if node in need else bundle
+        need = per_node(bundles)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
