@@ -33,23 +33,30 @@ async def run_to_completion(work: Awaitable[Any]) -> None:
             return
 
 
-async def first_set(events: Sequence[asyncio.Event], timeout: float | None) -> bool:
-    """Until one of `events` is set (True) or `timeout` seconds have passed (False).
+async def wait_within(work: Sequence[Awaitable[Any]], timeout: float | None,
+                      return_when: str = asyncio.ALL_COMPLETED) -> tuple[set, set]:
+    """`asyncio.wait` on `work` (done, pending), cancelling what is still pending after.
 
     Never swallows the caller's cancellation, unlike `asyncio.wait_for` before Python 3.12:
     cancelled in the step where its inner wait ends (an event set just before, as a wake
-    always is in a scheduling loop), wait_for returns normally instead of raising
-    (bpo-42130). A loop built on it then runs on for ever when cancelled, and so does
-    whoever waits for it (`asyncio.run`'s clean-up, a closing control plane)."""
+    always is in a scheduling loop; a placement group becoming ready), wait_for returns
+    normally instead of raising (bpo-42130). A loop built on it then runs on for ever when
+    cancelled, and so does whoever waits for it (`asyncio.run`'s clean-up, a closing
+    control plane)."""
+    futures = [asyncio.ensure_future(w) for w in work]
+    try:
+        return await asyncio.wait(futures, timeout=timeout, return_when=return_when)
+    finally:
+        for future in futures:
+            future.cancel()  # no-op on finished ones
+
+
+async def first_set(events: Sequence[asyncio.Event], timeout: float | None) -> bool:
+    """Until one of `events` is set (True) or `timeout` seconds have passed (False)."""
     if any(e.is_set() for e in events):
         return True
-    waits = [asyncio.ensure_future(e.wait()) for e in events]
-    try:
-        done, _ = await asyncio.wait(waits, timeout=timeout,
-                                     return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for wait in waits:
-            wait.cancel()
+    done, _ = await wait_within([e.wait() for e in events], timeout,
+                                asyncio.FIRST_COMPLETED)
     return bool(done)
 
 

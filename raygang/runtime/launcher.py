@@ -23,7 +23,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from raygang.control.ports import MemberFailure, ReservationTimeout
 from raygang.control.program import RoleProgram
 from raygang.control.status import GangError, MemberStatus
-from raygang.control.tasks import run_to_completion
+from raygang.control.tasks import run_to_completion, wait_within
 from raygang.core.resources import Resources
 from raygang.core.spec import GangSpec, MemberSlot
 from raygang.runtime.context import GangContext, World, dense_role_ranks
@@ -605,14 +605,9 @@ async def _names_free(names: Sequence[str], timeout: float = 10.0) -> None:
 
 async def _ready_within(pgs: Sequence[PlacementGroup], timeout: float) -> bool:
     """Whether every group became ready within `timeout` (a group's error is raised).
-    Not asyncio.wait_for: before Python 3.12 it can swallow a cancellation that arrives as
-    a group becomes ready, and the gang would run on."""
-    readies = [asyncio.ensure_future(pg.ready()) for pg in pgs]
-    try:
-        done, pending = await asyncio.wait(readies, timeout=timeout)
-    finally:
-        for ready in readies:
-            ready.cancel()  # no-op on finished ones
+    Not asyncio.wait_for: a cancellation that arrives as a group becomes ready must not be
+    swallowed, or the gang would run on (`wait_within`)."""
+    done, pending = await wait_within([pg.ready() for pg in pgs], timeout)
     for ready in done:
         ready.result()
     return not pending
