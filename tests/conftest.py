@@ -10,6 +10,13 @@ to no queue, so inference in `default` may use up to 4: non-preemptible gangs ru
 quota only on capacity no queue is guaranteed).
 Every test that uses `ray_cluster` is wrapped by a leak check: afterwards no `raygang-*`
 placement group or member actor is left and the free CPUs/GPUs are back where they were.
+
+The suite runs on two pytest-xdist workers (`-n 2` in pyproject.toml): the Ray-backed tests
+wait on Ray far more than they compute, so the two halves overlap. Each worker has its own
+session cluster under a Ray temp root of its own (`tests.scripts.ray_temp_root`), and runs
+whole modules (`xdist_group` per module: module fixtures start once). Modules marked
+`own_cluster` start clusters of their own with Ray's default ports; they form one group,
+run one after another on one worker.
 """
 
 from __future__ import annotations
@@ -26,6 +33,10 @@ import raygang
 from raygang.runtime import serving
 from tests.integration import leaks
 from tests.api_server import ApiServer, start_api_server
+from tests.scripts import ray_temp_root
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # before any Ray process of this worker starts
+    os.environ["RAY_TMPDIR"] = ray_temp_root(os.environ["PYTEST_XDIST_WORKER"])
 
 WORKER_GPUS = 4
 SCHEDULER_CONFIG = raygang.SchedulerConfig(queues=[
@@ -38,6 +49,13 @@ SCHEDULER_CONFIG = raygang.SchedulerConfig(queues=[
     # and leave a gang alone for 15 min after it starts (tests/unit/test_preemption_policy.py
     # checks those rules); the tests here are about what reclaim does, in seconds.
 ], preemption={"reclaim_min_runtime_s": 0, "reclaim_delay_s": 0})
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
+def pytest_collection_modifyitems(items):
+    for item in items:
+        own = item.get_closest_marker("own_cluster") is not None
+        item.add_marker(pytest.mark.xdist_group("own-clusters" if own else item.module.__name__))
 
 
 @pytest.fixture(scope="session")

@@ -421,7 +421,9 @@ def run_self_test() -> dict[str, Any]:
     def mark(what: str) -> None:
         result["timings"][what] = round(time.monotonic() - t0, 2)
 
-    address_file = os.path.join("/tmp/ray", "ray_current_cluster")
+    from ray._common.utils import get_default_ray_temp_dir
+
+    address_file = os.path.join(get_default_ray_temp_dir(), "ray_current_cluster")
     previous_address = _read(address_file)
     cluster = Cluster(initialize_head=True,
                       head_node_args={"num_cpus": 1, "num_gpus": 0, "include_dashboard": False})

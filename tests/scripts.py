@@ -10,17 +10,41 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def ray_temp_root(name: str) -> str:
+    """A Ray temp root of its own (`RAY_TMPDIR`) for one pytest-xdist worker's clusters.
+
+    Ray finds a cluster without an address (Ray Train's internals, `ray.init()` in a job,
+    the State API) through the newest cluster recorded in its temp dir, and rejects the
+    dashboard's default ports once another cluster holds them. With each worker's clusters
+    in a dir of their own, two workers never find each other's cluster.
+    """
+    path = Path("/tmp") / f"rg-{name}"  # short: Ray's socket paths live under it
+    path.mkdir(exist_ok=True)
+    return str(path)
+
+
+def script_env() -> dict[str, str]:
+    """The environment of a script run as a user would run it: no `RAY_*` variable, so it
+    starts a cluster of its own (or joins the one it is told to), except, under
+    pytest-xdist, a temp root of this worker's scripts (`ray_temp_root`): apart from the
+    session's cluster and from the other worker's scripts."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        env["RAY_TMPDIR"] = ray_temp_root(f"{worker}-scripts")
+    return env
+
+
 def run_script(path: str, *args: str, timeout: float) -> str:
     """Run `python <path> <args>` from the repository root and return its stdout; fail
     the test with its output if it exits non-zero.
 
-    The environment has no `RAY_*` variables: a script that starts Ray starts its own
-    local cluster, as on a fresh machine, rather than joining one this session started;
-    it joins the session's cluster only when told to (the benchmarks' `--address`).
+    The environment is `script_env()`: a script that starts Ray starts its own local
+    cluster, as on a fresh machine, rather than joining one this session started; it joins
+    the session's cluster only when told to (the benchmarks' `--address`).
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     done = subprocess.run(
-        [sys.executable, path, *args], cwd=ROOT, env=env,
+        [sys.executable, path, *args], cwd=ROOT, env=script_env(),
         capture_output=True, text=True, timeout=timeout,
     )
     assert done.returncode == 0, f"{path} failed:\n{done.stdout}\n{done.stderr[-3000:]}"

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.scripts import run_script
+
+pytestmark = pytest.mark.own_cluster  # see tests/conftest.py
 
 
 def test_autoscale_benchmark_quick():

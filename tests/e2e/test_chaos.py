@@ -3,7 +3,11 @@ killed while gangs stream in; every gang ends accounted for, and nothing leaks."
 
 from __future__ import annotations
 
+import pytest
+
 from tests.e2e.test_scaling import scenario_output
+
+pytestmark = pytest.mark.own_cluster  # see tests/conftest.py
 
 
 def test_chaos_soak_loses_nothing_and_leaks_nothing():

@@ -8,6 +8,8 @@ import pytest
 
 from tests.scripts import ROOT, run_script
 
+pytestmark = pytest.mark.own_cluster  # see tests/conftest.py
+
 EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.py") if p.name != "local_cluster.py")
 
 EXPECTED = {

@@ -12,8 +12,12 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.fake_autoscaler import NODE_GROUP_LABEL, FakeAutoscalingCluster, psutil
-from tests.scripts import ROOT
+from tests.scripts import ROOT, script_env
+
+pytestmark = pytest.mark.own_cluster  # see tests/conftest.py
 
 BOUND_S = 30  # for nodes to join, and to leave; measured here ~4 s and ~2 s
 
@@ -40,10 +44,9 @@ def test_config_is_complete_and_labels_each_worker_type():
 
 
 def test_scale_up_on_request_down_when_idle_and_clean_shutdown():
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     done = subprocess.run(
         [sys.executable, "-m", "tests.fake_autoscaler", "--selftest", "--bound", str(BOUND_S)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+        cwd=ROOT, env=script_env(), capture_output=True, text=True, timeout=180)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     assert lines, f"no JSON (rc {done.returncode}):\n{done.stdout}\n{done.stderr[-3000:]}"
     r = json.loads(lines[-1])

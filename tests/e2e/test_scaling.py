@@ -5,18 +5,21 @@ in a process of its own)."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
 
 
-from tests.scripts import ROOT
+import pytest
+
+from tests.scripts import ROOT, script_env
+
+pytestmark = pytest.mark.own_cluster  # see tests/conftest.py
 
 
 def scenario_output(module: str, *args: str, timeout: float = 300) -> dict:
     """Run `python -m module args` on a Ray cluster of its own; the JSON it printed."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env = script_env()
     env["RAY_AUTH_MODE"] = "disabled"  # local test clusters: no token (stated, not default)
     done = subprocess.run(
         [sys.executable, "-m", module, *args], cwd=ROOT, env=env,

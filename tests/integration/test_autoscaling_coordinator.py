@@ -52,8 +52,21 @@ def wait_gone(name: str, namespace: str, timeout: float = 10) -> None:
         time.sleep(0.1)
 
 
+def fresh_coordinator():
+    """A coordinator with no requester yet. One that a Train run earlier in this session
+    started keeps that run's request until it expires; it is replaced."""
+    try:
+        old = ray.get_actor("AutoscalingCoordinator", namespace="AutoscalingCoordinator")
+    except ValueError:
+        pass
+    else:
+        ray.kill(old, no_restart=True)
+        wait_gone("AutoscalingCoordinator", "AutoscalingCoordinator")
+    return get_or_create_autoscaling_coordinator()
+
+
 def test_the_coordinators_merge_keeps_raygangs_request(cluster):
-    coordinator = get_or_create_autoscaling_coordinator()
+    coordinator = fresh_coordinator()
     try:
         tick(coordinator)  # started (a cold actor may take longer than a scale step waits)
         # Without the fix: a request made directly is wiped by the coordinator's next tick.

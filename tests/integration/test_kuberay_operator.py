@@ -10,7 +10,6 @@ No raygang scheduler is involved.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.kuberay_operator import desired_pods
+from tests.scripts import script_env
+
+pytestmark = pytest.mark.own_cluster  # see tests/conftest.py
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "rc"
@@ -25,8 +27,7 @@ NAME = "rc"
 
 @pytest.fixture(scope="module")
 def scenario():
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    env.pop("RAY_ADDRESS", None)
+    env = {**script_env(), "RAY_AUTH_MODE": "disabled"}
     env.pop("ENABLE_RANDOM_POD_DELETE", None)
     proc = subprocess.run([sys.executable, "-m", "tests.kuberay_operator"], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=150)

@@ -32,7 +32,8 @@ def test_a_restarted_scheduler_keeps_every_gang(ray_cluster):
     hold = raygang.gang_task(demo.sleep, name="hold", replicas=2, num_gpus=4, num_cpus=0,
                              strategy="SPREAD")  # every GPU of the cluster
     small = raygang.gang_task(demo.sleep, name="small", num_gpus=1, num_cpus=0)
-    running = hold.remote(seconds=6.0)
+    # Long enough to outlast the restart and adoption on a loaded machine (two test workers).
+    running = hold.remote(seconds=12.0)
     members = member_actor_ids(running.ready(timeout=60))
     waiting = small.remote(seconds=0.1)
     cancelled = small.remote(seconds=0.1)
