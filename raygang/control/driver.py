@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from raygang.control.journal import Journal
 from raygang.control.ports import Cluster, GangRun, MemberFailure, ReservationTimeout
@@ -36,7 +37,7 @@ from raygang.core.lifecycle import (
 log = logging.getLogger(__name__)
 
 
-def still_finishing(replies: Sequence[dict]) -> list[int]:
+def still_finishing(replies: Sequence[dict[str, Any]]) -> list[int]:
     """Ranks of the members a preempted gang's grace period still waits for: those whose
     body was running when they replied and that ran no hook (a body watching
     `get_context().preempted` may checkpoint and return). A member whose hooks returned
@@ -80,23 +81,24 @@ class GangDriver:
         self._ending = ending  # after the run is closed, before its capacity is let go
         self._spawn = spawn
         self._settle_s = settle_s  # how long the cluster's view may lag a release
-        self.task: asyncio.Task | None = None
+        self.task: asyncio.Task[None] | None = None
         self.done = False  # released: it holds nothing any more
         self._releasing = False
-        self._stopping: asyncio.Task | None = None
+        self._stopping: asyncio.Task[Any] | None = None
         self._released_event = asyncio.Event()
         # Resizes run one after another, each at the size decided by its turn (the book
         # and the run agree between any two): `_last_resize` is the last one queued.
-        self._last_resize: asyncio.Task | None = None
-        self._resizes: set[asyncio.Task] = set()  # queued or under way
+        self._last_resize: asyncio.Task[Any] | None = None
+        self._resizes: set[asyncio.Task[Any]] = set()  # queued or under way
         # Surplus members the run holds (added, or reserved for a restart, and not removed
         # yet): a removal queued behind an add that failed or was skipped has none to stop.
         self._held: set[str] = set()
         # member name -> done once what it held is free (its removal, or a restart's stop:
         # a gang admitted into that capacity waits for this, not for the restart)
-        self.freeing: dict[str, asyncio.Future] = {}
+        self.freeing: dict[str, asyncio.Future[Any]] = {}
 
-    def start(self, waits_for: Sequence[asyncio.Future] = (), adopted: bool = False) -> None:
+    def start(self, waits_for: Sequence[asyncio.Future[Any]] = (),
+              adopted: bool = False) -> None:
         if adopted:  # the surplus the previous process's run held, found with it
             self._held = set(self.record.surplus)
         self.task = self._spawn(self._drive(list(waits_for), adopted))
@@ -110,7 +112,7 @@ class GangDriver:
             self._wake_after(max(0.0, outcome.not_before - now))
 
     # The drive ------------------------------------------------------------------------
-    async def _drive(self, waits_for: list[asyncio.Future], adopted: bool) -> None:
+    async def _drive(self, waits_for: list[asyncio.Future[Any]], adopted: bool) -> None:
         record, run = self.record, self.run
         try:
             if adopted:  # started by the previous scheduler process: pick up its run
@@ -300,7 +302,7 @@ class GangDriver:
         self._resizes.add(task)
         task.add_done_callback(self._resized)
 
-    def _resized(self, task: asyncio.Task) -> None:
+    def _resized(self, task: asyncio.Task[Any]) -> None:
         self._resizes.discard(task)
         self._wake_after(0.0)  # what it freed or failed to take is there for a cycle
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from typing import Protocol
 
 from raygang.control.records import GangRecord
 from raygang.control.status import DryRunResult, Victim
@@ -15,8 +15,14 @@ from raygang.core.snapshot import ClusterSnapshot
 from raygang.core.spec import GangSpec
 
 
+class Gangs(Protocol):
+    """The scheduler's gangs by id (`Registry`); KeyError for one forgotten already."""
+
+    def __getitem__(self, gang_id: str) -> GangRecord: ...
+
+
 def what_if(spec: GangSpec, seq: int, snapshot: ClusterSnapshot, backlog: Backlog,
-            policy: PolicyConfig, now: float, gangs: Mapping[str, GangRecord]) -> DryRunResult:
+            policy: PolicyConfig, now: float, gangs: Gangs) -> DryRunResult:
     """The answer for `spec` submitted now (submission number `seq`), behind `backlog`."""
     reason = unschedulable_reason(spec, snapshot, policy)
     if reason:
@@ -29,7 +35,7 @@ def what_if(spec: GangSpec, seq: int, snapshot: ClusterSnapshot, backlog: Backlo
 
 
 def dry_run_result(plan: Plan, probe: PendingGang, snapshot: ClusterSnapshot,
-                   gangs: Mapping[str, GangRecord]) -> DryRunResult:
+                   gangs: Gangs) -> DryRunResult:
     """Would `probe` be admitted (where, and after which gangs being stopped), preempt
     (whom, why) or wait (why, where in line)?"""
     names = {n.node_id: n.display for n in snapshot.nodes}
@@ -54,7 +60,7 @@ def dry_run_result(plan: Plan, probe: PendingGang, snapshot: ClusterSnapshot,
                         queue_position=plan.positions.get(probe.gang_id))
 
 
-def _stopped(plan: Plan, gangs: Mapping[str, GangRecord],
+def _stopped(plan: Plan, gangs: Gangs,
              ids: tuple[str, ...]) -> list[Victim]:
     """The gangs `ids`, each with why this plan stops it."""
     why = {p.victim: p for p in plan.preemptions}

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from raygang.control.status import GangStatus
+
 
 class UnschedulableError(ValueError):
     """The gang can never fit on this cluster as it is (even empty); it was not queued."""
@@ -19,7 +24,7 @@ class SchedulerNotRunningError(RuntimeError):
 class GangFailedError(RuntimeError):
     """The gang ended FAILED; `.status` holds the member's error and the gang's history."""
 
-    def __init__(self, status):
+    def __init__(self, status: GangStatus):
         self.status = status
         error = status.error
         detail = f": {error.summary}" if error else ""
@@ -27,7 +32,7 @@ class GangFailedError(RuntimeError):
 
 
 class GangCancelledError(RuntimeError):
-    def __init__(self, status):
+    def __init__(self, status: GangStatus):
         self.status = status
         super().__init__(f"gang {status.gang_id} was cancelled")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterator, Mapping
+from typing import Any
 
 from raygang.control.driver import GangDriver
 from raygang.control.journal import Journal
@@ -88,7 +89,7 @@ class Fleet:
         driver.decide(Admitted(len(set(admission.nodes)), len(waits)))
         driver.start(waits)
 
-    def _leaving(self, gone: str) -> asyncio.Future | None:
+    def _leaving(self, gone: str) -> asyncio.Future[Any] | None:
         """What an admission waits for: a gang's drive, or until what `<gang>/<member>`
         held is free (None once it is)."""
         gang_id, member = member_of(gone)

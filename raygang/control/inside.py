@@ -22,8 +22,10 @@ gangs again.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from raygang.control.errors import GangNotFoundError, UnschedulableError
 from raygang.control.fleet import Fleet
@@ -45,7 +47,7 @@ class Inside:
 
     def __init__(self, registry: Registry, fleet: Fleet, cluster: Cluster,
                  clock: Callable[[], float], interval: Callable[[], float],
-                 cancel: Callable[[str, str], Awaitable[object]],
+                 cancel: Callable[[str, str], Coroutine[Any, Any, object]],
                  spawn: Spawn = spawn_free):
         self._registry = registry
         self._fleet = fleet
@@ -132,8 +134,8 @@ class Inside:
                     if record.gang_id not in self._cancelling:
                         self._cancelling.add(record.gang_id)
                         task = self._spawn(self._cancel(record.gang_id, why))
-                        task.add_done_callback(
-                            lambda _, g=record.gang_id: self._cancelling.discard(g))
+                        task.add_done_callback(functools.partial(
+                            lambda g, _: self._cancelling.discard(g), record.gang_id))
 
     def recovered(self, record: GangRecord) -> None:
         """A restarted scheduler adopted `record`, running inside its job: the job's

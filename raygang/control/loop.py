@@ -139,7 +139,7 @@ class SchedulingLoop:
             self._apply(now, await asyncio.to_thread(self._decide, snapshot, backlog, policy,
                                                      now), snapshot)
 
-    def _prepare(self) -> tuple | None:
+    def _prepare(self) -> tuple[float, ClusterSnapshot, Backlog, PolicyConfig] | None:
         now = self._clock()
         backlog = self._registry.backlog(now)
         if not backlog.lines and not self._fleet.may_grow():

@@ -143,7 +143,7 @@ class MemoryCluster:
         self.budgets: dict[str, MemoryBudget] = {}  # job id -> the budget its gangs use
         self._rng = random.Random(seed) if seed is not None else None
         self._jitter_s = jitter_s
-        self._waiters: list[asyncio.Future] = []
+        self._waiters: list[asyncio.Future[None]] = []
         # A booking removed shows free in the view (`free(seen=True)`, `observe`) this long
         # after the room is free (Ray's GCS: tens of milliseconds). A reservation asked for
         # before the view shows its room is noted in `asked_early`: on Ray it would be
@@ -310,8 +310,8 @@ class MemoryCluster:
         when every held gang is booked whole (the common case: one count per gang)."""
         counts: dict[str, int] = {}
         for key, bundles in self.booked.items():
-            gang = key.split("/", 1)[0]
-            counts[gang] = counts.get(gang, 0) + len(bundles)
+            owner = key.split("/", 1)[0]
+            counts[owner] = counts.get(owner, 0) + len(bundles)
         coming: dict[str, Resources] = {}
         for gang in held:
             if counts.get(gang.gang_id, 0) == len(gang.bundles):
@@ -550,7 +550,7 @@ class MemoryRun:
             await cluster.changed()
 
     async def signal_preempt(self, grace_s: float,
-                             members: Sequence[Any] | None = None) -> list[dict]:
+                             members: Sequence[Any] | None = None) -> list[dict[str, Any]]:
         if not grace_s or grace_s <= 0:
             return []
         await self.cluster.step()  # the replies take a moment
@@ -687,6 +687,7 @@ class MemoryRun:
         return []
 
 
-def _reply(member: _Member, hooks: int, error: str | None, running: bool) -> dict:
+def _reply(member: _Member, hooks: int, error: str | None, running: bool
+           ) -> dict[str, Any]:
     return {"member": member.name, "rank": member.rank, "hooks": hooks, "error": error,
             "running": running}

@@ -14,7 +14,7 @@ import asyncio
 import logging
 import random
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Coroutine
 from typing import Any
 
 from raygang.control import recovery
@@ -98,7 +98,7 @@ class ControlPlane:
         self.instance = self._new_id(128)  # a new one after every restart of the process
         self.recovery: dict[str, Any] = {}  # what the last rebuild found
         self._recovered = asyncio.Event()
-        self._tasks: dict[str, asyncio.Task] = {}
+        self._tasks: dict[str, asyncio.Task[Any]] = {}
 
     def _new_id(self, bits: int) -> str:
         if self._ids is None:
@@ -118,7 +118,7 @@ class ControlPlane:
         if self.loop.scaling is not None:
             self._spawn("scaling", self.loop.run_scaling)
 
-    def _spawn(self, name: str, work: Callable) -> None:
+    def _spawn(self, name: str, work: Callable[[], Coroutine[Any, Any, Any]]) -> None:
         task = self._tasks.get(name)
         if task is None or (task.done() and name != "recover"):
             self._tasks[name] = self.tasks.spawn(work(), name=f"raygang-{name}")
@@ -158,7 +158,7 @@ class ControlPlane:
         self.loop.wake()
 
     # Submitting -----------------------------------------------------------------------
-    async def ping(self) -> dict:
+    async def ping(self) -> dict[str, Any]:
         self.start()
         return {
             "config": self.config.model_dump(mode="json"),
@@ -405,7 +405,7 @@ class ControlPlane:
         await first_set([record.released if until_running else record.finished], timeout)
         return self._status(record)
 
-    async def results(self, gang_id: str) -> list:
+    async def results(self, gang_id: str) -> list[Any]:
         """The members' results in rank order (for a SUCCEEDED gang), as its run returned
         them. After a restart of the scheduler they come from the store, if kept there."""
         await self.ready()
@@ -481,7 +481,7 @@ class ControlPlane:
         await self.journal.clear()
         return len(unfinished)
 
-    async def close(self, timeout_s: float = 1.0) -> list[asyncio.Task]:
+    async def close(self, timeout_s: float = 1.0) -> list[asyncio.Task[Any]]:
         """End every task this plane started (its loops, each gang's drive, resize and
         stop), as a process ending would, and wait for them, up to `timeout_s`. Gangs are
         not cancelled first (see `shutdown`): a drive that ends tears its gang down, as

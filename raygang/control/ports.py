@@ -58,7 +58,8 @@ class GangRun(Protocol):
         """`run()` for a gang a previous scheduler process released (adopted)."""
 
     async def signal_preempt(self, grace_s: float,
-                             members: Sequence[MemberSlot] | None = None) -> list[dict]:
+                             members: Sequence[MemberSlot] | None = None
+                             ) -> list[dict[str, Any]]:
         """Tell the members (or only `members`, surplus members being removed); one reply
         per member once its hooks returned or the grace ran out: {"member", "rank",
         "hooks", "error", "running"} (launcher.py)."""

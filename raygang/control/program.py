@@ -30,6 +30,6 @@ class RoleProgram:
 
     @property
     def display(self) -> str:
-        if self.is_import_path:
+        if isinstance(self.target, str):  # an import path
             return self.target
         return getattr(self.target, "__qualname__", repr(self.target))

@@ -73,7 +73,8 @@ class GangRecord:
     pending_since: float | None = None  # when it last became PENDING (None: submitted_at)
     grow_reason: str | None = None  # why a running elastic gang grows no further (last cycle)
     _pending: PendingGang | None = field(default=None, repr=False, compare=False)
-    _placed: tuple[tuple, PlacedGang] | None = field(default=None, repr=False, compare=False)
+    _placed: tuple[tuple[object, ...], PlacedGang] | None = field(
+        default=None, repr=False, compare=False)
 
     def life(self) -> Life:
         """What the lifecycle's decisions read of this gang."""

@@ -227,6 +227,7 @@ class Registry:
             if where == "line":
                 self._line_add(record)
             elif where == "backoff":
+                assert record.not_before is not None  # "backoff" means it has one
                 heapq.heappush(self._backoff, (record.not_before, record.seq, gang_id))
                 self._where[gang_id] = "backoff"
             elif where == "inside":
@@ -262,7 +263,9 @@ class Registry:
             return  # a backoff entry is skipped when it comes up
         gang = record.pending_view()
         line = self._lines[gang.queue]
-        del line[index_in(line, gang)]
+        i = index_in(line, gang)
+        assert i is not None, gang.gang_id  # placed in its line, so found there
+        del line[i]
         totals = self._totals[gang.queue]
         totals[gang.total] -= 1
         if not totals[gang.total]:

@@ -22,6 +22,7 @@ import threading
 from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 
 class Store(ABC):
@@ -89,11 +90,11 @@ class SqliteStore(Store):
                 "CREATE TABLE IF NOT EXISTS records (tbl TEXT NOT NULL, key TEXT NOT NULL, "
                 "value BLOB NOT NULL, PRIMARY KEY (tbl, key))")
 
-    def _execute(self, sql: str, args: tuple) -> list[tuple]:
+    def _execute(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         with self._lock:
             return self._db.execute(sql, args).fetchall()
 
-    async def _run(self, sql: str, args: tuple) -> list[tuple]:
+    async def _run(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._thread, self._execute, sql, args)
 

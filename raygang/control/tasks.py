@@ -13,7 +13,7 @@ log = logging.getLogger(__name__)
 Spawn = Callable[[Coroutine[Any, Any, Any]], "asyncio.Task[Any]"]
 
 
-def spawn_free(work: Coroutine[Any, Any, Any]) -> asyncio.Task:
+def spawn_free(work: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
     """A task owned by no task set (a part used on its own, in a test)."""
     return asyncio.get_running_loop().create_task(work)
 
@@ -34,7 +34,8 @@ async def run_to_completion(work: Awaitable[Any]) -> None:
 
 
 async def wait_within(work: Sequence[Awaitable[Any]], timeout: float | None,
-                      return_when: str = asyncio.ALL_COMPLETED) -> tuple[set, set]:
+                      return_when: str = asyncio.ALL_COMPLETED
+                      ) -> tuple[set[asyncio.Future[Any]], set[asyncio.Future[Any]]]:
     """`asyncio.wait` on `work` (done, pending), cancelling what is still pending after.
 
     Never swallows the caller's cancellation, unlike `asyncio.wait_for` before Python 3.12:
@@ -43,9 +44,10 @@ async def wait_within(work: Sequence[Awaitable[Any]], timeout: float | None,
     normally instead of raising (bpo-42130). A loop built on it then runs on for ever when
     cancelled, and so does whoever waits for it (`asyncio.run`'s clean-up, a closing
     control plane)."""
-    futures = [asyncio.ensure_future(w) for w in work]
+    futures: list[asyncio.Future[Any]] = [asyncio.ensure_future(w) for w in work]
     try:
-        return await asyncio.wait(futures, timeout=timeout, return_when=return_when)
+        done, pending = await asyncio.wait(futures, timeout=timeout, return_when=return_when)
+        return done, pending
     finally:
         for future in futures:
             future.cancel()  # no-op on finished ones
@@ -60,7 +62,7 @@ async def first_set(events: Sequence[asyncio.Event], timeout: float | None) -> b
     return bool(done)
 
 
-async def cancel_and_wait(task: asyncio.Task) -> None:
+async def cancel_and_wait(task: asyncio.Task[Any]) -> None:
     """Cancel a task and wait until it has ended. Cancels again until it ends: a library
     call may swallow one cancellation (asyncio.wait_for before 3.12 does when its inner
     future completes at the same moment)."""
@@ -75,18 +77,19 @@ class TaskSet:
     and so that closing the plane can end every one of them."""
 
     def __init__(self) -> None:
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
 
     def __len__(self) -> int:
         return len(self._tasks)
 
-    def spawn(self, work: Coroutine[Any, Any, Any], name: str | None = None) -> asyncio.Task:
+    def spawn(self, work: Coroutine[Any, Any, Any], name: str | None = None
+              ) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(work, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def close(self, timeout_s: float) -> list[asyncio.Task]:
+    async def close(self, timeout_s: float) -> list[asyncio.Task[Any]]:
         """Cancel every task, again each time one cancellation was swallowed or a task
         started another, until none is left or `timeout_s` has passed; the tasks still
         running then (none, unless one ignores cancellation)."""

@@ -64,7 +64,8 @@ class _JumpingSelector(selectors.DefaultSelector):
         self.wall_limit_s: float | None = None
         self._wall_start = time.monotonic()
 
-    def select(self, timeout: float | None = None) -> list:
+    def select(self, timeout: float | None = None
+               ) -> list[tuple[selectors.SelectorKey, int]]:
         if self.wall_limit_s is not None \
                 and time.monotonic() - self._wall_start > self.wall_limit_s:
             raise WallClockExceeded(
@@ -91,8 +92,8 @@ class InlineExecutor(concurrent.futures.ThreadPoolExecutor):
     """`run_in_executor` without threads: the function runs at once, in the caller."""
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
-               ) -> concurrent.futures.Future:
-        future: concurrent.futures.Future = concurrent.futures.Future()
+               ) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         try:
             future.set_result(fn(*args, **kwargs))
         except BaseException as error:  # handed to the awaiting task, as a thread would
@@ -116,5 +117,5 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         return self.clock.now
 
     def _next_timer(self) -> float | None:
-        scheduled = self._scheduled  # asyncio's heap of timer handles (cancelled included)
+        scheduled = self._scheduled  # type: ignore[attr-defined]  # asyncio's heap of timer handles (cancelled included)
         return scheduled[0].when() if scheduled else None

@@ -12,7 +12,7 @@ go (`control.registry`); `Backlog.of` sorts a plain list of gangs.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from raygang.core.gang import PendingGang
@@ -72,7 +72,7 @@ class Line:
         head = self.head
         return head[i] if i < len(head) else self.tail[self.start + i - len(head)]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[PendingGang]:
         yield from self.head
         for i in range(self.start, len(self.tail)):
             yield self.tail[i]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, Protocol, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -57,7 +57,15 @@ class UnknownPriorityClass(ValueError):
     pass
 
 
-def unique_names(items: tuple, what: str) -> tuple:
+class _HasName(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+_Named = TypeVar("_Named", bound=_HasName)
+
+
+def unique_names(items: tuple[_Named, ...], what: str) -> tuple[_Named, ...]:
     names = [item.name for item in items]
     for name in names:
         if names.count(name) > 1:
@@ -234,7 +242,7 @@ class PolicyConfig(BaseModel):
         one's (e.g. queues in one file, the cluster's `scaling` in another)."""
         import yaml  # a dependency of Ray; only config files need it
 
-        data: dict = {}
+        data: dict[str, Any] = {}
         for path in paths:
             loaded = yaml.safe_load(Path(path).read_text()) or {}
             if not isinstance(loaded, dict):

@@ -15,6 +15,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 
 from raygang.core.actions import ACTIONS
+from raygang.core.actions.action import CycleState
 from raygang.core.backlog import Backlog, Line, demand, index_in
 from raygang.core.capacity import Capacity
 from raygang.core.config import PolicyConfig
@@ -23,11 +24,12 @@ from raygang.core.elastic import pieces, stops, units_first, with_remaining_unit
 from raygang.core.excess import Amounts, ExcessSearch
 from raygang.core.explain import why_not
 from raygang.core.fairshare import QueueBook
-from raygang.core.gang import PendingGang
+from raygang.core.gang import PendingGang, Shape
 from raygang.core.placement import place
 from raygang.core.plan import (
     Admission,
     Behind,
+    Growth,
     Plan,
     Positions,
     Preemption,
@@ -42,7 +44,7 @@ from raygang.core.snapshot import ClusterSnapshot, PlacedGang
 from raygang.core.victims import VictimSearch, reclaim_protected, victim_key
 
 # An action's own narrowing of the gangs any action may stop (reclaim's protections).
-Narrow = Callable[["Cycle", list[PlacedGang]], list[PlacedGang]]
+Narrow = Callable[[CycleState, list[PlacedGang]], list[PlacedGang]]
 
 
 class _EverFits:
@@ -51,7 +53,8 @@ class _EverFits:
     booleans, safe to share between the loop's threads; the empty capacity is not, as
     placement reserves on it and undoes, so each instance builds its own when asked)."""
 
-    _shared: tuple[tuple, dict] = ((), {})  # (nodes and totals, shape -> fits)
+    # (nodes and totals, shape -> fits)
+    _shared: tuple[tuple[tuple[str, Resources], ...], dict[Shape, bool]] = ((), {})
 
     def __init__(self, snapshot: ClusterSnapshot):
         self._snapshot = snapshot
@@ -60,7 +63,7 @@ class _EverFits:
         shared = _EverFits._shared
         if shared[0] != signature:
             shared = _EverFits._shared = (signature, {})
-        self._cache: dict = shared[1]
+        self._cache: dict[Shape, bool] = shared[1]
         self._by_gang: dict[int, bool] = {}  # pending gangs live as long as the cycle
 
     @property
@@ -75,7 +78,7 @@ class _EverFits:
             found = self._by_gang[id(gang)] = self.fits_shape(gang.shape)
         return found
 
-    def fits_shape(self, shape: tuple) -> bool:
+    def fits_shape(self, shape: Shape) -> bool:
         found = self._cache.get(shape)
         if found is None:
             strategy, bundles = shape
@@ -148,20 +151,23 @@ class Cycle:
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.admitted: set[str] = set()
-        self.tried: dict[str, list] = {}  # gang id -> (action, candidates) that failed it
+        # gang id -> (action, candidates) that failed it
+        self.tried: dict[str, list[tuple[str, Candidates]]] = {}
         self.limited: dict[str, str] = {}  # gang id -> the limit it hit last
         self.taken: set[str] = set()  # victims chosen this cycle
         self.taken_from: dict[str, Resources] = {}  # queue -> what its victims held
         self.memo: dict[str, object] = {}  # what an action works out once per cycle
-        self.failed: set = set()  # shapes (per action) that did not fit this cycle
+        # shapes (per action) that did not fit this cycle
+        self.failed: set[tuple[object, ...]] = set()
         self.waiting: dict[str, Waiting] = {}
         self._pools: dict[str, Pool] = {}  # action -> the gangs it may stop
         self._stoppable: list[PlacedGang] | None = None
         self._sorted: dict[str, list[PlacedGang]] = {}  # victim order -> stoppable, sorted
         self._good: dict[str, dict[Resources, int]] = {}  # queue -> totals it admits
         self.hold: Hold | None = None  # capacity held for a gang pending too long
-        self.delayed: dict[str, list] = {}  # gang id -> (action, its delay, seconds left)
-        self.growths: list = []  # plan.Growth, by the grow action
+        # gang id -> (action, its delay, seconds left)
+        self.delayed: dict[str, list[tuple[str, float, float]]] = {}
+        self.growths: list[Growth] = []  # by the grow action
         self.grow_waits: dict[str, str] = {}  # elastic gang id -> why it grows no further
         self.backlog: Backlog | None = None
 
@@ -179,14 +185,16 @@ class Cycle:
         for name in self.config.actions:
             action = ACTIONS[name]
             if action.attempt is not None:
-                self._pass(lambda gang: action.attempt(self, gang))
+                self._pass(functools.partial(action.attempt, self))
             if action.finish is not None:  # a pass over the running gangs (grow)
                 action.finish(self)
 
         def locate(gang_id: str) -> tuple[str, int, PendingGang] | None:
             gang = backlog.find(gang_id)
             line = None if gang is None else lines.get(gang.queue)
-            i = None if line is None else index_in(line, gang)
+            if gang is None or line is None:
+                return None
+            i = index_in(line, gang)
             return None if i is None else (gang.queue, i, line[i])
 
         behind = self._explain(eager)
@@ -423,7 +431,7 @@ class Cycle:
         after this cycle's decisions (what users see next); computed once per shape.
         Without backfill, the gangs behind a queue's first gang that could ever fit wait
         behind it: unless `eager`, their reasons are worked out when asked (`Behind`)."""
-        by_shape: dict = {}
+        by_shape: dict[Shape, str] = {}
         behind: dict[str, Behind] = {}
         backfill = self.config.backfill
         for queue, gangs in self.left.items():
@@ -458,7 +466,8 @@ class Cycle:
                        f"cannot fit on the cluster as it is now, even empty: {reason}",
                        behind=None if blocker is None else blocker.gang_id)
 
-    def _reason(self, gang: PendingGang, blocker: PendingGang | None, by_shape: dict) -> Waiting:
+    def _reason(self, gang: PendingGang, blocker: PendingGang | None,
+                by_shape: dict[Shape, str]) -> Waiting:
         if not self.ever.fits(gang):
             return self._never(gang, blocker)
         if blocker is not None:

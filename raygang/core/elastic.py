@@ -26,7 +26,7 @@ from raygang.core.capacity import Capacity
 from raygang.core.gang import PendingGang
 from raygang.core.plan import Preemption
 from raygang.core.resources import Resources
-from raygang.core.snapshot import PlacedGang
+from raygang.core.snapshot import GangKey, PlacedGang
 from raygang.core.spec import Strategy
 
 SEP = "/"  # a unit's id: "<gang id>/<member name>" (gang ids hold no "/")
@@ -87,7 +87,7 @@ def pieces(placed: Iterable[PlacedGang]) -> tuple[list[PlacedGang], list[PlacedG
     return out, leaving
 
 
-def units_first(key):  # noqa: ANN001, ANN201 - a sort key wrapped
+def units_first(key: GangKey) -> GangKey:
     """A victim order with every surplus unit ahead of every whole gang (and, among the
     units of one gang, the last grown first)."""
     return lambda g: (g.of is None, *key(g))
@@ -123,7 +123,7 @@ def stops(victims: Sequence[PlacedGang], gang: PendingGang, action: str,
 
 
 def place_member(gang: PlacedGang, bundle: Resources, capacity: Capacity,
-                 settled) -> str | None:  # noqa: ANN001 - node -> settled free
+                 settled: Callable[[str], Resources]) -> str | None:
     """A node for one more member of `gang` under its strategy, on settled free capacity:
     STRICT_PACK on its node; STRICT_SPREAD on a node it does not use; PACK its own nodes
     first, SPREAD other nodes first; best fit (tightest, then lowest id) among them; only

@@ -18,7 +18,7 @@ from raygang.core.resources import UNIT, Resources, format_amount
 from raygang.core.gang import PendingGang
 from raygang.core.snapshot import NodeState, PlacedGang
 
-Undo = Callable[[], None]
+Undo = Callable[[], object]  # what it returns (the undo's own undo) is not used
 Share = dict[str, float]  # resource name -> amount (floats: shares are not allocations)
 
 

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from raygang.core.resources import Resources
 from raygang.core.spec import GangSpec, Strategy
 
+# What placement sees of a gang: gangs of one shape fit or do not fit together.
+Shape = tuple[Strategy, tuple[Resources, ...]]
+
 
 class GangState(str, enum.Enum):
     PENDING = "PENDING"
@@ -62,7 +65,7 @@ class PendingGang:
         return self.spec.strategy
 
     @property
-    def shape(self) -> tuple[Strategy, tuple[Resources, ...]]:
+    def shape(self) -> Shape:
         """Gangs of one shape fit or do not fit together (placement ignores names)."""
         return (self.spec.strategy, self.spec.min_bundles)
 

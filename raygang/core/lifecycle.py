@@ -53,7 +53,7 @@ class RestartPolicy:
 
     def delay(self, restart: int) -> float:
         """Seconds before the `restart`-th restart (1-based) may run."""
-        return min(self.max_s, self.base_s * 2 ** (restart - 1))
+        return min(self.max_s, self.base_s * 2.0 ** (restart - 1))
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,7 +102,8 @@ def _pack(bundles: Sequence[Resources], capacity: Capacity) -> Assignment | None
     undos: list[Undo] = []
     try:
         while remaining:
-            best: tuple[tuple, str, list[int]] | None = None  # (key, node, hosted)
+            # (key, node, hosted)
+            best: tuple[tuple[object, ...], str, list[int]] | None = None
             for free, ids in capacity.classes():
                 node = next((n for n in ids if n not in used), None)
                 if node is None:

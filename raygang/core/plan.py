@@ -148,7 +148,7 @@ class Waitings(Mapping[str, Waiting]):
         lazy = len(self) - len(self.explicit)
         return f"Waitings({len(self.explicit)} looked at, {lazy} behind blocked queue heads)"
 
-    def signature(self) -> tuple:
+    def signature(self) -> tuple[object, ...]:
         """What changes when the set of waiting gangs changes (without walking them)."""
         return (frozenset(self.explicit), len(self),
                 frozenset((q, b.start, len(b.line)) for q, b in self.behind.items()))

@@ -85,9 +85,12 @@ class Pool:
         self._groups: dict[tuple[str, ...], dict[Vec, list[str]]] = {}  # bound -> nodes
         self._later: list[PlacedGang] = []  # taken, not members: bounds still to raise
         self._hopeful: dict[tuple[tuple[str, ...], Tests], set[str]] = {}
-        self._relevant: dict[tuple, tuple[list[int], list[int]]] = {}  # see `positions`
-        self._scores: dict[tuple, dict[Vec, tuple[int, ...]]] = {}  # (names, tests) -> ...
-        self.class_scores: dict[tuple, tuple[int, ...]] = {}  # (names, tests, free) -> ...
+        # see `positions`
+        self._relevant: dict[tuple[object, ...], tuple[list[int], list[int]]] = {}
+        # (names, tests) -> ...
+        self._scores: dict[tuple[object, ...], dict[Vec, tuple[int, ...]]] = {}
+        # (names, tests, free) -> ...
+        self.class_scores: dict[tuple[object, ...], tuple[int, ...]] = {}
         self._on_nodes: dict[tuple[str, ...], dict[str, list[int]]] = {}
 
     def candidates(self, queue: str | None = None, *, other_than: Iterable[str] = (),
@@ -155,7 +158,7 @@ class Pool:
         """Nodes holding members, grouped by bound (a few hundred distinct vectors)."""
         if names not in self._bounds:
             _, footprint = self.footprints(names)
-            free_vec, bound = self.free_vec(names), {}
+            free_vec, bound = self.free_vec(names), dict[str, Vec]()
             for gang in self.candidates():
                 for node, amounts in footprint(gang)[0]:
                     bound[node] = plus(bound.get(node) or free_vec(node), amounts)

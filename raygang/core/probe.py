@@ -15,7 +15,7 @@ from operator import add, sub
 from raygang.core.capacity import Capacity
 from raygang.core.fairshare import QueueBook
 from raygang.core.gang import PendingGang
-from raygang.core.pool import Candidates, Pool, Vec, scored
+from raygang.core.pool import Candidates, Pool, Tests, Vec, scored
 from raygang.core.resources import Resources
 from raygang.core.snapshot import PlacedGang
 from raygang.core.spec import Strategy
@@ -61,7 +61,9 @@ class Probe:
         usage = []
         for queue in book.tree.paths[gang.queue]:
             limit = book.tree.specs[queue].limit
-            res = tuple(r for r in limit or () if gang.total.units(r))  # as limit_problem
+            if limit is None:
+                continue
+            res = tuple(r for r in limit if gang.total.units(r))  # as limit_problem
             if res:
                 self._limits.append((queue, res, [limit.units(r) - gang.total.units(r)
                                                   for r in res]))
@@ -76,7 +78,7 @@ class Probe:
         self.reset()
         self._track = bool(self.short or self.over)
 
-    def _count(self, cache: dict) -> list[int]:
+    def _count(self, cache: dict[tuple[object, ...], tuple[int, ...]]) -> list[int]:
         counts = [0] * len(self.tests)
         for free, ids in self._capacity.classes():
             key = (self.names, self.tests, free)
@@ -262,7 +264,8 @@ class Probe:
         return [n for n, vec in self.free.items() if any(self._scores[vec])]
 
 
-def _tests(gang: PendingGang, names: tuple[str, ...]) -> tuple:
+def _tests(gang: PendingGang, names: tuple[str, ...]
+           ) -> tuple[Tests, list[int], list[list[tuple[int, int]]], bool]:
     """(tests, necessary count per test (0: none), sufficient groups [[(test, count)]],
     exact): the tests behind `Probe`'s verdict."""
     bundles = gang.bundles

@@ -40,12 +40,12 @@ def queue_report(
     running = dict.fromkeys(tree.specs, 0)
     for queue, totals in pending.items():
         if queue in tree.specs:
-            for name in tree.paths[queue]:
-                waiting[name] += sum(totals.values())
+            for above in tree.paths[queue]:
+                waiting[above] += sum(totals.values())
     for placed in snapshot.placed:
         if placed.queue in tree.specs:
-            for name in tree.paths[placed.queue]:
-                running[name] += 1
+            for above in tree.paths[placed.queue]:
+                running[above] += 1
     book.share_out_demand(snapshot.alive_nodes,
                           {queue: demand(totals) for queue, totals in pending.items()})
     rows = []

@@ -62,7 +62,7 @@ def _closest(demand: Resources, capacity: Capacity, exclude: set[str],
     """The node missing the least of `demand` now (then the lowest id) whose total holds
     it with what it was assigned already. Nodes are read by class of identical free
     vectors (a few hundred at most), not one by one."""
-    best: tuple | None = None
+    best: tuple[tuple[int, ...], str] | None = None
     for node, mine in assigned.items():  # their free is less what they were assigned
         if node not in exclude and (mine + demand).fits_in(capacity.total(node)):
             key = (_missing(demand, capacity.free(node) - mine, names), node)
@@ -102,7 +102,8 @@ class Hold:
         nodes = closest_nodes(gang, capacity)
         if nodes is None:
             return None
-        held, left = [], {}
+        held: list[tuple[str, Resources]] = []
+        left: dict[str, Resources] = {}
         for node, bundle in nodes:
             free = left.get(node, (settled or capacity.free)(node))
             part = Resources({n: max(0.0, min(bundle[n], free.get(n))) for n in bundle})

@@ -189,7 +189,8 @@ class Resources(Mapping[str, float]):
 
     # pydantic integration: validated from a mapping, serialized as a plain dict ----------
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler):
+    def __get_pydantic_core_schema__(cls, source: Any,
+                                     handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
         from_mapping = core_schema.no_info_plain_validator_function(_validate_resources)
         as_dict = core_schema.dict_schema(core_schema.str_schema(), core_schema.float_schema())
         return core_schema.json_or_python_schema(

@@ -22,7 +22,7 @@ from raygang.core.capacity import Capacity
 from raygang.core.config import NodeType, PolicyConfig, ScalePolicy
 from raygang.core.explain import describe_bundles
 from raygang.core.gang import PendingGang
-from raygang.core.placement import place
+from raygang.core.placement import Assignment, place
 from raygang.core.plan import Plan, WaitCode, Waiting, Waitings
 from raygang.core.resources import Resources, scarcity_key
 from raygang.core.snapshot import ClusterSnapshot, NodeState
@@ -190,9 +190,10 @@ class _Scratch:
     def headroom(self, group: NodeGroup) -> int:
         return max(0, group.max_nodes - group.nodes - self.added.get(group.name, 0))
 
-    def try_place(self, gang: PendingGang, group: NodeGroup | None, k: int):
+    def try_place(self, gang: PendingGang, group: NodeGroup | None, k: int
+                  ) -> Assignment | None:
         """Placement with `k` more nodes of `group`, or None; changes nothing."""
-        new = []
+        new: list[str] = []
         if group is not None:
             base = self.added.get(group.name, 0)
             new = [self._new_id(group, base + i) for i in range(k)]
@@ -252,7 +253,8 @@ def _scale_up_one(gang: PendingGang, sim: _Scratch, groups: Mapping[str, NodeGro
         plan.infeasible[gang.gang_id] = infeasible_reason(gang, list(groups.values()))
 
 
-def _fewest_nodes(gang: PendingGang, sim: _Scratch, group: NodeGroup):
+def _fewest_nodes(gang: PendingGang, sim: _Scratch, group: NodeGroup
+                  ) -> tuple[int, Assignment] | None:
     """(k, assignment) for the fewest new nodes of `group` that place the gang, or None.
     Never more new nodes than bundles; more empty nodes never hurt, so binary search."""
     high = min(sim.headroom(group), len(gang.bundles))
@@ -310,14 +312,14 @@ def infeasible_reason(gang: GangSpec | PendingGang, groups: Sequence[NodeGroup])
             f"shapes: " + ", ".join(f"{g.name} {g.shape}" for g in groups))
 
 
-def _size_key(bundle: Resources) -> tuple:
+def _size_key(bundle: Resources) -> tuple[tuple[tuple[tuple[int, str], int], ...], str]:
     names = sorted(bundle, key=scarcity_key)
     return (tuple((scarcity_key(n), -bundle.units(n)) for n in names), repr(bundle))
 
 
 def _closest(need: Resources, groups: Sequence[NodeGroup]) -> NodeGroup:
     """The group whose shape misses least of `need`, scarcest resource first."""
-    def key(g: NodeGroup) -> tuple:
+    def key(g: NodeGroup) -> tuple[tuple[int, ...], str]:
         missing = need.shortfall(g.shape)
         names = sorted(need, key=scarcity_key)
         return (tuple(missing.units(n) for n in names), g.name)
@@ -331,11 +333,11 @@ def _idle_nodes(snapshot: ClusterSnapshot, groups: Mapping[str, NodeGroup],
     """Idle nodes to release: oldest idle first, then node id; never the head (absent from
     `node_groups`), never a node holding a bundle, never below a group's min_nodes."""
     holding = {node_id for g in snapshot.placed for node_id, _ in g.bundles}
-    candidates = []
+    candidates: list[tuple[float, str, str]] = []
     for node in snapshot.alive_nodes:
         group = node_groups.get(node.node_id)
         since = idle_since.get(node.node_id)
-        if (group not in groups or since is None or group in cooling
+        if (group is None or group not in groups or since is None or group in cooling
                 or node.node_id in busy or node.node_id in holding
                 or now - since < config.idle_timeout_s):
             continue

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from raygang.core.resources import Resources
 from raygang.core.spec import Strategy
@@ -96,3 +97,7 @@ class ClusterSnapshot:
             if n.node_id == node_id:
                 return n
         raise KeyError(node_id)
+
+
+# A sort key over placed gangs (victim orders, `core.victims`): compared as tuples.
+GangKey = Callable[[PlacedGang], tuple[Any, ...]]

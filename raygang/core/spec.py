@@ -6,7 +6,7 @@ import enum
 import re
 from collections.abc import Iterable, Iterator
 from functools import cached_property
-from typing import Annotated, NamedTuple, TypeVar
+from typing import Annotated, Any, NamedTuple, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -71,7 +71,10 @@ def _replicas_range(data: object) -> object:
     return data
 
 
-def _min_within(model):  # noqa: ANN001, ANN202 - a RoleSpec or a DeploymentSpec
+_Replicated = TypeVar("_Replicated", "RoleSpec", "DeploymentSpec")
+
+
+def _min_within(model: _Replicated) -> _Replicated:
     if model.min_replicas is not None and model.min_replicas > model.replicas:
         raise ValueError(f"min_replicas: must be at most replicas ({model.replicas}), "
                          f"got {model.min_replicas}")
@@ -127,7 +130,7 @@ class MemberSlot(NamedTuple):
     """Where one member sits in its gang: its role, index in the role, and gang rank."""
 
     role: str
-    index: int
+    index: int  # type: ignore[assignment]  # shadows tuple.index: the domain's word wins
     rank: int
 
     @property
@@ -362,7 +365,7 @@ class JobSpec(BaseModel):
     bundle: Bundle | None = Field(None, description="one bundle of the budget")
     strategy: Strategy = Strategy.PACK
     working_dir: str | None = Field(None, min_length=1)
-    runtime_env: dict | None = None
+    runtime_env: dict[str, Any] | None = None
     env_vars: dict[str, str] = Field(default_factory=dict)
     metadata: dict[str, str] = Field(default_factory=dict)
     reservation_timeout_s: float = Field(60.0, gt=0)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from raygang.core.capacity import Capacity
 from raygang.core.fairshare import QueueBook, in_quota
@@ -29,12 +30,12 @@ from raygang.core.placement import place
 from raygang.core.pool import Candidates, Pool
 from raygang.core.probe import Probe
 from raygang.core.resources import UNIT, Resources, scarcity_key
-from raygang.core.snapshot import PlacedGang
+from raygang.core.snapshot import GangKey, PlacedGang
 
 Undo = Callable[[], None]
 
 
-def victim_order(gang: PlacedGang) -> tuple:
+def victim_order(gang: PlacedGang) -> tuple[Any, ...]:
     """Least important first: lowest priority, then most recently started (one not yet
     running counts as the most recent), then smallest (scarcest resource first), then id
     (`reclaim_victim_order: newest`, and always for preempt; Kueue's candidatesOrdering)."""
@@ -42,7 +43,7 @@ def victim_order(gang: PlacedGang) -> tuple:
     return (gang.priority, -started, _size(gang), gang.gang_id)
 
 
-def cheapest_first(now: float) -> Callable[[PlacedGang], tuple]:
+def cheapest_first(now: float) -> GangKey:
     """Least important first, and among gangs of one priority the one whose stop loses the
     least work: the fewest GPU-seconds (units of its scarcest resource x seconds) since its
     last checkpoint (`GangSpec.checkpoint_interval_s`) or else since its last start (one
@@ -50,7 +51,7 @@ def cheapest_first(now: float) -> Callable[[PlacedGang], tuple]:
     cheapest`). A small gang goes before a large one that saved as recently, and a large
     one that has just saved before a small one that has not."""
 
-    def key(gang: PlacedGang) -> tuple:
+    def key(gang: PlacedGang) -> tuple[Any, ...]:
         size = _size(gang)  # once per gang: this sorts every stoppable gang each cycle
         return (gang.priority, _at_risk(gang, now, size), size, gang.gang_id)
 
@@ -63,7 +64,7 @@ def _at_risk(gang: PlacedGang, now: float, size: tuple[int, ...]) -> float:
     return (size[0] if size else 0) * gang.unsaved_s(now)
 
 
-def victim_key(order: str, now: float) -> Callable[[PlacedGang], tuple]:
+def victim_key(order: str, now: float) -> GangKey:
     """The sort key of a victim order (`PreemptionPolicy.reclaim_victim_order`)."""
     return victim_order if order == "newest" else cheapest_first(now)
 
@@ -100,7 +101,7 @@ def reclaim_protected(book: QueueBook, placed: Sequence[PlacedGang],
     return kept_ids
 
 
-def _importance(gang: PlacedGang) -> tuple:
+def _importance(gang: PlacedGang) -> tuple[Any, ...]:
     """Gangs reclaim cannot stop first (they hold their part of the quota whatever
     happens), then whole gangs (an elastic one's minimum) before surplus members, then
     highest priority, then longest running."""
@@ -108,7 +109,7 @@ def _importance(gang: PlacedGang) -> tuple:
     return (gang.preemptible, gang.of is not None, -gang.priority, since, gang.gang_id)
 
 
-def _costliest(now: float) -> Callable[[PlacedGang], tuple]:
+def _costliest(now: float) -> GangKey:
     """`_importance` for `reclaim_victim_order: cheapest`: after priority, the gangs whose
     stop would lose the most work count within a queue's share first (GPU-seconds since
     their last checkpoint or start, then the largest), so what runs beyond it are the
@@ -117,7 +118,7 @@ def _costliest(now: float) -> Callable[[PlacedGang], tuple]:
     has not saved yet; ordering by size first makes a large reclaimer stop many small
     jobs (mean JCT +12 % on Oct 9-16 at 64 nodes)."""
 
-    def key(gang: PlacedGang) -> tuple:
+    def key(gang: PlacedGang) -> tuple[Any, ...]:
         size = _size(gang)
         return (gang.preemptible, gang.of is not None, -gang.priority,
                 -_at_risk(gang, now, size), tuple(-u for u in size), gang.gang_id)

@@ -2,38 +2,51 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
+from raygang.core.backlog import Line
+from raygang.core.capacity import Capacity
+from raygang.core.draining import Draining
 from raygang.core.excess import Amounts
 from raygang.core.fairshare import QueueBook
 from raygang.core.gang import PendingGang
+from raygang.core.plan import Growth
+from raygang.core.plan import Preemption as Stop
 from raygang.core.pool import Candidates, Pool
+from raygang.core.queues import QueueTree
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
 
 
 class Preemption(Protocol):
-    reclaim_victim_order: str
+    @property
+    def reclaim_victim_order(self) -> str: ...
 
 
-class Policy(Protocol):
-    cross_queue_preemption: bool
-    preemption: Preemption  # config.PreemptionPolicy
+class Policy(Protocol):  # read-only: a config.PolicyConfig is one
+    @property
+    def cross_queue_preemption(self) -> bool: ...
+
+    @property
+    def preemption(self) -> Preemption: ...  # config.PreemptionPolicy
 
 
 class CycleState(Protocol):
     """The cycle as actions see it (`core.cycle.Cycle`)."""
 
-    config: Policy
+    @property
+    def config(self) -> Policy: ...
+
     snapshot: ClusterSnapshot
     pieces: list[PlacedGang]  # the placed gangs, elastic ones as minimum + surplus units
     surplus_queues: dict[str, int]  # queue -> surplus units its elastic gangs hold
     now: float
     book: QueueBook  # queue usage with this cycle's moves, and fair shares
     limited: dict[str, str]  # gang id -> the limit it hit (its reason)
-    failed: set  # (action, shape...) keys that did not fit: not tried again this cycle
+    # (action, shape...) keys that did not fit: not tried again this cycle
+    failed: set[tuple[object, ...]]
     taken_from: dict[str, Resources]  # queue -> what this cycle's victims held there
     memo: dict[str, object]  # what an action works out once per cycle
 
@@ -54,6 +67,47 @@ class CycleState(Protocol):
                amounts: Amounts | None = None) -> bool: ...
 
 
+class GrowPolicy(Policy, Protocol):
+    @property
+    def backfill(self) -> bool: ...
+
+
+class QueueTurns(Protocol):
+    """Queues taking turns in fair-share order (`core.cycle`)."""
+
+    def pick(self) -> str | None: ...
+
+    def touched(self, queue: str) -> None: ...
+
+    def done(self, queue: str) -> None: ...
+
+
+class EverFits(Protocol):
+    def fits(self, gang: PendingGang) -> bool: ...
+
+
+class GrowingCycle(CycleState, Protocol):
+    """What a pass over the running gangs (`Action.finish`: grow) uses of the cycle, once
+    the pending gangs were offered."""
+
+    @property
+    def config(self) -> GrowPolicy: ...
+
+    preemptions: list[Stop]
+    grow_waits: dict[str, str]
+    growths: list[Growth]
+    tree: QueueTree
+    left: dict[str, Line]
+    admitted: set[str]
+    capacity: Capacity
+    draining: Draining
+
+    @property
+    def ever(self) -> EverFits: ...
+
+    def queue_order(self, queues: Sequence[str]) -> QueueTurns: ...
+
+
 @dataclass(frozen=True)
 class Action:
     name: str
@@ -64,4 +118,4 @@ class Action:
     no_room: dict[str, str] | None = None
     why: Callable[[PlacedGang, PendingGang], str] | None = None
     # A pass over the running gangs once the pending ones were offered (grow).
-    finish: Callable[[Any], None] | None = None
+    finish: Callable[[GrowingCycle], None] | None = None

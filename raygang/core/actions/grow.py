@@ -13,14 +13,14 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from raygang.core.actions.action import Action
+from raygang.core.actions.action import Action, GrowingCycle
 from raygang.core.elastic import place_member
 from raygang.core.plan import Growth
 from raygang.core.resources import Resources
-from raygang.core.snapshot import PlacedGang
+from raygang.core.snapshot import Elastic, PlacedGang
 
 
-def grow(cycle) -> None:  # noqa: ANN001 - core.cycle.Cycle
+def grow(cycle: GrowingCycle) -> None:
     shrunk = {p.victim for p in cycle.preemptions}
     by_queue: dict[str, list[PlacedGang]] = {}
     for gang in cycle.snapshot.placed:
@@ -50,30 +50,30 @@ def grow(cycle) -> None:  # noqa: ANN001 - core.cycle.Cycle
             g.gang_id))
     order = cycle.queue_order(list(ready))
     grown: dict[str, list[tuple[str, str]]] = {}  # gang id -> (member, node) added
-    while (queue := order.pick()) is not None:
-        gangs = ready[queue]
+    while (turn := order.pick()) is not None:
+        gangs = ready[turn]
         added = False
         while gangs and not added:
             gang = gangs[0]
             step = _one_more(cycle, gang, grown.setdefault(gang.gang_id, []))
             if step is None:
                 added = True  # it took one: the queues take turns
-                if len(grown[gang.gang_id]) == len(gang.elastic.missing):
+                if len(grown[gang.gang_id]) == len(_elastic(gang).missing):
                     gangs.pop(0)
             else:
                 cycle.grow_waits[gang.gang_id] = _runs(gang, step, len(grown[gang.gang_id]))
                 gangs.pop(0)
         if added:
-            order.touched(queue)
+            order.touched(turn)
         if not gangs:
-            order.done(queue)
+            order.done(turn)
     for gang_id, members in grown.items():
         if members:
             cycle.growths.append(Growth(gang_id, tuple(m for m, _ in members),
                                         tuple(n for _, n in members)))
 
 
-def _first_waiting(cycle, queue: str) -> str | None:  # noqa: ANN001
+def _first_waiting(cycle: GrowingCycle, queue: str) -> str | None:
     if cycle.config.backfill:
         return None
     for gang in cycle.left.get(queue, ()):
@@ -82,27 +82,33 @@ def _first_waiting(cycle, queue: str) -> str | None:  # noqa: ANN001
     return None
 
 
-def _one_more(cycle, gang: PlacedGang, grown: list[tuple[str, str]]) -> str | None:  # noqa: ANN001
+def _one_more(cycle: GrowingCycle, gang: PlacedGang, grown: list[tuple[str, str]]) -> str | None:
     """Add the gang's next member on the cycle's capacity; None if it did, else why not."""
-    name, bundle = gang.elastic.missing[len(grown)]
+    e = _elastic(gang)
+    name, bundle = e.missing[len(grown)]
     problem = cycle.book.limit_problem(gang.queue, bundle)
     if problem:
         return problem
     now = dataclasses.replace(gang, bundles=gang.bundles + tuple(
-        (node, b) for (_, node), (_, b) in zip(grown, gang.elastic.missing)))
+        (node, b) for (_, node), (_, b) in zip(grown, e.missing)))
     node = place_member(now, bundle, cycle.capacity, cycle.draining.settled)
     if node is None:
-        where = "node of its own (it grows on no other)" if gang.elastic.within else "node"
+        where = "node of its own (it grows on no other)" if e.within else "node"
         return (f"no {where} has {_fmt(bundle)} free for member {name} "
-                f"({gang.elastic.strategy.value})")
+                f"({e.strategy.value})")
     cycle.capacity.reserve([(node, bundle)])
     cycle.book.add(gang.queue, bundle)
     grown.append((name, node))
     return None
 
 
+def _elastic(gang: PlacedGang) -> Elastic:
+    assert gang.elastic is not None  # grow only ever looks at elastic gangs
+    return gang.elastic
+
+
 def _runs(gang: PlacedGang, why: str, grown: int = 0) -> str:
-    e = gang.elastic
+    e = _elastic(gang)
     have = len(gang.bundles) - len(e.leaving) + grown
     most = len(gang.bundles) - len(e.leaving) + len(e.missing)
     return f"runs {have} of at most {most} members; grows no further now: {why}"
