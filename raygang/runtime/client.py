@@ -12,15 +12,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
-from raygang.control.config import SchedulerConfig
 from raygang.control.errors import SchedulerNotRunningError
-from raygang.runtime.launcher import NAMESPACE, SCHEDULER_NAME
-from raygang.runtime.scheduler import SchedulerActor
+from raygang.runtime.names import NAMESPACE, SCHEDULER_NAME
+
+if TYPE_CHECKING:
+    from raygang.control.config import SchedulerConfig
 
 log = logging.getLogger(__name__)
 SHUTDOWN_WAIT_S = 60.0  # how long shutdown() waits for a restarting scheduler to answer
@@ -42,6 +43,11 @@ def start(config: SchedulerConfig | None = None):
     The first caller's `config` wins; a later caller asking for a different one gets a
     warning and the running scheduler.
     """
+    # Here, not at the top: the client side (a Train controller's callback, the REST API)
+    # reaches a running scheduler without importing it (tests/unit/test_layers.py).
+    from raygang.control.config import SchedulerConfig
+    from raygang.runtime.scheduler import SchedulerActor
+
     _ensure_ray()
     asked = config
     config = config or SchedulerConfig()

@@ -32,7 +32,8 @@ from raygang.runtime.handoff import holds_of
 from raygang.runtime.jobclient import JobClient
 from raygang.runtime.jobs import JOB_ACTOR, JobLaunch
 from raygang.runtime.trainrun import TrainLaunch, TrainSession
-from raygang.runtime.launcher import NAMESPACE, SCHEDULER_NAME, GangLaunch, member_name, pg_name
+from raygang.runtime.launcher import GangLaunch
+from raygang.runtime.names import NAMESPACE, PREFIX, SCHEDULER_NAME, member_name, pg_name
 from raygang.runtime.observe import observe, schedulable
 from raygang.runtime.ray_private import (
     available_resources_per_node,
@@ -41,7 +42,6 @@ from raygang.runtime.ray_private import (
 )
 
 log = logging.getLogger(__name__)
-PREFIX = "raygang-"
 FREE_POLL_S = 0.01  # how often `until_free` reads the GCS (the view lags by 10-100 ms)
 
 

@@ -6,9 +6,9 @@ Calls are the GCS client's async ones, so the scheduler's event loop never block
 from __future__ import annotations
 
 from raygang.control.store import Store
+from raygang.runtime.names import GCS_NAMESPACE
 from raygang.runtime.ray_private import gcs_kv_client
 
-GCS_NAMESPACE = "raygang-state"
 
 
 class GcsStore(Store):

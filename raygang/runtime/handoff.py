@@ -31,14 +31,11 @@ from raygang.control.ports import ReservationTimeout
 from raygang.control.tasks import run_to_completion
 from raygang.core.budget import take
 from raygang.core.resources import Resources
-from raygang.runtime.launcher import NODE_ID_LABEL, SETTLE_S, _wait_ready
+from raygang.runtime.names import NODE_ID_LABEL, hold_name
 from raygang.runtime.ray_private import group_nodes
+from raygang.runtime.settle import SETTLE_S, wait_ready
 
 log = logging.getLogger(__name__)
-
-
-def hold_name(gang_id: str, index: int) -> str:
-    return f"raygang-{gang_id}-hold-{index}"
 
 
 class HandoffFailed(Exception):
@@ -177,7 +174,7 @@ class Budget:
         task.add_done_callback(self._removing.discard)
 
     async def _remove_settled(self, group: PlacementGroup, index: int) -> None:
-        await run_to_completion(_wait_ready(group, SETTLE_S))
+        await run_to_completion(wait_ready(group, SETTLE_S))
         _remove(group, hold_name(self.gang_id, index))
 
     async def close(self) -> None:
@@ -189,7 +186,7 @@ class Budget:
         mid-prepare leaks its bundle in Ray 2.60, see launcher.GangLaunch.close)."""
         unsettled = [g for i, g in self._holds.items() if i not in self._settled]
         if unsettled:
-            await run_to_completion(asyncio.gather(*(_wait_ready(g, SETTLE_S)
+            await run_to_completion(asyncio.gather(*(wait_ready(g, SETTLE_S)
                                                      for g in unsettled)))
             self._settled.update(self._holds)  # at rest, or not being prepared at all
         for i in list(self._holds):

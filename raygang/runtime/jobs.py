@@ -37,6 +37,7 @@ from raygang.core.resources import Resources
 from raygang.core.spec import GangSpec, JobSpec
 from raygang.runtime.handoff import Budget, selector
 from raygang.runtime.jobclient import TERMINAL, JobClient, stop_until_ended, transient
+from raygang.runtime.names import ray_job_id
 from raygang.runtime.trainrun import TrainSession
 
 log = logging.getLogger(__name__)
@@ -44,10 +45,6 @@ POLL_S = 1.0
 TRAIN_CALLBACK = "raygang.runtime.train_callback.RaygangTrain"
 LOG_TAIL_CHARS = 2000
 JOB_ACTOR = "_ray_internal_job_actor_{}"  # the name Ray gives a job's supervisor actor
-
-
-def ray_job_id(gang_id: str, attempt: int) -> str:
-    return f"raygang-{gang_id}-{attempt}"
 
 
 def driver_command(entrypoint: str, gcs_address: str | None) -> str:

@@ -28,24 +28,19 @@ from raygang.core.resources import Resources
 from raygang.core.spec import GangSpec, MemberSlot
 from raygang.runtime.context import GangContext, World, dense_role_ranks
 from raygang.runtime.member import DONE, constructor_args, member_actor_class
+from raygang.runtime.names import (  # noqa: F401 - NAMESPACE, SCHEDULER_NAME: re-exported
+    NAMESPACE,
+    NODE_ID_LABEL,
+    SCHEDULER_NAME,
+    member_name,
+    pg_name,
+)
 from raygang.runtime.ray_private import placement_group as ray_placement_group
+from raygang.runtime.settle import SETTLE_S, wait_ready
 
 log = logging.getLogger(__name__)
 # How long a placement group still being created may take to be ready before it is
 # removed anyway (see GangLaunch.close).
-SETTLE_S = 10.0
-
-NAMESPACE = "raygang"  # of the scheduler actor and every member actor
-SCHEDULER_NAME = "raygang-scheduler"
-NODE_ID_LABEL = "ray.io/node-id"
-
-
-def pg_name(gang_id: str) -> str:
-    return f"raygang-{gang_id}"
-
-
-def member_name(gang_id: str, slot: MemberSlot) -> str:
-    return f"raygang-{gang_id}-{slot.role}-{slot.index}"
 
 
 def describe_failure(slot: MemberSlot | None, exc: BaseException) -> GangError:
@@ -500,7 +495,7 @@ class GangLaunch:
             _kill(handle, member_name(self.gang_id, slot))
             pg = self.member_pgs.pop(slot.name, None)
             if pg is not None and slot.name in self._unsettled:
-                await _wait_ready(pg, SETTLE_S)
+                await wait_ready(pg, SETTLE_S)
                 self._unsettled.discard(slot.name)
             _remove(pg, member_name(self.gang_id, slot))
 
@@ -553,7 +548,7 @@ class GangLaunch:
         if self.pg is not None and not self._at_rest:
             unsettled.append(self.pg)
         if unsettled:
-            await run_to_completion(asyncio.gather(*(_wait_ready(pg, SETTLE_S)
+            await run_to_completion(asyncio.gather(*(wait_ready(pg, SETTLE_S)
                                                      for pg in unsettled)))
         self.teardown()
 
@@ -611,15 +606,6 @@ async def _ready_within(pgs: Sequence[PlacementGroup], timeout: float) -> bool:
     for ready in done:
         ready.result()
     return not pending
-
-
-async def _wait_ready(pg: PlacementGroup, timeout: float) -> None:
-    ready = asyncio.ensure_future(pg.ready())
-    done, _ = await asyncio.wait([ready], timeout=timeout)
-    if done and not ready.cancelled():
-        ready.exception()  # retrieved: a removed group's error is expected here
-    else:
-        ready.cancel()
 
 
 async def _settled(ref: Any) -> None:

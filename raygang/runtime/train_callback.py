@@ -51,7 +51,7 @@ from raygang.core.spec import GangSpec, Resize, RoleSpec
 from raygang.runtime import ray_private
 from raygang.runtime.client import SchedulerClient
 from raygang.runtime.handoff import selector
-from raygang.runtime.launcher import NODE_ID_LABEL
+from raygang.runtime.names import NODE_ID_LABEL
 
 log = logging.getLogger(__name__)
 CLAIM_POLL_S = 10.0

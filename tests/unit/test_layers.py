@@ -3,6 +3,7 @@ Ray, imports point one way and no package's modules import each other in a cycle
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -25,6 +26,26 @@ def test_importing_core_does_not_import_ray_or_other_heavy_layers(package):
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+# The scheduler's side: its actor, the control plane's loop and state, the launcher of
+# members. A Ray Train controller runs raygang's callback in its own process, and the REST
+# API reaches the scheduler the same way (issue 29): neither should load any of it.
+SCHEDULER_SIDE = ("raygang.runtime.scheduler", "raygang.runtime.cluster",
+                  "raygang.runtime.launcher", "raygang.runtime.member",
+                  "raygang.control.plane", "raygang.control.loop", "raygang.control.registry",
+                  "raygang.control.fleet", "raygang.control.driver", "raygang.control.journal")
+
+
+@pytest.mark.parametrize("module", ["raygang.runtime.train_callback",
+                                    "raygang.runtime.client"])
+def test_the_client_side_loads_no_scheduler_code(module):
+    code = (f"import sys, {module}; "
+            f"print(sorted(m for m in {SCHEDULER_SIDE!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
 

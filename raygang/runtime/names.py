@@ -1,0 +1,39 @@
+"""Every name raygang gives what it creates in Ray, in one place. A restarted scheduler
+finds its members, placement groups and Ray jobs again by these names (runtime/cluster.py
+adopts what carries the prefix), and so do the client side, tests and operators
+(`ray list actors --filter namespace=raygang`).
+
+Plain strings only: the client side (the Python API, a Ray Train controller's callback)
+imports this without importing the scheduler.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from raygang.core.spec import MemberSlot
+
+NAMESPACE = "raygang"  # of the scheduler actor and every member actor
+SCHEDULER_NAME = "raygang-scheduler"
+PREFIX = "raygang-"  # of every placement group, member actor and Ray job raygang creates
+GCS_NAMESPACE = "raygang-state"  # the GCS store's key-value namespace (state.store: gcs)
+NODE_ID_LABEL = "ray.io/node-id"  # Ray's own label: what pins a bundle to a node
+
+
+def pg_name(gang_id: str) -> str:
+    return f"{PREFIX}{gang_id}"
+
+
+def member_name(gang_id: str, slot: MemberSlot) -> str:
+    return f"{PREFIX}{gang_id}-{slot.role}-{slot.index}"
+
+
+def hold_name(gang_id: str, index: int) -> str:
+    """A placement group holding a Train run's nodes while they are handed over."""
+    return f"{PREFIX}{gang_id}-hold-{index}"
+
+
+def ray_job_id(gang_id: str, attempt: int) -> str:
+    """The submission id of a raygang job's Ray job, one per attempt."""
+    return f"{PREFIX}{gang_id}-{attempt}"
