@@ -101,13 +101,19 @@ def test_the_random_cycles_decide_every_kind_of_thing():
     assert codes == {"NO_FIT", "BEHIND", "LIMIT", "UNSCHEDULABLE"}
 
 
-def test_plan_data_reads_the_reasons_behind_a_blocked_head_as_a_full_cycle_gives_them():
+def test_plan_data_reads_the_reasons_and_places_behind_a_blocked_head_as_asked_for():
     for seed in range(0, 120, 3):
         snapshot, backlog, config, now = random_cycle(seed)
         lazy = schedule(snapshot, backlog, config, now)
         full = schedule(snapshot, [g for line in backlog.lines.values() for g in line],
                         config, now)
         assert plan_data(lazy) == plan_data(full), seed
+        # ... and as the plan's own mappings answer for one gang at a time.
+        data = plan_data(lazy)
+        assert data["positions"] == {g: lazy.positions[g] for g in lazy.positions}, seed
+        assert data["waiting"] == {g: {"code": w.code.value, "message": w.message,
+                                       "behind": w.behind}
+                                   for g, w in ((g, lazy.waiting[g]) for g in lazy.waiting)}
 
 
 def test_what_a_snapshot_holds_survives_the_file():
