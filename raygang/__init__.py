@@ -27,6 +27,7 @@ _PUBLIC = {
     "list_deployments": "raygang.api",
     "queues": "raygang.api",
     "cluster": "raygang.api",
+    "debug_cycle": "raygang.api",
     "QueueStatus": "raygang.control.status",
     "ClusterStatus": "raygang.control.status",
     "ScaleConfig": "raygang.control.config",
@@ -77,7 +78,8 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from raygang.api import (
         DeploymentRef, Gang, GangRef, GangTask, deploy, dry_run, gang, gang_task,
-        cluster, list_deployments, list_gangs, queues, shutdown, start, undeploy,
+        cluster, debug_cycle, list_deployments, list_gangs, queues, shutdown, start,
+        undeploy,
     )
     from raygang.control.config import ScaleConfig, SchedulerConfig, StateConfig
     from raygang.core.config import NodeType, PolicyConfig, PriorityClass

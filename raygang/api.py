@@ -304,6 +304,11 @@ def cluster() -> ClusterStatus:
     return _call("cluster")
 
 
+def debug_cycle() -> dict:
+    """The next scheduling cycle's inputs and plan: `raygang sim --replay-cycle` reruns it."""
+    return _call("debug_cycle")
+
+
 def list_deployments() -> list[GangStatus]:
     return _call("list_deployments")
 
@@ -437,7 +442,6 @@ def _default_name(target: Any) -> str:
 
 def _display(target: Any) -> str:
     return getattr(target, "__qualname__", None) or repr(target)
-
 
 
 __all__ = [

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from raygang.control.records import GangRecord
+from raygang.control.registry import Registry
 from raygang.control.status import DryRunResult, Victim
-from raygang.core.backlog import Backlog
 from raygang.core.config import PolicyConfig
 from raygang.core.gang import PendingGang
 from raygang.core.plan import Plan
@@ -15,23 +15,31 @@ from raygang.core.snapshot import ClusterSnapshot
 from raygang.core.spec import GangSpec
 
 
+
 class Gangs(Protocol):
     """The scheduler's gangs by id (`Registry`); KeyError for one forgotten already."""
 
     def __getitem__(self, gang_id: str) -> GangRecord: ...
 
 
-def what_if(spec: GangSpec, seq: int, snapshot: ClusterSnapshot, backlog: Backlog,
-            policy: PolicyConfig, now: float, gangs: Gangs) -> DryRunResult:
-    """The answer for `spec` submitted now (submission number `seq`), behind `backlog`."""
+def what_if(spec: GangSpec, snapshot: ClusterSnapshot, registry: Registry,
+            policy: PolicyConfig, now: float) -> DryRunResult:
+    """The answer for `spec` submitted now, behind the registry's backlog."""
+    if not isinstance(spec, GangSpec):
+        raise TypeError(f"dry_run() takes a GangSpec, got {type(spec).__name__}")
+    spec = GangSpec.model_validate(spec.model_dump())
+    # After every gang submitted so far, as a real submission would be; the counter is not
+    # advanced (a what-if uses up nothing).
+    seq = max((r.seq for r in registry), default=-1) + 1
     reason = unschedulable_reason(spec, snapshot, policy)
     if reason:
         return DryRunResult(outcome="rejected", reason=reason)
     cls = policy.priority_class(spec)
     probe = PendingGang("(dry run)", spec, cls.value, seq, cls.preemptible)
+    backlog = registry.backlog(now)
     pending = [g for line in backlog.lines.values() for g in line]
     return dry_run_result(schedule(snapshot, [*pending, probe], policy, now), probe,
-                          snapshot, gangs)
+                          snapshot, registry)
 
 
 def dry_run_result(plan: Plan, probe: PendingGang, snapshot: ClusterSnapshot,

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from raygang.control.config import SchedulerConfig
 from raygang.control.fleet import Fleet
@@ -21,9 +23,11 @@ from raygang.control.registry import Registry
 from raygang.control.tasks import first_set
 from raygang.core.backlog import Backlog
 from raygang.core.config import PolicyConfig
+from raygang.core.cycle_dump import dump_cycle
 from raygang.core.elastic import member_id, member_of
 from raygang.core.gang import GangState
 from raygang.core.plan import Plan, Waitings
+from raygang.core.plan_data import plan_data
 from raygang.core.scale import scale_candidates
 from raygang.core.schedule import schedule
 from raygang.core.snapshot import ClusterSnapshot
@@ -31,6 +35,7 @@ from raygang.core.snapshot import ClusterSnapshot
 log = logging.getLogger(__name__)
 
 METRICS_REFRESH_S = 1.0
+Prepared = tuple[float, ClusterSnapshot, Backlog, PolicyConfig]  # a cycle's inputs: now first
 NODE_WAIT_POLL_S = 0.2
 RELEASE_RECHECK_S = (0.1, 0.3, 1.0)  # wakes after a gang is released (GCS view lag)
 
@@ -62,6 +67,7 @@ class SchedulingLoop:
         self._metrics_at = float("-inf")  # when the gauges were last refreshed
         self.observed: tuple[float, ClusterSnapshot] | None = None
         self._noted: set[str] = set()  # pending gangs with a scale note
+        self._dumps: list[asyncio.Future[dict[str, Any]]] = []  # requests for the next cycle's dump
 
     # Waking ---------------------------------------------------------------------------
     def wake(self) -> None:
@@ -127,7 +133,15 @@ class SchedulingLoop:
         prepared = self._prepare()
         if prepared is not None:
             now, snapshot, backlog, policy = prepared
-            self._apply(now, self._decide(snapshot, backlog, policy, now), snapshot)
+            try:
+                plan = self._decide(snapshot, backlog, policy, now)
+            except Exception as error:
+                if self._dumps:
+                    self._answer(_written(self._write, prepared, None, error))
+                raise
+            self._apply(now, plan, snapshot)
+            if self._dumps:
+                self._answer(_written(self._write, prepared, plan))
 
     async def cycle_off_loop(self) -> None:
         """One cycle; the decision runs in a thread of its own, so that the event loop
@@ -136,13 +150,20 @@ class SchedulingLoop:
         prepared = self._prepare()
         if prepared is not None:
             now, snapshot, backlog, policy = prepared
-            self._apply(now, await asyncio.to_thread(self._decide, snapshot, backlog, policy,
-                                                     now), snapshot)
+            try:
+                plan = await asyncio.to_thread(self._decide, snapshot, backlog, policy, now)
+            except Exception as error:
+                if self._dumps:
+                    await self._answer_off_loop(prepared, error=error)
+                raise
+            self._apply(now, plan, snapshot)
+            if self._dumps:
+                await self._answer_off_loop(prepared, plan)
 
-    def _prepare(self) -> tuple[float, ClusterSnapshot, Backlog, PolicyConfig] | None:
+    def _prepare(self) -> Prepared | None:
         now = self._clock()
         backlog = self._registry.backlog(now)
-        if not backlog.lines and not self._fleet.may_grow():
+        if not backlog.lines and not self._fleet.may_grow() and not self._dumps:
             self.last_plan = Plan()
             return None
         self._started = self._metrics.cycle_started()
@@ -216,6 +237,61 @@ class SchedulingLoop:
             record.set_waiting(waiting.code, waiting.message,
                                plan.positions.get(record.gang_id))
 
+    # Dumping a cycle, on request -------------------------------------------------------
+    async def dump_next(self, timeout_s: float) -> dict[str, Any]:
+        """The next cycle's inputs and plan (`core.cycle_dump`): a cycle pays for a dump
+        only when one is asked for. The request wakes the loop, and the cycle runs even
+        with nothing pending (its dump then shows an empty backlog). A cycle that fails
+        is dumped too, with its error and no plan."""
+        answer = asyncio.get_running_loop().create_future()
+        self._dumps.append(answer)
+        self.wake()
+        try:
+            return await asyncio.wait_for(asyncio.shield(answer), timeout_s)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"no scheduling cycle ran within {timeout_s:g} s"
+                               + (f" (last error: {self.last_error})" if self.last_error
+                                  else "")) from None
+        finally:
+            if answer in self._dumps:
+                self._dumps.remove(answer)
+
+    def _writer(self, prepared: Prepared, plan: Plan | None = None,
+                error: Exception | None = None) -> Callable[[], dict[str, Any]]:
+        """What writes this cycle's dump. The plan's reasons not read yet are read now,
+        on the loop's thread, as a status reads them; the inputs (copies) may be written
+        out in another thread."""
+        now, snapshot, backlog, policy = prepared
+        data = None if plan is None else plan_data(plan)
+        why = None if error is None else f"{type(error).__name__}: {error}"
+        return functools.partial(dump_cycle, snapshot, backlog, policy, now, data, error=why)
+
+    def _write(self, prepared: Prepared, plan: Plan | None = None,
+               error: Exception | None = None) -> dict[str, Any]:
+        return self._writer(prepared, plan, error)()
+
+    async def _answer_off_loop(self, prepared: Prepared, plan: Plan | None = None,
+                               error: Exception | None = None) -> None:
+        try:
+            outcome = await asyncio.to_thread(_written, self._writer(prepared, plan, error))
+        except Exception as failed:
+            outcome = failed
+        self._answer(outcome)
+
+    def _answer(self, outcome: dict[str, Any] | Exception) -> None:
+        """Every request waiting gets the dump, or why it could not be written (a dump
+        that fails is not a cycle that failed: the loop goes on)."""
+        if isinstance(outcome, Exception):
+            log.error("writing a cycle's dump failed: %r", outcome)
+        answers, self._dumps = self._dumps, []
+        for answer in answers:
+            if answer.done():
+                continue
+            if isinstance(outcome, Exception):
+                answer.set_exception(outcome)
+            else:
+                answer.set_result(outcome)
+
     # What the cluster looks like ------------------------------------------------------
     def observe(self) -> ClusterSnapshot:
         draining = self.scaling.draining if self.scaling is not None else ()
@@ -266,3 +342,11 @@ class SchedulingLoop:
                     record.set_scale_note(note)
                     if note is not None:
                         self._noted.add(gang_id)
+
+
+def _written(write: Callable[..., dict[str, Any]], *args: object
+             ) -> dict[str, Any] | Exception:
+    try:
+        return write(*args)
+    except Exception as failed:  # noqa: BLE001 - handed to the requests, not raised here
+        return failed

@@ -54,6 +54,7 @@ from raygang.core.spec import DeploymentSpec, GangSpec, JobSpec
 
 log = logging.getLogger(__name__)
 CLUSTER_VIEW_MAX_AGE_S = 0.25  # `cluster()` observes afresh at most this often
+DUMP_WAIT_S = 30.0  # a cycle dump asked for: how long to wait for the cycle
 
 
 class ControlPlane:
@@ -386,15 +387,13 @@ class ControlPlane:
     async def dry_run(self, spec: GangSpec) -> DryRunResult:
         """What a cycle would do with `spec` submitted now, without doing any of it."""
         await self.ready()
-        if not isinstance(spec, GangSpec):
-            raise TypeError(f"dry_run() takes a GangSpec, got {type(spec).__name__}")
-        spec = GangSpec.model_validate(spec.model_dump())
-        now = self._clock()
-        # After every gang submitted so far, as a real submission would be; the counter
-        # is not advanced (a what-if uses up nothing).
-        seq = max((r.seq for r in self.registry), default=-1) + 1
-        return what_if(spec, seq, self.loop.recent_snapshot(max_age=0),
-                       self.registry.backlog(now), self.config.policy, now, self.registry)
+        return what_if(spec, self.loop.recent_snapshot(max_age=0), self.registry,
+                       self.config.policy, self._clock())
+
+    async def debug_cycle(self, timeout_s: float = DUMP_WAIT_S) -> dict[str, Any]:
+        """The next cycle's inputs and plan (`core.cycle_dump`), to replay it offline."""
+        await self.ready()
+        return await self.loop.dump_next(timeout_s)
 
     async def wait(self, gang_id: str, timeout: float | None = None,
                    until_running: bool = False) -> GangStatus:

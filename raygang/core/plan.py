@@ -148,6 +148,16 @@ class Waitings(Mapping[str, Waiting]):
         lazy = len(self) - len(self.explicit)
         return f"Waitings({len(self.explicit)} looked at, {lazy} behind blocked queue heads)"
 
+    def materialized(self) -> dict[str, Waiting]:
+        """Every reason, those behind a blocked head worked out now (for a dump, asked
+        for once: a cycle never walks them)."""
+        out = dict(self.explicit)
+        for line in self.behind.values():
+            for i in range(line.start, len(line.line)):
+                gang = line.line[i]
+                out.setdefault(gang.gang_id, line.reason(gang))
+        return out
+
     def signature(self) -> tuple[object, ...]:
         """What changes when the set of waiting gangs changes (without walking them)."""
         return (frozenset(self.explicit), len(self),
@@ -174,6 +184,11 @@ class Positions(Mapping[str, int]):
 
     def __len__(self) -> int:
         return sum(len(line) for line in self._lines.values())
+
+    def materialized(self) -> dict[str, int]:
+        """Every place in line, read off the lines (not looked up one gang at a time)."""
+        return {gang.gang_id: i + 1 for line in self._lines.values()
+                for i, gang in enumerate(line)}
 
     def __repr__(self) -> str:
         return f"Positions({len(self)} gangs in {len(self._lines)} queue lines)"

@@ -53,6 +53,16 @@ class Resources(Mapping[str, float]):
         self._hash: int | None = None
 
     @classmethod
+    def signed(cls, amounts: Mapping[str, float]) -> Resources:
+        """Like the constructor, but a negative amount is kept: a difference read back
+        from a file (a node's free is negative where it is booked beyond its total)."""
+        units = {}
+        for name, amount in amounts.items():
+            sign = -1 if isinstance(amount, (int, float)) and amount < 0 else 1
+            units[name] = sign * _to_units(name, sign * amount)
+        return cls._of_units(units)
+
+    @classmethod
     def _of_units(cls, units: dict[str, int]) -> Resources:
         self = object.__new__(cls)
         self._units = {k: v for k, v in units.items() if v}

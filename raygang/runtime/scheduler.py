@@ -89,6 +89,10 @@ class Scheduler:
     async def status(self, gang_id: str) -> GangStatus:
         return await self._plane.status(gang_id)
 
+    async def debug_cycle(self) -> dict:
+        """The next cycle's inputs and plan, for `raygang sim --replay-cycle`."""
+        return await self._plane.debug_cycle()
+
     async def list_gangs(self, state: GangState | None = None,
                          queues: Collection[str] | None = None) -> list[GangStatus]:
         return await self._plane.list_gangs(state, queues)

@@ -39,6 +39,7 @@ from raygang.control.status import ClusterStatus, DryRunResult, GangStatus, Queu
 from raygang.runtime.client import SchedulerClient, SchedulerUnavailable
 from raygang.server.access import Access, ApiError
 from raygang.server.auth import AuthConfig
+from raygang.server.debug import debug_routes
 from raygang.server.jobs import job_routes
 from raygang.server.limits import BodyLimit
 from raygang.server.models import (
@@ -95,6 +96,7 @@ def create_app(
     job_routes(app, scheduler, access, clock)
     _deployment_routes(app, scheduler, access)
     _queue_and_cluster_routes(app, scheduler, access)
+    debug_routes(app, scheduler, access)
 
     @app.get("/", include_in_schema=False)
     async def status_page() -> FileResponse:

@@ -24,7 +24,11 @@ def _policies(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
 
 
 @click.command("sim")
-@click.argument("trace")
+@click.argument("trace", required=False)
+@click.option("--replay-cycle", "cycle_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Instead of a trace: rerun the scheduling cycle dumped in this file "
+              "(GET /v1/debug/cycle), print its plan, and exit 0 if it is the plan the "
+              "scheduler made, 1 if not (with the first difference).")
 @click.option("--config", "config_paths", type=click.Path(exists=True, dir_okay=False,
               path_type=Path), multiple=True,
               help="Scheduler config (YAML) whose policy is replayed: queues, priority "
@@ -67,7 +71,7 @@ def _policies(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
               help="Write report.json, report.txt and the plots here.")
 @click.option("--no-plots", is_flag=True, help="With --out: no PNG plots.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bars.")
-def sim(trace: str, config_paths: tuple[Path, ...], nodes: int, gpus_per_node: int,
+def sim(trace: str | None, cycle_file: Path | None, config_paths: tuple[Path, ...], nodes: int, gpus_per_node: int,
         policies: list[str], start: str | None, end: str | None, days: float | None,
         vc_nodes: Path | None, checkpoint_s: float, grace_s: float, inference_gpus: int,
         inference_gang_gpus: int, elastic_min: float | None, elastic_resize: str,
@@ -81,6 +85,13 @@ def sim(trace: str, config_paths: tuple[Path, ...], nodes: int, gpus_per_node: i
     CC BY 4.0, see raygang/sim/data/SOURCE.txt). Prints a table of JCT, queueing, allocation, preemptions and fairness per
     policy; with --out also writes it as JSON and draws plots.
     """
+    if cycle_file is not None:
+        if trace is not None:
+            raise SimUsageError("give a TRACE or --replay-cycle FILE, not both")
+        click.get_current_context().exit(_replay_cycle(cycle_file))
+    if trace is None:
+        raise SimUsageError("missing TRACE (a trace file, or philly-week), or "
+                            "--replay-cycle FILE")
     from pydantic import ValidationError
 
     from raygang.sim.api import simulate
@@ -113,6 +124,19 @@ def sim(trace: str, config_paths: tuple[Path, ...], nodes: int, gpus_per_node: i
     if out is not None:
         for path in comparison.write(out, plots=not no_plots):
             click.echo(f"wrote {path}")
+
+
+def _replay_cycle(path: Path) -> int:
+    from raygang.core.cycle_dump import CycleDumpError
+    from raygang.sim.replay import read_dump, replay
+
+    try:
+        dump = read_dump(path)
+    except OSError as error:
+        raise SimUsageError(f"cannot read {path}: {error.strerror or error}") from None
+    except CycleDumpError as error:
+        raise SimUsageError(f"{path}: {' '.join(str(error).split())}") from None
+    return replay(dump, click.echo)
 
 
 def _config(paths: tuple[Path, ...]) -> Any:
