@@ -19,6 +19,9 @@ SCHEDULER_NAME = "raygang-scheduler"
 PREFIX = "raygang-"  # of every placement group, member actor and Ray job raygang creates
 GCS_NAMESPACE = "raygang-state"  # the GCS store's key-value namespace (state.store: gcs)
 NODE_ID_LABEL = "ray.io/node-id"  # Ray's own label: what pins a bundle to a node
+API_APP = "raygang-api"  # the Serve application of the REST API (`raygang start --api`)
+CONTROL_GROUP = "raygang"  # a member actor's concurrency group for raygang's own calls
+COORDINATOR_REQUESTER_ID = "raygang"  # raygang's requests in Ray's AutoscalingCoordinator
 
 
 def pg_name(gang_id: str) -> str:

@@ -42,6 +42,7 @@ from raygang.core.snapshot import ClusterSnapshot, NodeState
 from raygang.kuberay.client import RayClusterClient
 from raygang.kuberay.groups import WorkerGroup
 from raygang.control.status import GroupStatus, ScalingStatus
+from raygang.runtime.names import COORDINATOR_REQUESTER_ID
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +150,6 @@ class KubeRayScaler:
 # that merges its requesters' requests and calls `request_resources` with the merge every
 # 20 s. That call replaces whatever raygang had asked for directly, so raygang asks as one
 # more requester. The values are Train's: requests expire after 3 minutes, calls time out.
-COORDINATOR_REQUESTER_ID = "raygang"
 COORDINATOR_EXPIRE_S = 180.0
 COORDINATOR_TIMEOUT_S = 5.0
 _COORDINATOR = ("AutoscalingCoordinator", "AutoscalingCoordinator")  # name, namespace

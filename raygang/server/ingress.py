@@ -12,15 +12,15 @@ import asyncio
 from ray import serve
 
 from raygang.runtime import serving
+from raygang.runtime.names import API_APP
 from raygang.runtime.ray_private import serve_http_port
 from raygang.server.app import create_app
 from raygang.server.auth import AuthConfig
 
-API_APP = "raygang-api"
 READY_TIMEOUT_S = 120.0
 
 
-@serve.deployment(name="raygang-api", num_replicas=1, ray_actor_options={"num_cpus": 0},
+@serve.deployment(name=API_APP, num_replicas=1, ray_actor_options={"num_cpus": 0},
                   max_ongoing_requests=1000)
 @serve.ingress()
 class RaygangAPI:
