@@ -37,12 +37,17 @@ class Checkpointing:
     def __init__(self):
         self.checkpointed = threading.Event()
         self.released = threading.Event()
+        self.begun = threading.Event()
         self.hook_thread = None
 
     def finish(self):
         self.released.set()
 
+    def begun_within(self, timeout_s: float) -> bool:
+        return self.begun.wait(timeout_s)
+
     def run(self):
+        self.begun.set()
         ctx = raygang.get_context()
         deadline = time.time() + LIMIT_S
         steps = 0
@@ -67,6 +72,13 @@ def _preempt_all(ref, role):
     return ray.get([h.__raygang_preempt__.remote() for h in handles], timeout=TIMEOUT), handles
 
 
+def _wait_begun(ref, role):
+    """RUNNING means every member was released; on a loaded machine a body may not have
+    begun when the signal arrives (then the reply says it is not running): wait for it."""
+    handles = ref.handles()[role]
+    assert all(ray.get([h.begun_within.remote(TIMEOUT) for h in handles], timeout=TIMEOUT))
+
+
 def _finish(handles):
     ray.get([h.finish.remote() for h in handles], timeout=TIMEOUT)
 
@@ -75,6 +87,7 @@ def test_class_member_sees_preempted_and_its_on_preempt_runs(ray_cluster):
     ref = Checkpointing.remote()
     try:
         wait_state(ref, GangState.RUNNING, timeout=TIMEOUT)
+        _wait_begun(ref, "checkpointing")
         replies, handles = _preempt_all(ref, "checkpointing")
         assert replies == [{"hooks": 1, "error": None, "running": True}] * 2
         # Only the first signal runs hooks.
@@ -97,12 +110,18 @@ class AsyncCheckpointing:
     def __init__(self):
         self.stop = asyncio.Event()
         self.released = asyncio.Event()
+        self.begun = asyncio.Event()
         self.hook_loop = None
+
+    async def begun_within(self, timeout_s: float) -> bool:
+        await asyncio.wait_for(self.begun.wait(), timeout_s)
+        return True
 
     async def finish(self):
         self.released.set()
 
     async def run(self):
+        self.begun.set()
         await asyncio.wait_for(self.stop.wait(), LIMIT_S)
         await asyncio.wait_for(self.released.wait(), LIMIT_S)
         return {"preempted": raygang.get_context().preempted,
@@ -117,6 +136,7 @@ def test_async_member_hook_runs_on_the_loop_of_run(ray_cluster):
     ref = AsyncCheckpointing.remote()
     try:
         wait_state(ref, GangState.RUNNING, timeout=TIMEOUT)
+        _wait_begun(ref, "asynccheckpointing")
         replies, handles = _preempt_all(ref, "asynccheckpointing")
         assert replies == [{"hooks": 1, "error": None, "running": True}]
         _finish(handles)
@@ -219,12 +239,17 @@ class BadCheckpoint:
     def __init__(self):
         self.saved = threading.Event()
         self.released = threading.Event()
+        self.begun = threading.Event()
         raygang.get_context().on_preempt(self.saved.set)  # in place before RUNNING
 
     def finish(self):
         self.released.set()
 
+    def begun_within(self, timeout_s: float) -> bool:
+        return self.begun.wait(timeout_s)
+
     def run(self):
+        self.begun.set()
         raygang.get_context().wait_preempted(LIMIT_S)
         self.released.wait(LIMIT_S)
         return self.saved.wait(30)
@@ -237,6 +262,7 @@ def test_raising_hook_is_reported_not_raised(ray_cluster):
     ref = BadCheckpoint.remote()
     try:
         wait_state(ref, GangState.RUNNING, timeout=TIMEOUT)
+        _wait_begun(ref, "badcheckpoint")
         replies, handles = _preempt_all(ref, "badcheckpoint")
         assert replies == [{"hooks": 2, "error": "ValueError: disk full", "running": True}]
         _finish(handles)
