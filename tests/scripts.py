@@ -39,6 +39,10 @@ def run_script(path: str, *args: str, timeout: float) -> str:
     """Run `python <path> <args>` from the repository root and return its stdout; fail
     the test with its output if it exits non-zero.
 
+    `timeout` must be below pytest's per-test limit (300 s, pyproject.toml): then a script
+    that hangs is killed here, and what its driver holds (placement groups, Ray jobs) goes
+    with it, instead of outliving the failed test into the next ones on that cluster.
+
     The environment is `script_env()`: a script that starts Ray starts its own local
     cluster, as on a fresh machine, rather than joining one this session started; it joins
     the session's cluster only when told to (the benchmarks' `--address`).

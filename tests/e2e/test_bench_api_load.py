@@ -13,7 +13,7 @@ NUMBER = r"([\d.]+)"
 
 def test_api_load_benchmark_small(ray_cluster):
     out = run_script("bench/api_load.py", "--n", "60", "--concurrency", "10",
-                     "--address", ray_cluster.address, timeout=300)
+                     "--address", ray_cluster.address, timeout=270)
     assert out.startswith("api_load: 60 requests per operation and side, 10 concurrent"), out
     rows = re.findall(r"^ +(submit|status)" + rf" +{NUMBER}" * 6 + rf" +{NUMBER}x$", out,
                       re.MULTILINE)

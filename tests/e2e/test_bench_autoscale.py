@@ -14,7 +14,7 @@ pytestmark = pytest.mark.own_cluster  # see tests/conftest.py
 
 
 def test_autoscale_benchmark_quick():
-    out = run_script("bench/autoscale.py", "--quick", timeout=400)
+    out = run_script("bench/autoscale.py", "--quick", timeout=270)
     assert re.search(r"^core: 50 busy gpu-8 nodes, 200 pending gangs, 10 worker groups",
                      out, re.MULTILINE), out
     assert re.search(r"^  plan_scale +[\d.]+ ms .*nodes added: \d+×", out, re.MULTILINE), out

@@ -12,7 +12,7 @@ from tests.scripts import run_script
 
 
 def test_jobs_benchmark_quick(ray_cluster):
-    out = run_script("bench/jobs.py", "--quick", "--address", ray_cluster.address, timeout=420)
+    out = run_script("bench/jobs.py", "--quick", "--address", ray_cluster.address, timeout=270)
     rows = re.findall(r"^ +(\d+) +(raw|raygang) +(\d+) +(\d+) +([\d.]+) +([\d.]+) +([\d.]+) "
                       r"+(\d+) +(\d+|-) +[\d.]+$", out, re.MULTILINE)
     assert [(r[0], r[1]) for r in rows] == [("2", "raw"), ("2", "raygang")], out

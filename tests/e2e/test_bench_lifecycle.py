@@ -10,7 +10,7 @@ from tests.scripts import run_script
 
 def test_lifecycle_benchmark_quick(ray_cluster):
     out = run_script("bench/lifecycle.py", "--quick", "--address", ray_cluster.address,
-                     timeout=300)
+                     timeout=270)
     rows = re.findall(r"^ +(\d) +([\d.]+) +([\d.]+) +([\d.]+)x$", out, re.MULTILINE)
     assert [int(r[0]) for r in rows] == [1, 2], out
     assert all(float(r[1]) > 0 and float(r[2]) > 0 for r in rows)

@@ -11,7 +11,7 @@ from tests.scripts import run_script
 
 def test_preemption_benchmark_quick(ray_cluster):
     out = run_script("bench/preemption.py", "--quick", "--address", ray_cluster.address,
-                     timeout=400)
+                     timeout=270)
     gpus = 4
     assert re.search(rf"^preemption: {gpus} GPUs full of {gpus} batch training gangs", out,
                      re.M), out
