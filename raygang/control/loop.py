@@ -20,7 +20,7 @@ from raygang.control.fleet import Fleet
 from raygang.control.ports import Cluster, Metrics, Scaling
 from raygang.control.records import GangRecord
 from raygang.control.registry import Registry
-from raygang.control.tasks import first_set
+from raygang.control.tasks import first_set, wait_within
 from raygang.core.backlog import Backlog
 from raygang.core.config import PolicyConfig
 from raygang.core.cycle_dump import dump_cycle
@@ -243,15 +243,18 @@ class SchedulingLoop:
         only when one is asked for. The request wakes the loop, and the cycle runs even
         with nothing pending (its dump then shows an empty backlog). A cycle that fails
         is dumped too, with its error and no plan."""
-        answer = asyncio.get_running_loop().create_future()
+        answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._dumps.append(answer)
         self.wake()
         try:
-            return await asyncio.wait_for(asyncio.shield(answer), timeout_s)
-        except asyncio.TimeoutError:
-            raise TimeoutError(f"no scheduling cycle ran within {timeout_s:g} s"
-                               + (f" (last error: {self.last_error})" if self.last_error
-                                  else "")) from None
+            # wait_within, not asyncio.wait_for: that can swallow this call's cancellation
+            # (control/tasks.py); the shield keeps the answer for the other requests.
+            done, _ = await wait_within([asyncio.shield(answer)], timeout_s)
+            if not done:
+                raise TimeoutError(f"no scheduling cycle ran within {timeout_s:g} s"
+                                   + (f" (last error: {self.last_error})" if self.last_error
+                                      else ""))
+            return answer.result()
         finally:
             if answer in self._dumps:
                 self._dumps.remove(answer)
