@@ -12,15 +12,17 @@ simulator is told its checkpoints are never reached), with no grace period.
 The simulator replays the jobs at the times the real scheduler received them, and is given
 what Ray costs here, measured in the same run: the median time from a gang's admission to
 its members running (placement group, actor start). Tolerance:
-- admission order: in the order the real scheduler admitted the jobs, the simulator
-  started each no more than ORDER_SLACK_S before the one admitted before it (jobs
-  admitted in the same cycle may start in either order);
+- admission order: of two jobs the real scheduler admitted more than SAME_CYCLE_S apart,
+  the simulator started the later one no more than ORDER_SLACK_S before the earlier (jobs
+  admitted in one cycle may start in either order: seen in CI, two jobs admitted in one
+  real cycle were admitted a second apart by the simulator);
 - completion time (submission to end) of every job within JCT_ABS_S + JCT_REL of the
   real one's; the mean difference under JCT_MEAN_S.
 """
 
 from __future__ import annotations
 
+import itertools
 import random
 import statistics
 import time
@@ -36,6 +38,7 @@ from tests.conftest import SCHEDULER_CONFIG, WORKER_GPUS
 pytestmark = pytest.mark.slow
 
 ORDER_SLACK_S = 1.0
+SAME_CYCLE_S = 0.5
 JCT_ABS_S = 2.5
 JCT_REL = 0.15
 JCT_MEAN_S = 1.0
@@ -111,9 +114,14 @@ def test_the_simulator_admits_in_the_same_order_and_predicts_completion_times(ra
                       f"{d:5.1f}  stops real {e} sim {f}" for n, a, b, c, d, e, f in report)
     print(f"start_s {start_s:.2f}\n{table}")
 
-    sim_starts = [simulated[name].first_start for name, *_ in report]
-    for before, after in zip(sim_starts, sim_starts[1:]):
-        assert after >= before - ORDER_SLACK_S, table
+    # Order between cycles: a job the real scheduler admitted in a later cycle than another
+    # starts in the simulator no more than ORDER_SLACK_S before it. Jobs the real scheduler
+    # admitted in one cycle (within SAME_CYCLE_S) have no order between them.
+    admitted = {name: first(status, GangState.ADMITTED) for name, status in real.items()}
+    for earlier, later in itertools.combinations([name for name, *_ in report], 2):
+        if admitted[later] - admitted[earlier] > SAME_CYCLE_S:
+            assert simulated[later].first_start >= \
+                simulated[earlier].first_start - ORDER_SLACK_S, (earlier, later, table)
     errors = [abs(c - d) for _, _, _, c, d, _, _ in report]
     for (name, *_, jct_real, jct_sim, _, _), error in zip(report, errors):
         assert error <= JCT_ABS_S + JCT_REL * jct_real, (name, table)
