@@ -294,7 +294,11 @@ class GangLaunch:
                     running.append(task)
                 elif not task.cancelled() and task.exception() is not None:
                     raise task.exception()
-            if not running and not self._restarting:
+            # A member in the world but not released yet (a live grow between its
+            # `present` and its release, the barrier of `on_resize` hooks in between) is
+            # still to run: the others may well have finished meanwhile.
+            unreleased = any(slot.rank not in self._watching for slot in self.present)
+            if not running and not self._restarting and not unreleased:
                 return [self._results[slot.rank] for slot in self.present]
             self._changed = loop.create_future()
             await asyncio.wait([*running, self._changed], return_when=asyncio.FIRST_COMPLETED)
@@ -405,6 +409,7 @@ class GangLaunch:
                         peers, worlds[slot.rank]))
         except BaseException:
             self.present = [s for s in self.present if s not in slots]
+            self._wake()  # run() may be waiting for them to be released
             await run_to_completion(self._drop(slots))
             raise
         return problems
