@@ -24,6 +24,9 @@ CHAOS = "chaos"  # the resource the gangs use: only the worker nodes have it
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=90.0, help="how long gangs arrive")
+    parser.add_argument("--gangs", type=int, default=0,
+                        help="at least this many gangs arrive (for up to 3x --seconds): on a "
+                             "loaded machine a submission waits out each scheduler restart")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -77,7 +80,12 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     next_chaos = t0 + rng.uniform(2.0, 5.0)
     try:
-        while time.monotonic() - t0 < args.seconds:
+        def arriving() -> bool:
+            elapsed = time.monotonic() - t0
+            return elapsed < args.seconds or (len(refs) < args.gangs
+                                              and elapsed < 3 * args.seconds)
+
+        while arriving():
             if time.monotonic() >= next_chaos:
                 chaos(kinds[sum(actions.values()) % len(kinds)])
                 next_chaos = time.monotonic() + rng.uniform(2.0, 5.0)
