@@ -19,7 +19,8 @@ from typing import Any, Protocol
 
 from raygang.core.gang import GangState
 from raygang.core.queues import QueueSpec
-from raygang.core.spec import DeploymentSpec, GangSpec, JobSpec
+from raygang.core.spec import DeploymentSpec, GangSpec
+from raygang.control import kinds
 from raygang.control.records import GangRecord
 
 GANGS = "gangs"
@@ -49,8 +50,7 @@ def dump_gang(record: GangRecord, pickler: Pickler = pickle) -> bytes:
         deployment=None if record.deployment is None else record.deployment.model_dump(
             mode="json"),
         app=record.app,
-        workload=record.workload.model_dump(mode="json") if isinstance(
-            record.workload, JobSpec) else record.workload,
+        workload=kinds.of(record.kind).dump_workload(record.workload),
     )
     return pickler.dumps(data)
 
@@ -74,8 +74,7 @@ def load_gang(raw: bytes, pickler: Pickler = pickle) -> GangRecord:
     if data["deployment"] is not None:
         record.deployment = DeploymentSpec.model_validate(data["deployment"])
     record.app = data["app"]
-    workload = data.get("workload")
-    record.workload = JobSpec.model_validate(workload) if record.kind == "job" else workload
+    record.workload = kinds.of(record.kind).load_workload(data.get("workload"))
     if record.state.finished:
         record.finished.set()
         record.released.set()

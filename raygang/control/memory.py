@@ -32,6 +32,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from raygang.control import kinds
 from raygang.control.ports import GangRun, MemberFailure, ReservationTimeout
 from raygang.control.records import GangRecord
 from raygang.control.status import GangError, MemberStatus
@@ -431,7 +432,7 @@ class MemoryLeftovers:
 
 
 def _programs(record: GangRecord) -> dict[str, MemoryProgram]:
-    if record.kind == "deployment":  # a Serve app's replicas serve until it is undeployed
+    if kinds.of(record.kind).serves_until_stopped:  # a Serve app's replicas, say
         return {role.name: MemoryProgram(seconds=None) for role in record.spec.roles}
     out = {}
     for role, program in record.programs.items():

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Collection, Coroutine
 from typing import Any
 
-from raygang.control import recovery
+from raygang.control import kinds, recovery
 from raygang.control.config import SchedulerConfig
 from raygang.control.dry_run import what_if
 from raygang.control.errors import (
@@ -280,9 +280,10 @@ class ControlPlane:
                  workload: Any = None, parent: str | None = None) -> GangRecord:
         """Add the gang to the book (in this step, with no await: see `submit`); it is
         admitted only once `_saved` has written it to the store."""
+        resizable = kinds.of(kind).elastic  # (an unknown kind raises, naming the known)
         if spec.elastic:  # the core decides them (core/elastic.py); runs resize where
             where = ("inside a job" if parent is not None  # the cluster says they can
-                     else f"for a {kind}" if kind not in ("gang", "deployment", "train")
+                     else f"for a {kind}" if not resizable
                      else None if spec.resize in self._cluster.resizes
                      else "on this cluster" if not self._cluster.resizes
                      else f"with resize {spec.resize.value!r} on this cluster")

@@ -13,6 +13,7 @@ from raygang.core.plan import WaitCode
 from raygang.core.resources import Resources
 from raygang.core.snapshot import Elastic, PlacedGang
 from raygang.core.spec import GangSpec
+from raygang.control import kinds
 from raygang.control.program import RoleProgram
 from raygang.control.status import GangError, GangEvent, GangStatus, MemberStatus
 
@@ -28,7 +29,7 @@ class GangRecord:
     submitted_at: float
     preemptible: bool = True
     min_runtime_s: float = 0.0
-    kind: str = "gang"  # or "deployment" (a Serve application), "job" (a Ray Job), "train"
+    kind: str = "gang"  # a name in `control.kinds`: "deployment" (a Serve application), ...
     deployment: Any = None  # its DeploymentSpec, for a deployment
     # What a hand-off gang's library needs: a job's JobSpec; a Train run's {"controller":
     # actor id, "group": its adopted placement group id}.
@@ -79,7 +80,7 @@ class GangRecord:
     def life(self) -> Life:
         """What the lifecycle's decisions read of this gang."""
         return Life(self.state, self.restarts, self.spec.max_restarts, self.stopping,
-                    self.cancel_reason, self.kind)
+                    self.cancel_reason, kinds.of(self.kind).phases)
 
     def apply(self, outcome: Outcome, now: float) -> None:
         """Carry out a lifecycle decision: its moves in order (one to the state the gang is
@@ -183,7 +184,7 @@ class GangRecord:
 
     @property
     def display(self) -> str:
-        return f"{self.kind} {self.spec.name if self.kind == 'deployment' else self.gang_id}"
+        return kinds.of(self.kind).display(self.gang_id, self.spec.name)
 
     def pending_view(self) -> PendingGang:
         """The gang as a cycle sees it while it waits (made once: what it holds never
@@ -211,10 +212,8 @@ class GangRecord:
                                         for slot in spec.surplus_slots
                                         if slot.name not in self.surplus
                                         and slot.name not in self.leaving),
-                                  # Serve keeps a deployment's replicas on the nodes
-                                  # it was first given (runtime/deployment.py)
                                   within=tuple(sorted(set(self.nodes)))
-                                  if self.kind == "deployment" else None)
+                                  if kinds.of(self.kind).keeps_its_nodes else None)
             self._placed = (key, PlacedGang(
                 self.gang_id, self.priority, bundles,
                 queue=spec.queue, preemptible=self.preemptible,

@@ -20,6 +20,7 @@ import heapq
 import itertools
 from collections.abc import Callable, Collection, Iterable, Iterator
 
+from raygang.control import kinds
 from raygang.control.errors import GangNotFoundError
 from raygang.control.idempotency import IdempotencyKeys
 from raygang.control.records import GangRecord
@@ -168,7 +169,8 @@ class Registry:
         return self.page(state, queues, 0, len(self._gangs))[0]
 
     def jobs(self, state: GangState | None = None) -> list[GangRecord]:
-        """The Ray Jobs (gangs of kind "job"), in submission order, optionally in `state`."""
+        """The Ray Jobs (gangs of a `ray_job` kind), in submission order, optionally in
+        `state`."""
         records = (self._gangs[g] for g in self._jobs)
         return [r for r in records if state is None or r.state is state]
 
@@ -193,7 +195,7 @@ class Registry:
                       (record.seq, record.gang_id))
         if record.deployment is not None:
             self._deployments[record.deployment.name] = record.gang_id
-        if record.kind == "job":
+        if kinds.of(record.kind).ray_job:
             self._jobs[record.gang_id] = None
         if record.parent is not None and not record.state.finished:
             self._children.setdefault(record.parent, set()).add(record.gang_id)

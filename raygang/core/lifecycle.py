@@ -57,6 +57,23 @@ class RestartPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class Phases:
+    """How a kind of run says its steps in a gang's history: a job's reason should
+    speak of its Ray job, not of members and a launch barrier it does not have (each
+    kind's words: `control.kinds`)."""
+
+    reserved: str
+    starting: str
+    running: str
+    finished: str
+
+
+GANG_PHASES = Phases("placement group ready", "starting members in role order",
+                     "all members ready: released past the launch barrier",
+                     "all members finished")
+
+
+@dataclass(frozen=True, slots=True)
 class Life:
     """What the decisions read of one gang."""
 
@@ -65,36 +82,7 @@ class Life:
     max_restarts: int = 0
     stopping: str | None = None  # being preempted: "preempted by gang x" (how it requeues)
     cancel_reason: str | None = None  # a cancellation was asked for (it wins)
-    kind: str = "gang"  # what its run is: the words its history uses (PHASES)
-
-
-@dataclass(frozen=True, slots=True)
-class Phases:
-    """How a kind of run says its steps in a gang's history: a job's reason should
-    speak of its Ray job, not of members and a launch barrier it does not have."""
-
-    reserved: str
-    starting: str
-    running: str
-    finished: str
-
-
-PHASES = {
-    "gang": Phases("placement group ready", "starting members in role order",
-                   "all members ready: released past the launch barrier",
-                   "all members finished"),
-    "deployment": Phases("capacity held on its nodes", "deploying the Serve app there",
-                         "every replica running", "the Serve app ended"),
-    "job": Phases("capacity held on its nodes", "submitting the Ray job",
-                  "the Ray job is running", "the Ray job succeeded"),
-    "train": Phases("capacity held on its nodes",
-                    "handing the nodes over to Ray Train's worker group",
-                    "Train's worker group placed on them", "the Train run finished"),
-}
-
-
-def _phases(life: Life) -> Phases:
-    return PHASES.get(life.kind, PHASES["gang"])
+    phases: Phases = GANG_PHASES  # what its run is: the words its history uses
 
 
 # Events ------------------------------------------------------------------------------
@@ -185,15 +173,15 @@ def decide(life: Life, event: Event, policy: RestartPolicy, now: float) -> Outco
             note = f"; waiting for {waits} preempted gang(s) to stop" if waits else ""
             return _to(S.ADMITTED, f"placed on {nodes} node(s){note}")
         case Reserved():
-            words = _phases(life)
+            words = life.phases
             return Outcome((Move(S.RESERVED, words.reserved),
                             Move(S.STARTING, words.starting)))
         case Released():
-            return _to(S.RUNNING, _phases(life).running)
+            return _to(S.RUNNING, life.phases.running)
         case Finished():
             if life.stopping:  # it returned after being told it is preempted
                 return decide(life, Interrupted(), policy, now)
-            return _to(S.SUCCEEDED, _phases(life).finished)
+            return _to(S.SUCCEEDED, life.phases.finished)
         case ReservationTimedOut(message):
             return _to(S.PENDING, f"requeued: {message}")
         case MemberFailed(summary, final) if life.stopping and not final:

@@ -16,6 +16,7 @@ from typing import Any
 import ray
 from ray import cloudpickle
 
+from raygang.control import kinds
 from raygang.control.config import SchedulerConfig, StateConfig
 from raygang.control.errors import GangNotFoundError
 from raygang.control.journal import Journal
@@ -126,7 +127,7 @@ class Scheduler:
     async def job_logs(self, gang_id: str) -> str:
         """The output of the job's Ray job (its last attempt's); empty before it started."""
         status = await self._plane.status(gang_id)
-        if status.kind != "job":
+        if not kinds.of(status.kind).ray_job:
             raise GangNotFoundError(f"{gang_id} is a {status.kind}, not a job")
         if status.ray_job_id is None:
             return ""

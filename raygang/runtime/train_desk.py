@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from raygang.control import kinds
 from raygang.control.errors import GangNotFoundError
 from raygang.control.plane import ControlPlane
 from raygang.control.status import MemberStatus
@@ -42,8 +43,7 @@ class TrainDesk:
         while True:
             await asyncio.sleep(SWEEP_S)
             for record in self._plane.registry.unfinished():
-                controller = (record.workload or {}).get("controller") \
-                    if record.kind == "train" else None
+                controller = kinds.of(record.kind).requester(record.workload)
                 if controller and record.state is GangState.PENDING \
                         and actor_state(controller) == "DEAD":
                     await self._plane.cancel(record.gang_id,

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from fastapi import Depends
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from raygang.control import kinds
 from raygang.control.errors import GangNotFoundError
 from raygang.control.status import GangStatus
 from raygang.server.auth import AuthConfig, Principal
@@ -62,7 +63,7 @@ class Access:
             status = await self.visible_gang(who, gang_id)
         except GangNotFoundError:
             raise GangNotFoundError(f"no job with id {gang_id!r}") from None
-        if status.kind != "job":
+        if not kinds.of(status.kind).ray_job:
             raise GangNotFoundError(f"{gang_id} is a {status.kind}, not a job")
         return status
 

@@ -25,6 +25,7 @@ from raygang.core.lifecycle import (
     check_move,
     decide,
 )
+from raygang.control.kinds import job
 
 NOW = 1000.0
 POLICY = RestartPolicy(base_s=1.0, max_s=60.0)
@@ -44,12 +45,12 @@ CASES = [
     ("finished", Life(S.RUNNING), Finished(),
      Outcome((Move(S.SUCCEEDED, "all members finished"),))),
     # A Ray job's history speaks of its Ray job, not of members and a launch barrier.
-    ("job-reserved", Life(S.ADMITTED, kind="job"), Reserved(),
+    ("job-reserved", Life(S.ADMITTED, phases=job.KIND.phases), Reserved(),
      Outcome((Move(S.RESERVED, "capacity held on its nodes"),
               Move(S.STARTING, "submitting the Ray job")))),
-    ("job-released", Life(S.STARTING, kind="job"), Released(),
+    ("job-released", Life(S.STARTING, phases=job.KIND.phases), Released(),
      Outcome((Move(S.RUNNING, "the Ray job is running"),))),
-    ("job-finished", Life(S.RUNNING, kind="job"), Finished(),
+    ("job-finished", Life(S.RUNNING, phases=job.KIND.phases), Finished(),
      Outcome((Move(S.SUCCEEDED, "the Ray job succeeded"),))),
     # A body that returns once told it is preempted goes back in line, it did not succeed.
     ("finished-while-preempted", Life(S.RUNNING, stopping=BY), Finished(),

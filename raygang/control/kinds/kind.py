@@ -1,0 +1,49 @@
+"""What a kind of workload is to the control plane, without Ray (see `control.kinds`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from raygang.core.lifecycle import GANG_PHASES, Phases
+
+
+def _as_is(workload: Any) -> Any:
+    return workload
+
+
+def _no_requester(workload: Any) -> str | None:
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """One kind of gang: the book-keeping every kind shares (queueing, priorities,
+    preemption, the lifecycle, recovery) is the plane's; this is what differs.
+
+    `name` is what a gang record and its status say (`GangRecord.kind`), and what the
+    Ray side's run for it is registered under (`runtime.kinds`)."""
+
+    name: str
+    phases: Phases = GANG_PHASES  # the words its history uses for each step
+    # Its durable payload (`GangRecord.workload`): as written to the store (plain data
+    # the pickler can keep) and as read back.
+    dump_workload: Callable[[Any], Any] = _as_is
+    load_workload: Callable[[Any], Any] = _as_is
+    # The actor that queued it and must outlive its wait (a Train run's controller): a
+    # run waiting for a dead one is cancelled, never admitted.
+    requester: Callable[[Any], str | None] = _no_requester
+    by_name: bool = False  # known by its spec's name, not its id (a Serve application)
+    ray_job: bool = False  # a Ray Job: listed by `list_jobs`, has a Ray job's logs
+    elastic: bool = True  # may have elastic roles (where the cluster resizes)
+    # Its members stay on the nodes it was first given when it grows (Serve places a
+    # deployment's replicas there: runtime/deployment.py).
+    keeps_its_nodes: bool = False
+    # Its members run until it is stopped, not until their programs return (a Serve
+    # application's replicas serve until it is undeployed).
+    serves_until_stopped: bool = False
+
+    def display(self, gang_id: str, spec_name: str) -> str:
+        """How a reason names a gang of this kind: "deployment llm", "job j-1a2b3c4d"."""
+        return f"{self.name} {spec_name if self.by_name else gang_id}"

@@ -1,0 +1,24 @@
+"""A Ray Train run's worker group, queued by raygang's Train callback and handed over to
+Train once reserved. Its durable payload: {"controller": the Train controller actor's id,
+"group": the placement group Train made, once adopted}."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from raygang.control.kinds.kind import Kind
+from raygang.core.lifecycle import Phases
+
+
+def _controller(workload: Any) -> str | None:
+    controller = (workload or {}).get("controller")
+    return None if controller is None else str(controller)
+
+
+KIND = Kind(
+    name="train",
+    phases=Phases("capacity held on its nodes",
+                  "handing the nodes over to Ray Train's worker group",
+                  "Train's worker group placed on them", "the Train run finished"),
+    requester=_controller,
+)
