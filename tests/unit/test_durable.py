@@ -10,7 +10,7 @@ from raygang.core.queues import QueueSpec
 from raygang.control.durable import dump_gang, dump_queue, load_gang, load_queue
 from raygang.control.program import RoleProgram
 from raygang.control.records import GangRecord
-from raygang.runtime.cluster import gang_of as _gang_of
+from raygang.runtime.leftovers import gang_of as _gang_of
 from raygang.control.status import GangError
 from tests.unit.builders import spec
 

@@ -1,0 +1,23 @@
+"""The kinds of workload on Ray, by the names `control.kinds` registers them under: how
+each runs (`new_run`) and how a restarted scheduler adopts a running one (`adopt`).
+Adding a kind is a module here, one in `control.kinds`, and a line in each registry."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from raygang.control.kinds import find
+from raygang.runtime.kinds import deployment, gang, job, train
+from raygang.runtime.kinds.kind import Host, RunKind
+
+RUN_KINDS: Mapping[str, RunKind] = {
+    kind.name: kind for kind in (gang.KIND, deployment.KIND, job.KIND, train.KIND)
+}
+
+
+def of(name: str) -> RunKind:
+    """The Ray side of kind `name`; raises `UnknownKindError` naming the known ones."""
+    return find(RUN_KINDS, name)
+
+
+__all__ = ["RUN_KINDS", "Host", "RunKind", "of"]

@@ -1,0 +1,41 @@
+"""A Serve application on Ray: deployed on the reserved nodes (`runtime.deployment`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from raygang.control.records import GangRecord
+from raygang.control.status import MemberStatus
+from raygang.runtime.deployment import ServeLaunch
+from raygang.runtime.kinds.kind import Host, RunKind
+from raygang.runtime.leftovers import RayLeftovers
+
+
+def new_run(host: Host, record: GangRecord, nodes: Sequence[str], attempt: int,
+            on_member_ready: Callable[[MemberStatus], None]) -> ServeLaunch:
+    return ServeLaunch(record.gang_id, record.spec, record.deployment, record.app,
+                       nodes, host.serve_http_port, moved=record.rebook)
+
+
+def adopt(host: Host, record: GangRecord, leftovers: RayLeftovers) -> ServeLaunch | None:
+    """A deployment whose Serve application still exists."""
+    from raygang.runtime import serving  # imports Serve: only with a deployment to adopt
+
+    name = record.deployment.name
+    if serving.app_lost(name) is not None:
+        return None
+    surplus = {}
+    if record.spec.elastic:  # its replicas beyond the minimum, as Serve runs them
+        nodes = serving.replica_nodes(name) or []
+        extra = record.spec.surplus_slots[:max(0, len(nodes) - len(record.nodes))]
+        surplus = {slot.name: "" for slot in extra}  # where: followed just below
+    launch = ServeLaunch.adopted(record.gang_id, record.spec, record.deployment,
+                                 record.nodes, host.serve_http_port, surplus,
+                                 moved=record.rebook)
+    record.surplus = dict(surplus)
+    if surplus:
+        launch.follow(nodes)
+    return launch
+
+
+KIND = RunKind("deployment", new_run, adopt)

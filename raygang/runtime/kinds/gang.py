@@ -1,0 +1,50 @@
+"""A plain gang on Ray: one placement group and a member actor per bundle (`launcher`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from raygang.control.records import GangRecord
+from raygang.control.status import MemberStatus
+from raygang.runtime.kinds.kind import Host, RunKind
+from raygang.runtime.launcher import GangLaunch
+from raygang.runtime.leftovers import RayLeftovers
+from raygang.runtime.names import member_name, pg_name
+from raygang.runtime.ray_private import group_nodes
+
+
+def new_run(host: Host, record: GangRecord, nodes: Sequence[str], attempt: int,
+            on_member_ready: Callable[[MemberStatus], None]) -> GangLaunch:
+    return GangLaunch(record.gang_id, record.spec, record.programs, nodes, attempt,
+                      on_member_ready=on_member_ready)
+
+
+def adopt(host: Host, record: GangRecord, leftovers: RayLeftovers) -> GangLaunch | None:
+    """Its minimum's group and members must all be there; an elastic gang's surplus
+    members are those found whole (member and own group, `record.surplus` is set to
+    them: the journal does not follow resizes); a half-made one is removed."""
+    gang_id, spec = record.gang_id, record.spec
+    groups = {leftovers.names[g]: g for g in leftovers.groups.get(gang_id, [])}
+    actors = set(leftovers.actors.get(gang_id, []))
+    main = groups.pop(pg_name(gang_id), None)
+    if main is None or any(member_name(gang_id, s) not in actors for s in spec.min_slots):
+        return None
+    surplus = {}
+    for slot in spec.surplus_slots:
+        group, actor = groups.pop(member_name(gang_id, slot), None), member_name(gang_id, slot)
+        if group is not None and actor in actors:
+            surplus[slot.name] = group
+        else:
+            leftovers.remove(actor if actor in actors else None, group)
+    if groups:  # a group of no member of it: not this gang's as it runs
+        return None
+    launch = GangLaunch.adopt(gang_id, spec, record.nodes,
+                              attempt=record.restarts + record.preemptions, pg_id=main,
+                              surplus=surplus, programs=record.programs)
+    if launch is not None:
+        record.surplus = {name: (group_nodes(g) or [None])[0] or ""
+                          for name, g in surplus.items()}
+    return launch
+
+
+KIND = RunKind("gang", new_run, adopt)

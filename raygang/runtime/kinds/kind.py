@@ -1,0 +1,41 @@
+"""What a kind of workload is on Ray: how it runs and how a restarted scheduler adopts it
+(see `runtime.kinds`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from raygang.control.ports import GangRun
+from raygang.control.records import GangRecord
+from raygang.control.status import MemberStatus
+from raygang.runtime.jobclient import JobClient
+from raygang.runtime.jobs import JobLaunch
+from raygang.runtime.leftovers import RayLeftovers
+from raygang.runtime.trainrun import TrainSession
+
+
+class Host(Protocol):
+    """What a kind's runs use of the cluster (`runtime.cluster.RayCluster`)."""
+
+    serve_http_port: int | None
+    lease_s: float  # how long a hand-off waits for its library to claim the capacity
+    jobs: JobClient
+    sessions: dict[str, TrainSession]  # hand-offs under way, by id (Train runs')
+    launches: dict[str, JobLaunch]  # running jobs, by gang id (their budgets)
+
+
+@dataclass(frozen=True, slots=True)
+class RunKind:
+    """The Ray side of one kind (`control.kinds` has the other), under the same `name`.
+
+    `new_run(host, record, nodes, attempt, on_member_ready)`: its run on the nodes the
+    plane reserved (one per bundle of its minimum). `adopt(host, record, leftovers)`: the
+    run of a RUNNING gang a restarted scheduler found whole in Ray (it may set
+    `record.surplus` to the elastic members it found), or None."""
+
+    name: str
+    new_run: Callable[[Host, GangRecord, Sequence[str], int,
+                       Callable[[MemberStatus], None]], GangRun]
+    adopt: Callable[[Host, GangRecord, RayLeftovers], GangRun | None]

@@ -1,0 +1,40 @@
+"""A Ray Train run on Ray: its reserved nodes handed over to Train's worker group, whose
+placement group raygang adopts (`runtime.trainrun`)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+from raygang.control.records import GangRecord
+from raygang.control.status import MemberStatus
+from raygang.runtime.kinds.kind import Host, RunKind
+from raygang.runtime.leftovers import RayLeftovers
+from raygang.runtime.ray_private import group_nodes
+from raygang.runtime.trainrun import TrainLaunch
+
+
+def new_run(host: Host, record: GangRecord, nodes: Sequence[str], attempt: int,
+            on_member_ready: Callable[[MemberStatus], None]) -> TrainLaunch:
+    return TrainLaunch(record.gang_id, record.spec, nodes, host.lease_s,
+                       (record.workload or {}).get("controller"), host.sessions)
+
+
+def adopt(host: Host, record: GangRecord, leftovers: RayLeftovers) -> TrainLaunch | None:
+    """A run whose worker group (the placement group Train made) is still there."""
+    group = (record.workload or {}).get("group")
+    placed = group_nodes(group) if group else None
+    if placed is None:
+        return None
+    surplus = {}
+    if record.spec.elastic:  # its workers beyond the minimum, where Train runs them
+        extra = Counter(n for n in placed if n) - Counter(record.nodes)
+        surplus = dict(zip((s.name for s in record.spec.surplus_slots),
+                           sorted(extra.elements())))
+    record.surplus = dict(surplus)
+    return TrainLaunch.adopted(record.gang_id, record.spec, record.nodes, host.lease_s,
+                               record.workload.get("controller"), group, host.sessions,
+                               surplus)
+
+
+KIND = RunKind("train", new_run, adopt)
