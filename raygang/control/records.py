@@ -214,6 +214,9 @@ class GangRecord:
                                         and slot.name not in self.leaving),
                                   within=tuple(sorted(set(self.nodes)))
                                   if kinds.of(self.kind).keeps_its_nodes else None)
+            kind = kinds.of(self.kind)
+            unseen = self.state is GangState.ADMITTED or (
+                self.state is GangState.STARTING and kind.hands_off_at_start)
             self._placed = (key, PlacedGang(
                 self.gang_id, self.priority, bundles,
                 queue=spec.queue, preemptible=self.preemptible,
@@ -221,7 +224,7 @@ class GangRecord:
                 min_runtime_s=self.min_runtime_s,
                 # Being preempted, or ended and being torn down: leaving, not a victim.
                 draining=self.stopping is not None or not self.state.holds_resources,
-                checkpoint_s=spec.checkpoint_interval_s, elastic=elastic,
+                checkpoint_s=spec.checkpoint_interval_s, elastic=elastic, unseen=unseen,
             ))
         return self._placed[1]
 

@@ -60,6 +60,10 @@ class PlacedGang:
     checkpoint_s: float | None = None  # it saves its progress this often while it runs
     elastic: Elastic | None = None  # an elastic gang: what it may gain or lose
     of: str | None = None  # one surplus member of gang `of`, as a cycle's victim (elastic.py)
+    # What it books may not show in the cluster's own view yet: just admitted (its group
+    # not placed yet), or handed to a library whose own group is not placed yet (a Serve
+    # application deploying). The runtime's view then counts it as used on both sides.
+    unseen: bool = False
     total: Resources = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -9,5 +9,5 @@ KIND = Kind(
     name="deployment",
     phases=Phases("capacity held on its nodes", "deploying the Serve app there",
                   "every replica running", "the Serve app ended"),
-    by_name=True, keeps_its_nodes=True, serves_until_stopped=True,
+    by_name=True, keeps_its_nodes=True, serves_until_stopped=True, hands_off_at_start=True,
 )

@@ -43,6 +43,10 @@ class Kind:
     # Its members run until it is stopped, not until their programs return (a Serve
     # application's replicas serve until it is undeployed).
     serves_until_stopped: bool = False
+    # While it starts, its capacity passes from raygang's holds to a library's own group
+    # (Serve's): booked to it, but in Ray's view neither held nor used until that group is
+    # placed (runtime/observe.py counts it as used meanwhile).
+    hands_off_at_start: bool = False
 
     def display(self, gang_id: str, spec_name: str) -> str:
         """How a reason names a gang of this kind: "deployment llm", "job j-1a2b3c4d"."""
