@@ -131,7 +131,11 @@ def test_a_queued_job_stopped_never_starts(jobs, clients):
     queued = submit(admin, jobs, job_body(HELLO, queue="load", name="rest-queued"))
     queued_id = queued.json()["gang_id"]
 
-    waiting = admin.get(f"/v1/jobs/{queued_id}").json()
+    # Its place in line and its reason come with the next cycle after its submission.
+    deadline = time.time() + 10
+    while (waiting := admin.get(f"/v1/jobs/{queued_id}").json())["queue_position"] is None \
+            and time.time() < deadline:
+        time.sleep(0.1)
     assert waiting["state"] == "PENDING" and waiting["queue_position"] == 1, waiting
     assert "limit" in waiting["reason"] and waiting["ray_job_id"] is None
     no_output = admin.get(f"/v1/jobs/{queued_id}/logs").json()

