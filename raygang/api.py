@@ -35,7 +35,7 @@ from raygang.core.spec import (
 )
 from raygang.runtime import client
 from raygang.control.errors import GangCancelledError, GangFailedError
-from raygang.runtime.launcher import NAMESPACE
+from raygang.runtime.names import NAMESPACE
 from raygang.control.program import RoleProgram
 from raygang.control.status import ClusterStatus, DryRunResult, GangStatus, QueueStatus
 

@@ -110,7 +110,7 @@ def start(ray_address: str, config_paths: Sequence[Path], api: bool, host: str, 
     import ray
 
     import raygang
-    from raygang.runtime.launcher import SCHEDULER_NAME
+    from raygang.runtime.names import SCHEDULER_NAME
 
     # It warns of another config in a log line; we say so in ours (only if one was asked).
     logging.getLogger("raygang.runtime.client").setLevel(logging.ERROR)

@@ -13,7 +13,7 @@ import dataclasses
 import functools
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from raygang.control.config import SchedulerConfig
 from raygang.control.fleet import Fleet
@@ -131,34 +131,32 @@ class SchedulingLoop:
     def cycle(self) -> None:
         """One cycle, in this thread (tests drive it by hand)."""
         prepared = self._prepare()
-        if prepared is not None:
-            now, snapshot, backlog, policy = prepared
-            try:
-                plan = self._decide(snapshot, backlog, policy, now)
-            except Exception as error:
-                if self._dumps:
-                    self._answer(_written(self._write, prepared, None, error))
-                raise
-            self._apply(now, plan, snapshot)
-            if self._dumps:
-                self._answer(_written(self._write, prepared, plan))
+        if prepared is None:
+            return
+        now, snapshot, backlog, policy = prepared
+        try:
+            plan = self._decide(snapshot, backlog, policy, now)
+        except Exception as error:
+            self._dump(prepared, error=error)
+            raise
+        self._apply(now, plan, snapshot)
+        self._dump(prepared, plan)
 
     async def cycle_off_loop(self) -> None:
         """One cycle; the decision runs in a thread of its own, so that the event loop
         answers calls meanwhile (a cycle over a busy cluster takes a while). It decides
         on copies: what changes meanwhile is checked when the plan is applied."""
         prepared = self._prepare()
-        if prepared is not None:
-            now, snapshot, backlog, policy = prepared
-            try:
-                plan = await asyncio.to_thread(self._decide, snapshot, backlog, policy, now)
-            except Exception as error:
-                if self._dumps:
-                    await self._answer_off_loop(prepared, error=error)
-                raise
-            self._apply(now, plan, snapshot)
-            if self._dumps:
-                await self._answer_off_loop(prepared, plan)
+        if prepared is None:
+            return
+        now, snapshot, backlog, policy = prepared
+        try:
+            plan = await asyncio.to_thread(self._decide, snapshot, backlog, policy, now)
+        except Exception as error:
+            await self._dump_off_loop(prepared, error=error)
+            raise
+        self._apply(now, plan, snapshot)
+        await self._dump_off_loop(prepared, plan)
 
     def _prepare(self) -> Prepared | None:
         now = self._clock()
@@ -259,27 +257,29 @@ class SchedulingLoop:
             if answer in self._dumps:
                 self._dumps.remove(answer)
 
+    def _dump(self, prepared: Prepared, plan: Plan | None = None,
+              error: Exception | None = None) -> None:
+        """Answer the requests for this cycle's dump, if any, writing it in this thread."""
+        if self._dumps:
+            self._answer(_written(lambda: self._writer(prepared, plan, error)()))
+
+    async def _dump_off_loop(self, prepared: Prepared, plan: Plan | None = None,
+                             error: Exception | None = None) -> None:
+        """The same, the inputs written out in a thread of their own (a large backlog
+        takes a while); the plan's unread reasons are read here, on the loop's thread."""
+        if self._dumps:
+            write = _written(lambda: self._writer(prepared, plan, error))
+            self._answer(write if isinstance(write, Exception)
+                         else await asyncio.to_thread(_written, write))
+
     def _writer(self, prepared: Prepared, plan: Plan | None = None,
                 error: Exception | None = None) -> Callable[[], dict[str, Any]]:
         """What writes this cycle's dump. The plan's reasons not read yet are read now,
-        on the loop's thread, as a status reads them; the inputs (copies) may be written
-        out in another thread."""
+        as a status reads them; the inputs (copies) may be written out in another thread."""
         now, snapshot, backlog, policy = prepared
         data = None if plan is None else plan_data(plan)
         why = None if error is None else f"{type(error).__name__}: {error}"
         return functools.partial(dump_cycle, snapshot, backlog, policy, now, data, error=why)
-
-    def _write(self, prepared: Prepared, plan: Plan | None = None,
-               error: Exception | None = None) -> dict[str, Any]:
-        return self._writer(prepared, plan, error)()
-
-    async def _answer_off_loop(self, prepared: Prepared, plan: Plan | None = None,
-                               error: Exception | None = None) -> None:
-        try:
-            outcome = await asyncio.to_thread(_written, self._writer(prepared, plan, error))
-        except Exception as failed:
-            outcome = failed
-        self._answer(outcome)
 
     def _answer(self, outcome: dict[str, Any] | Exception) -> None:
         """Every request waiting gets the dump, or why it could not be written (a dump
@@ -347,9 +347,13 @@ class SchedulingLoop:
                         self._noted.add(gang_id)
 
 
-def _written(write: Callable[..., dict[str, Any]], *args: object
-             ) -> dict[str, Any] | Exception:
+T = TypeVar("T")
+
+
+def _written(write: Callable[[], T]) -> T | Exception:
+    """What `write()` returns, or the exception it raised (a dump's writing: the requests
+    get it; the cycle goes on)."""
     try:
-        return write(*args)
+        return write()
     except Exception as failed:  # noqa: BLE001 - handed to the requests, not raised here
         return failed

@@ -201,7 +201,7 @@ class GangRecord:
         key = (self.state, self.stopping, self.nodes, self.started_at,
                tuple(self.surplus.items()), tuple(self.leaving.items()))
         if self._placed is None or self._placed[0] != key:
-            spec = self.spec
+            spec, kind = self.spec, kinds.of(self.kind)
             bundles = tuple(zip(self.nodes, spec.min_bundles))
             elastic = None
             if spec.elastic:
@@ -213,8 +213,7 @@ class GangRecord:
                                         if slot.name not in self.surplus
                                         and slot.name not in self.leaving),
                                   within=tuple(sorted(set(self.nodes)))
-                                  if kinds.of(self.kind).keeps_its_nodes else None)
-            kind = kinds.of(self.kind)
+                                  if kind.keeps_its_nodes else None)
             unseen = self.state is GangState.ADMITTED or (
                 self.state is GangState.STARTING and kind.hands_off_at_start)
             self._placed = (key, PlacedGang(

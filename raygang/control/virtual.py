@@ -117,5 +117,6 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         return self.clock.now
 
     def _next_timer(self) -> float | None:
-        scheduled = self._scheduled  # type: ignore[attr-defined]  # asyncio's heap of timer handles (cancelled included)
+        # asyncio's heap of timer handles (cancelled included)
+        scheduled = self._scheduled  # type: ignore[attr-defined]
         return scheduled[0].when() if scheduled else None

@@ -102,6 +102,7 @@ class PlacedData(_Model):
     checkpoint_s: float | None = None
     elastic: ElasticData | None = None
     of: str | None = None
+    unseen: bool = False
 
     @classmethod
     def of_gang(cls, gang: PlacedGang) -> PlacedData:
@@ -110,13 +111,14 @@ class PlacedData(_Model):
                    running_since=gang.running_since, min_runtime_s=gang.min_runtime_s,
                    draining=gang.draining, checkpoint_s=gang.checkpoint_s,
                    elastic=None if gang.elastic is None else ElasticData.of(gang.elastic),
-                   of=gang.of)
+                   of=gang.of, unseen=gang.unseen)
 
     def gang(self) -> PlacedGang:
         return PlacedGang(self.gang_id, self.priority, self.bundles, self.queue,
                           self.preemptible, self.running_since, self.min_runtime_s,
                           self.draining, self.checkpoint_s,
-                          None if self.elastic is None else self.elastic.elastic(), self.of)
+                          None if self.elastic is None else self.elastic.elastic(), self.of,
+                          self.unseen)
 
 
 class PendingData(_Model):

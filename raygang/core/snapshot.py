@@ -62,7 +62,8 @@ class PlacedGang:
     of: str | None = None  # one surplus member of gang `of`, as a cycle's victim (elastic.py)
     # What it books may not show in the cluster's own view yet: just admitted (its group
     # not placed yet), or handed to a library whose own group is not placed yet (a Serve
-    # application deploying). The runtime's view then counts it as used on both sides.
+    # application deploying). The runtime's view counts it as used on both sides
+    # (runtime/observe.py); a cycle reads only the free that view gives.
     unseen: bool = False
     total: Resources = field(init=False, repr=False, compare=False)
 

@@ -28,13 +28,7 @@ from raygang.core.resources import Resources
 from raygang.core.spec import GangSpec, MemberSlot
 from raygang.runtime.context import GangContext, World, dense_role_ranks
 from raygang.runtime.member import DONE, constructor_args, member_actor_class
-from raygang.runtime.names import (  # noqa: F401 - NAMESPACE, SCHEDULER_NAME: re-exported
-    NAMESPACE,
-    NODE_ID_LABEL,
-    SCHEDULER_NAME,
-    member_name,
-    pg_name,
-)
+from raygang.runtime.names import NAMESPACE, NODE_ID_LABEL, member_name, pg_name
 from raygang.runtime.ray_private import placement_group as ray_placement_group
 from raygang.runtime.settle import SETTLE_S, wait_ready
 

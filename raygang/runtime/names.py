@@ -1,7 +1,7 @@
 """Every name raygang gives what it creates in Ray, in one place. A restarted scheduler
-finds its members, placement groups and Ray jobs again by these names (runtime/cluster.py
-adopts what carries the prefix), and so do the client side, tests and operators
-(`ray list actors --filter namespace=raygang`).
+finds its members, placement groups and Ray jobs again by these names (runtime/leftovers.py
+reads what carries the prefix), and so do the client side, tests and operators (`ray list
+actors --filter namespace=raygang`).
 
 Plain strings only: the client side (the Python API, a Ray Train controller's callback)
 imports this without importing the scheduler.
@@ -33,7 +33,8 @@ def member_name(gang_id: str, slot: MemberSlot) -> str:
 
 
 def hold_name(gang_id: str, index: int) -> str:
-    """A placement group holding a Train run's nodes while they are handed over."""
+    """A placement group holding one bundle of a hand-off gang (a deployment, a job, a
+    Train run) on its node until the library's own group takes its place."""
     return f"{PREFIX}{gang_id}-hold-{index}"
 
 

@@ -29,7 +29,6 @@ from raygang.core.queues import QueueSpec
 from raygang.core.spec import DeploymentSpec, GangSpec, JobSpec
 from raygang.runtime.cluster import RayCluster
 from raygang.runtime.gcs_store import GcsStore
-from raygang.runtime.launcher import SCHEDULER_NAME  # noqa: F401 - where clients look it up
 from raygang.runtime.scaling import ScaleDriver
 from raygang.runtime.train_desk import TrainDesk
 

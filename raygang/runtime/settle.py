@@ -8,18 +8,16 @@ hand-off to Ray Train (hold groups, on the client side).
 
 from __future__ import annotations
 
-import asyncio
-
 from ray.util.placement_group import PlacementGroup
+
+from raygang.control.tasks import wait_within
 
 SETTLE_S = 10.0
 
 
 async def wait_ready(pg: PlacementGroup, timeout: float) -> None:
     """Until `pg` is ready, removed, or `timeout` seconds passed; never raises for it."""
-    ready = asyncio.ensure_future(pg.ready())
-    done, _ = await asyncio.wait([ready], timeout=timeout)
-    if done and not ready.cancelled():
-        ready.exception()  # retrieved: a removed group's error is expected here
-    else:
-        ready.cancel()
+    done, _ = await wait_within([pg.ready()], timeout)
+    for ready in done:
+        if not ready.cancelled():
+            ready.exception()  # retrieved: a removed group's error is expected here

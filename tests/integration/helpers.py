@@ -5,7 +5,7 @@ import time
 import ray
 
 from raygang import GangRef, GangState
-from raygang.runtime.launcher import NAMESPACE, SCHEDULER_NAME
+from raygang.runtime.names import NAMESPACE, SCHEDULER_NAME
 
 
 def wait_state(ref: GangRef, *states: GangState, timeout: float = 60):

@@ -8,7 +8,7 @@ import ray
 from ray.util.placement_group import placement_group_table
 
 import raygang
-from raygang.runtime.launcher import SCHEDULER_NAME
+from raygang.runtime.names import SCHEDULER_NAME
 
 # Compared: every resource `ray.available_resources()` reports (CPU, GPU, custom ones, and
 # the `*_group_<pg>` keys a placement group adds: one showing up means a group is left),

@@ -10,7 +10,7 @@ from ray.util.placement_group import placement_group_table
 
 import raygang
 from raygang import GangState
-from raygang.runtime.launcher import pg_name
+from raygang.runtime.names import pg_name
 from tests.conftest import SCHEDULER_CONFIG, _scheduler_with
 from tests.integration.helpers import wait_state
 

@@ -11,7 +11,7 @@ from ray.util.placement_group import placement_group_table
 
 import raygang
 from raygang import demo
-from raygang.runtime.launcher import NAMESPACE
+from raygang.runtime.names import NAMESPACE
 from tests.integration.helpers import restart_scheduler, scheduler
 
 

@@ -12,8 +12,7 @@ import ray
 
 import raygang
 from raygang import GangCancelledError, GangFailedError, GangState
-from raygang.runtime.launcher import NAMESPACE
-from raygang.runtime.launcher import SCHEDULER_NAME
+from raygang.runtime.names import NAMESPACE, SCHEDULER_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = (

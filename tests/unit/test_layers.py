@@ -32,7 +32,8 @@ def test_importing_core_does_not_import_ray_or_other_heavy_layers(package):
 
 # The scheduler's side: its actor, the control plane's loop and state, the launcher of
 # members. A Ray Train controller runs raygang's callback in its own process, and the REST
-# API reaches the scheduler the same way (issue 29): neither should load any of it.
+# API and a user's driver (the Python API) reach the scheduler the same way (issue 29):
+# none of them should load any of it.
 SCHEDULER_SIDE = ("raygang.runtime.scheduler", "raygang.runtime.cluster",
                   "raygang.runtime.launcher", "raygang.runtime.member",
                   "raygang.control.plane", "raygang.control.loop", "raygang.control.registry",
@@ -40,7 +41,7 @@ SCHEDULER_SIDE = ("raygang.runtime.scheduler", "raygang.runtime.cluster",
 
 
 @pytest.mark.parametrize("module", ["raygang.runtime.train_callback",
-                                    "raygang.runtime.client"])
+                                    "raygang.runtime.client", "raygang.api"])
 def test_the_client_side_loads_no_scheduler_code(module):
     code = (f"import sys, {module}; "
             f"print(sorted(m for m in {SCHEDULER_SIDE!r} if m in sys.modules))")
