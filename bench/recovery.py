@@ -35,9 +35,8 @@ import ray  # noqa: E402
 
 import raygang  # noqa: E402
 from raygang.core.spec import gang_spec  # noqa: E402
-from raygang.runtime.launcher import NAMESPACE  # noqa: E402
 from raygang.control.program import RoleProgram  # noqa: E402
-from raygang.runtime.launcher import SCHEDULER_NAME  # noqa: E402
+from raygang.runtime.names import NAMESPACE, SCHEDULER_NAME  # noqa: E402
 
 IN_FLIGHT = 50
 

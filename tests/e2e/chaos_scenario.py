@@ -36,8 +36,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import raygang
     from raygang import demo
-    from raygang.runtime.launcher import NAMESPACE
-    from raygang.runtime.launcher import SCHEDULER_NAME
+    from raygang.runtime.names import NAMESPACE, SCHEDULER_NAME
     from tests.integration import leaks
 
     rng = random.Random(args.seed)
