@@ -455,7 +455,9 @@ class MemoryRun:
         self.on_member_ready = on_member_ready
         self.members: list[_Member] = []
         self.extra: dict[str, str] = {}  # surplus member -> its node (booked as gang/member)
-        self._restarting = False  # `restart` under way: no members is not an outcome
+        # Told to stop whole, or restarting: bodies ending now are not the outcome (as
+        # on Ray, runtime/launcher.py)
+        self._stopping_whole = False
         self._broken: MemberFailure | None = None  # a restart failed: the run fails
 
     def _bundles(self) -> list[tuple[str, Resources]]:
@@ -546,7 +548,7 @@ class MemoryRun:
             for outcome in outcomes:
                 if outcome is not None and outcome[0] == "error":
                     raise MemberFailure(outcome[1])
-            if not self._restarting and all(o is not None for o in outcomes):
+            if not self._stopping_whole and all(o is not None for o in outcomes):
                 return [o[1] for o in outcomes if o is not None]
             await cluster.changed()
 
@@ -554,6 +556,8 @@ class MemoryRun:
                              members: Sequence[Any] | None = None) -> list[dict[str, Any]]:
         if not grace_s or grace_s <= 0:
             return []
+        if members is None:
+            self._stopping_whole = True
         await self.cluster.step()  # the replies take a moment
         now = self.cluster.clock()
         replies = []
@@ -632,7 +636,7 @@ class MemoryRun:
         """Every member stops; `world` starts afresh (each body from its beginning: this
         cluster keeps no checkpoint) and is released at once."""
         names = {slot.name for slot in world}
-        self._restarting, self.members = True, []
+        self._stopping_whole, self.members = True, []
         self.cluster.members[self.gang_id] = self.members
         self._unbook(n for n in list(self.extra) if n not in names)
         if stopped is not None:
@@ -644,7 +648,7 @@ class MemoryRun:
             self.cluster.notify()
             raise
         finally:
-            self._restarting = False
+            self._stopping_whole = False
         self._release(self.members)
         self.cluster.notify()
 

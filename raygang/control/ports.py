@@ -62,7 +62,9 @@ class GangRun(Protocol):
                              ) -> list[dict[str, Any]]:
         """Tell the members (or only `members`, surplus members being removed); one reply
         per member once its hooks returned or the grace ran out: {"member", "rank",
-        "hooks", "error", "running"} (launcher.py)."""
+        "hooks", "error", "running"} (launcher.py). Told whole (`members` None), the gang
+        is being stopped (a halt or a `restart` follows): its bodies returning from then
+        on is not its outcome, and `run()` does not return on it."""
 
     async def wait_bodies(self, ranks: Sequence[int], timeout: float) -> None:
         """Wait up to `timeout` for these members' bodies to return."""

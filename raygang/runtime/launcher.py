@@ -107,7 +107,10 @@ class GangLaunch:
         self._watching: dict[int, asyncio.Task] = {}  # by gang rank: until its run ends
         self._changed: asyncio.Future | None = None  # wakes run() when members change
         self._world_lock = asyncio.Lock()  # one resize at a time tells the members
-        self._restarting = False  # `restart` under way: no member running is no outcome
+        # Told to stop whole (a halt or a restart follows), or restarting: the bodies
+        # ending now are not the gang's outcome (a body watching `preempted` returns when
+        # told; a restart's new generation, or the halt, ends the run).
+        self._stopping_whole = False
         self._broken: MemberFailure | None = None  # a restart failed: so does the run
         self._tasks: list[asyncio.Task] = []
 
@@ -292,7 +295,7 @@ class GangLaunch:
             # `present` and its release, the barrier of `on_resize` hooks in between) is
             # still to run: the others may well have finished meanwhile.
             unreleased = any(slot.rank not in self._watching for slot in self.present)
-            if not running and not self._restarting and not unreleased:
+            if not running and not self._stopping_whole and not unreleased:
                 return [self._results[slot.rank] for slot in self.present]
             self._changed = loop.create_future()
             await asyncio.wait([*running, self._changed], return_when=asyncio.FIRST_COMPLETED)
@@ -339,6 +342,8 @@ class GangLaunch:
         """
         if not grace_s or grace_s <= 0:
             return []
+        if members is None:
+            self._stopping_whole = True
         slots = [s for s in (self.spec.slots if members is None else members)
                  if self.handles[s.rank] is not None]
         tasks = [asyncio.ensure_future(self._preempt_one(s, self.handles[s.rank])) for s in slots]
@@ -450,7 +455,7 @@ class GangLaunch:
         barrier, as at the gang's first start) and release them together. A member
         failing to start fails the gang's run too (its members are gone)."""
         async with self._world_lock:
-            self._restarting = True
+            self._stopping_whole = True
             try:
                 stopping = [s for s in self.spec.slots if self.handles[s.rank] is not None]
                 for slot in stopping:
@@ -475,7 +480,7 @@ class GangLaunch:
                               message=f"restart at {len(world)} members: {error}"))
                 raise
             finally:
-                self._restarting = False
+                self._stopping_whole = False
                 self._wake()
 
     def _forget(self, slot: MemberSlot) -> None:

@@ -142,6 +142,35 @@ def test_a_restart_gang_stops_whole_and_starts_again_at_each_new_size():
     run(scenario)
 
 
+@pytest.mark.parametrize("change", ["grow", "shrink"])
+def test_bodies_that_return_when_told_to_stop_restart_the_gang_rather_than_end_it(change):
+    # A body that watches `get_context().preempted` checkpoints and returns when told (as
+    # data-parallel code does): told for a restart, its return is not the gang's end. Seen
+    # on Ray (CI): the gang SUCCEEDED at its old size instead of restarting at the new one.
+    async def scenario():
+        cluster = make_cluster("n0: GPU=4")
+        plane = make_plane(cluster)
+        blocker = await submit(plane, "blocker", "2xGPU=1", seconds=0.3)
+        await wait_for(plane, blocker, S.RUNNING)
+        s = spec("e", "GPU=1", "PACK", resize=Resize.RESTART, preemption_grace_s=1.0
+                 ).model_copy(update={"roles": (
+                     RoleSpec(name="worker", replicas=(2, 4), resources={"GPU": 1}),)})
+        e = await plane.submit(s, {"worker": RoleProgram(target=MemoryProgram(
+            seconds=100.0, on_preempt="watch", checkpoint_s=0.05))})
+        await size_of(plane, e, 2)
+        await wait_for(plane, blocker, S.SUCCEEDED)
+        await size_of(plane, e, 4)
+        if change == "shrink":
+            infer = await submit(plane, "infer", "2xGPU=1", priority="inference", seconds=None)
+            await wait_for(plane, infer, S.RUNNING)
+            await size_of(plane, e, 2)
+            await plane.cancel(infer)
+        status = await plane.status(e)
+        assert (status.state, status.restarts, status.preemptions) == (S.RUNNING, 0, 0)
+        await cancel_all(plane, cluster, e)
+    run(scenario)
+
+
 def test_a_member_failing_to_start_again_fails_the_restarted_gang_whole():
     async def scenario():
         cluster = make_cluster("n0: GPU=4")
