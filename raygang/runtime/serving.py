@@ -22,6 +22,7 @@ from ray.exceptions import RayActorError
 from ray.serve import Application
 from ray.serve.exceptions import RayServeException
 
+from raygang.control.tasks import run_to_completion
 from raygang.core.resources import Resources
 from raygang.runtime.handoff import selector
 from raygang.runtime.launcher import actor_resource_options
@@ -211,8 +212,13 @@ async def start_app(name: str, app: Any, route_prefix: str, timeout_s: float,
     """
     application = resolve_app(app)
     deadline = time.monotonic() + timeout_s
+    # The deploy call runs in a thread, which a cancellation does not stop: awaited
+    # directly, a stop in that moment deleted nothing (Serve had no app yet) and the
+    # thread then deployed one that outlived its gang (the preemption bench's hang).
+    deploying = asyncio.ensure_future(
+        asyncio.to_thread(_deploy, name, application, route_prefix, scalable))
     try:
-        await asyncio.to_thread(_deploy, name, application, route_prefix, scalable)
+        await asyncio.shield(deploying)
         while True:
             status = await asyncio.to_thread(_app_status, name)
             state = _name(status.status) if status else "NOT_STARTED"
@@ -227,8 +233,10 @@ async def start_app(name: str, app: Any, route_prefix: str, timeout_s: float,
                                      f"{timeout_s:g}s ({state}): {why}")
             await asyncio.sleep(POLL_S)
     except BaseException:
-        # Covers failures, timeouts and cancellation: leave nothing behind.
-        await asyncio.shield(delete_app(name))
+        # Covers failures, timeouts and cancellation: leave nothing behind, once the
+        # deploy call has ended (whatever it made is then Serve's to delete).
+        await run_to_completion(deploying)
+        await run_to_completion(delete_app(name))
         raise
 
 

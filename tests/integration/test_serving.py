@@ -130,3 +130,44 @@ def test_several_nodes_selector_and_a_gang_that_does_not_fit(
     assert _gpus_free() == gpus_before  # all-or-nothing: no replica took a GPU
     assert "rg-toobig" not in serve.status().applications
     assert not leaks.serve_gang_pgs()
+
+
+@serve.deployment(graceful_shutdown_timeout_s=0.5)
+class Echo:
+    def __call__(self, request) -> str:
+        return "ok"
+
+
+# Moments of a start to cancel it at (s after it began): the deploy call (in a thread,
+# ~0.1-0.3 s here) under way, and Serve placing the replica after it.
+CANCEL_AT = (0.0, 0.01, 0.05, 0.15, 0.4)
+
+
+def test_a_start_cancelled_at_any_moment_leaves_no_application(ray_cluster, worker_node_ids,
+                                                                http_port):
+    """A gang stopped while its app is being handed to Serve (undeployed, preempted, its
+    scheduler shut down) cancels `start_app` mid-way: the deploy under way in its thread
+    must not deploy an application after the cancellation has cleaned up (seen in the
+    preemption bench: the app outlived its gang, holding a GPU, and the bench hung)."""
+    gpus_before = _gpus_free()
+    app = serving.with_options(Echo.bind(), serving.deployment_options(
+        1, {"CPU": 0, "GPU": 1}, [worker_node_ids[0]], "PACK"))
+
+    async def cancelled_at(name: str, delay: float) -> bool:
+        """Start `name`, cancel it `delay` s in; whether the cancellation cut the start."""
+        start = asyncio.ensure_future(serving.start_app(name, app, f"/{name}", 60))
+        await asyncio.sleep(delay)
+        start.cancel()
+        try:
+            await start
+        except asyncio.CancelledError:
+            return True
+        await serving.delete_app(name)  # it ran before the cancellation came
+        return False
+
+    cut = [asyncio.run(cancelled_at(f"rg-cut-{i}", delay))
+           for i, delay in enumerate(CANCEL_AT)]
+    assert cut[0], "a start cancelled at once was not cut"
+    time.sleep(1.0)  # a deploy that outlived its cancellation would show by now
+    assert [n for n in serve.status().applications if n.startswith("rg-cut-")] == []
+    assert not leaks.serve_gang_pgs() and _gpus_free() == gpus_before
