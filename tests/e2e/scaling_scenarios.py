@@ -110,16 +110,26 @@ def run_gang_through_scaling(group: str, seconds: float, requested: Callable[[],
     nodes are gone. Returns the timings and what the gang's status said."""
     t0 = time.monotonic()
     ref = gpu_gang("needs-nodes", seconds)
-    wait_until(requested, 10, "the scale request")
-    t_request = time.monotonic() - t0
-    reason = wait_until(
-        lambda: (s := ref.status()).reason and "requested at" in s.reason and s.reason, 30,
-        "the waiting reason")
+    # From the submission until it leaves PENDING, both at once: when the request is out,
+    # and every reason the gang gives while it waits (on a loaded machine the nodes may be
+    # up, and the gang past PENDING, before a poll started after the request reads it).
+    t_request, reasons = None, []
+    while (status := ref.status()).state.value == "PENDING":
+        if status.reason and status.reason not in reasons:
+            reasons.append(status.reason)
+        if t_request is None and requested():
+            t_request = time.monotonic() - t0
+        assert time.monotonic() - t0 < 90, f"still PENDING after 90 s: {reasons}"
+        time.sleep(0.05)
+    if t_request is None:  # it ran before a poll saw the request: an upper bound
+        assert requested(), f"{ref.gang_id} runs, yet no scale request was seen"
+        t_request = time.monotonic() - t0
     # 2 nodes asked for; by the time the reason is read on a loaded machine, the first may
     # be up already (then it waits for the other one).
     waiting = rf"waiting for (2 nodes|1 node) of group {group} \(requested at "
-    assert re.search(waiting, reason), reason
-    assert ref.status().state.value == "PENDING"
+    told = [r for r in reasons if re.search(waiting, r)]
+    assert told, f"while pending, no reason named the nodes it waited for: {reasons}"
+    reason = told[0]
     ref.ready(timeout=120)
     t_running = time.monotonic() - t0
     status = ref.wait(timeout=60)
