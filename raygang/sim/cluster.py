@@ -36,12 +36,13 @@ class SimCluster(MemoryCluster):
 
     def __init__(self, nodes: Iterable[tuple[str, Resources]], jobs: dict[str, JobLog],
                  usage: TenantUsage, clock: Callable[[], float], checkpoint_s: float,
-                 start_s: float = 0.0):
+                 start_s: float = 0.0, end_s: float = 0.0):
         super().__init__(nodes, clock)
         self.jobs = jobs  # gang name -> its job's log
         self.usage = usage
         self.checkpoint_s = checkpoint_s
         self.start_s = start_s  # admitted -> running (SimSettings.start_s)
+        self.end_s = end_s  # work done -> ended and torn down (SimSettings.end_s)
         self.services: dict[str, ServiceLog] = {}  # the inference stream's (sim.inference)
         # elastic jobs (SimSettings.elastic_min) add and remove members, or restart
         self.resizes: frozenset[Resize] = frozenset()
@@ -128,6 +129,8 @@ class SimRun:
             self._marks, self._sizes = [(now, 0.0)], [self.size]
             self._reschedule(now)
         await self._body
+        if cluster.end_s:  # still holding its capacity while it ends
+            await asyncio.sleep(cluster.end_s)
         return [None] * self.size
 
     async def resume(self) -> list[Any]:

@@ -249,7 +249,7 @@ class _Replayer:
         width = len(str(max(part.nodes - 1, 1)))
         nodes = [(f"{part.prefix}n{i:0{width}d}", gpus) for i in range(part.nodes)]
         cluster = SimCluster(nodes, self.jobs, self.usage, clock, self.settings.checkpoint_s,
-                             self.settings.start_s)
+                             self.settings.start_s, self.settings.end_s)
         cluster.services = self.services
         cluster.resizes = frozenset(
             {self.settings.elastic_resize} if self.settings.elastic_min is not None else ())

@@ -25,6 +25,10 @@ class SimSettings(BaseModel):
         0.0, ge=0, description="how long an admitted gang takes to run (reserving and "
         "starting its members): on a real cluster, Ray's placement group and actor start "
         "(about 1 s for a small gang here); 0 for a trace in hours")
+    end_s: float = Field(
+        0.0, ge=0, description="how long a gang whose work is done still holds its "
+        "capacity before it has ended (its members' end noticed, everything torn down): "
+        "on a real cluster about a second here, more under load; 0 for a trace in hours")
     resync_s: float = Field(
         60.0, gt=0, description="the loop's resync interval in simulated seconds. It is "
         "1 s on a live cluster, to notice what raygang did not cause; here every change "

@@ -11,7 +11,10 @@ simulator is told its checkpoints are never reached), with no grace period.
 
 The simulator replays the jobs at the times the real scheduler received them, and is given
 what Ray costs here, measured in the same run: the median time from a gang's admission to
-its members running (placement group, actor start). Tolerance:
+its members running (placement group, actor start), and from its work's end to its own
+(the end noticed, everything torn down: a second or more on a loaded machine, where real
+jobs ended that much later than simulated ones before the simulator modelled it).
+Tolerance:
 - admission order: of two jobs the real scheduler admitted more than SAME_CYCLE_S apart,
   the simulator started the later one no more than ORDER_SLACK_S before the earlier (jobs
   admitted in one cycle may start in either order: seen in CI, two jobs admitted in one
@@ -41,7 +44,7 @@ ORDER_SLACK_S = 1.0
 SAME_CYCLE_S = 0.5
 JCT_ABS_S = 2.5
 JCT_REL = 0.15
-JCT_MEAN_S = 1.5  # CI, two workers on 2 cores: 1.19 s once (real jobs end late under load)
+JCT_MEAN_S = 1.5  # CI, two workers on 2 cores: 1.19 s and 1.50 s (admissions late under load)
 SEED = 29  # see the_trace
 
 
@@ -84,6 +87,10 @@ def first(status: raygang.GangStatus, state: GangState) -> float:
     return next(e.at for e in status.events if e.to_state is state)
 
 
+def last(status: raygang.GangStatus, state: GangState) -> float:
+    return [e.at for e in status.events if e.to_state is state][-1]
+
+
 def test_the_simulator_admits_in_the_same_order_and_predicts_completion_times(ray_cluster):
     trace = the_trace()
     real = replay_on_ray(trace)
@@ -91,6 +98,9 @@ def test_the_simulator_admits_in_the_same_order_and_predicts_completion_times(ra
     assert any(s.preemptions for s in real.values()), "the trace should exercise reclaim"
     start_s = statistics.median(first(s, GangState.RUNNING) - first(s, GangState.ADMITTED)
                                 for s in real.values())
+    durations = {job.name: job.duration_s for job in trace.jobs}
+    end_s = statistics.median(s.finished_at - last(s, GangState.RUNNING) - durations[name]
+                              for name, s in real.items() if not s.preemptions)
 
     # The simulator replays the jobs as the scheduler received them: at the times each
     # submission reached it (the test's calls take a moment, more on a busy machine).
@@ -99,7 +109,8 @@ def test_the_simulator_admits_in_the_same_order_and_predicts_completion_times(ra
         "submit_s": round(real[job.name].submitted_at - t0, 3)}) for job in trace.jobs),
         source=trace.source)
     settings = SimSettings(nodes=2, gpus_per_node=WORKER_GPUS, checkpoint_s=1e9,
-                           preemption_grace_s=0, start_s=start_s, resync_s=1.0)
+                           preemption_grace_s=0, start_s=start_s, end_s=max(0.0, end_s),
+                           resync_s=1.0)
     sim = simulate(received, ["raygang"], settings, SCHEDULER_CONFIG).replays[0]
     simulated = {log.job.name: log for log in sim.jobs.values()}
 
@@ -112,7 +123,7 @@ def test_the_simulator_admits_in_the_same_order_and_predicts_completion_times(ra
                        status.preemptions, len(log.stops)))
     table = "\n".join(f"{n} admitted real {a:5.1f} sim {b:5.1f}  JCT real {c:5.1f} sim "
                       f"{d:5.1f}  stops real {e} sim {f}" for n, a, b, c, d, e, f in report)
-    print(f"start_s {start_s:.2f}\n{table}")
+    print(f"start_s {start_s:.2f} end_s {end_s:.2f}\n{table}")
 
     # Order between cycles: a job the real scheduler admitted in a later cycle than another
     # starts in the simulator no more than ORDER_SLACK_S before it. Jobs the real scheduler
