@@ -33,6 +33,7 @@ from raygang.core.spec import (
     job_spec,
     role_spec,
 )
+from raygang.control.api import SchedulerAPI
 from raygang.runtime import client
 from raygang.control.errors import GangCancelledError, GangFailedError
 from raygang.runtime.names import NAMESPACE
@@ -159,7 +160,7 @@ class Gang:
     def remote(self) -> GangRef:
         programs = {name: task.program() for name, task in self._roles.items()}
         # A key of its own: if the scheduler restarts mid-call, the retry gets this gang.
-        gang_id = _call("submit", self.spec, programs, f"python:{uuid.uuid4().hex}",
+        gang_id = _call(SchedulerAPI.submit, self.spec, programs, f"python:{uuid.uuid4().hex}",
                         _inside_job())
         return GangRef(gang_id)
 
@@ -177,11 +178,11 @@ class GangRef:
 
     def status(self) -> GangStatus:
         """State, pending reason, members and their nodes, restarts, error, history."""
-        return _call("status", self.gang_id)
+        return _call(SchedulerAPI.status, self.gang_id)
 
     def wait(self, timeout: float | None = None) -> GangStatus:
         """Block until the gang has finished; raises TimeoutError after `timeout` seconds."""
-        status = _call("wait", self.gang_id, timeout)
+        status = _call(SchedulerAPI.wait, self.gang_id, timeout)
         if not status.finished:
             raise _still(status, timeout)
         return status
@@ -192,7 +193,7 @@ class GangRef:
         Raises GangFailedError / GangCancelledError if the gang ended first, and
         TimeoutError after `timeout` seconds.
         """
-        status = _call("wait", self.gang_id, timeout, True)
+        status = _call(SchedulerAPI.wait, self.gang_id, timeout, True)
         _raise_if_ended_badly(status)
         if status.state not in (GangState.RUNNING, GangState.SUCCEEDED):
             raise _still(status, timeout)
@@ -201,11 +202,11 @@ class GangRef:
     def result(self, timeout: float | None = None) -> list[Any]:
         """Every member's result in rank order; raises if the gang failed or was cancelled."""
         _raise_if_ended_badly(self.wait(timeout))
-        return ray.get(_call("results", self.gang_id))
+        return ray.get(_call(SchedulerAPI.results, self.gang_id))
 
     def cancel(self) -> GangStatus:
         """Cancel; returns once members are stopped and resources released."""
-        return _call("cancel", self.gang_id)
+        return _call(SchedulerAPI.cancel, self.gang_id)
 
     def handles(self) -> dict[str, list[Any]]:
         """Actor handles of a running gang's members by role, to call their methods."""
@@ -227,7 +228,7 @@ class GangRef:
 
 
 def list_gangs(state: GangState | str | None = None) -> list[GangStatus]:
-    return _call("list_gangs", GangState(state) if state else None)
+    return _call(SchedulerAPI.list_gangs, GangState(state) if state else None)
 
 
 def dry_run(what: GangTask | Gang | GangSpec | DeploymentSpec) -> DryRunResult:
@@ -240,7 +241,7 @@ def dry_run(what: GangTask | Gang | GangSpec | DeploymentSpec) -> DryRunResult:
     spec = what.spec if isinstance(what, Gang) else what
     if not isinstance(spec, GangSpec):
         raise TypeError(f"dry_run() takes a @gang_task, a gang or a GangSpec, got {what!r}")
-    return _call("dry_run", spec)
+    return _call(SchedulerAPI.dry_run, spec)
 
 
 class DeploymentRef(GangRef):
@@ -290,33 +291,33 @@ def deploy(
     if isinstance(app, str):
         fields["import_path"], app = app, None
     spec = deployment_spec(f"deployment {name!r}", **fields)
-    return DeploymentRef(_call("deploy", spec, app, _inside_job()), spec.name)
+    return DeploymentRef(_call(SchedulerAPI.deploy, spec, app, _inside_job()), spec.name)
 
 
 def queues() -> list[QueueStatus]:
     """Every queue with its quota, limit, usage, fair share and pending count."""
-    return _call("queues")
+    return _call(SchedulerAPI.queues)
 
 
 def cluster() -> ClusterStatus:
     """Nodes with their free and used resources, which gang holds what, and (when the
     scheduler scales the cluster) its node groups with their current and desired size."""
-    return _call("cluster")
+    return _call(SchedulerAPI.cluster)
 
 
 def debug_cycle() -> dict:
     """The next scheduling cycle's inputs and plan: `raygang sim --replay-cycle` reruns it."""
-    return _call("debug_cycle")
+    return _call(SchedulerAPI.debug_cycle)
 
 
 def list_deployments() -> list[GangStatus]:
-    return _call("list_deployments")
+    return _call(SchedulerAPI.list_deployments)
 
 
 def undeploy(name: str) -> GangStatus:
     """Delete a deployment; returns once its Serve application is gone and its capacity
     is free (requeued training can then resume)."""
-    return _call("undeploy", name)
+    return _call(SchedulerAPI.undeploy, name)
 
 
 # Ray Jobs and Ray Train ------------------------------------------------------------------
@@ -325,7 +326,7 @@ class JobRef(GangRef):
 
     def logs(self) -> str:
         """The output of its Ray job so far (its last attempt's)."""
-        return _call("job_logs", self.gang_id)
+        return _call(SchedulerAPI.job_logs, self.gang_id)
 
     def stop(self) -> GangStatus:
         """Stop it: a queued job never starts; a running one gets SIGTERM (its Train runs
@@ -354,11 +355,11 @@ def submit_job(entrypoint: str, *, gpus: int | None = None,
     spec = job_spec("job", entrypoint=entrypoint,
                     **{k: v for k, v in given.items() if v is not None}, **options)
     key = idempotency_key or uuid.uuid4().hex  # a retried call queues the job once
-    return JobRef(_call("submit_job", spec, key))
+    return JobRef(_call(SchedulerAPI.submit_job, spec, key))
 
 
 def list_jobs(state: GangState | str | None = None) -> list[GangStatus]:
-    return _call("list_jobs", GangState(state) if state else None)
+    return _call(SchedulerAPI.list_jobs, GangState(state) if state else None)
 
 
 def train(trainer: Any, *, queue: str | None = None, priority: int | str | None = None,
@@ -396,9 +397,9 @@ RESTART_WAIT_S = 60.0  # how long a call waits for a restarting scheduler actor
 _client = client.SchedulerClient(start_if_missing=True, restart_wait_s=RESTART_WAIT_S)
 
 
-def _call(method: str, *args: Any) -> Any:
-    """Call the scheduler (starting it if needed); its errors come out as themselves."""
-    return _client.call(method, *args)
+# Call the scheduler (starting it if needed), naming the call by `SchedulerAPI`'s method:
+# its errors come out as themselves.
+_call = _client.call
 
 
 def _inside_job() -> str | None:

@@ -15,9 +15,10 @@ import logging
 import random
 import uuid
 from collections.abc import Callable, Collection, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raygang.control import kinds, recovery
+from raygang.control.api import SchedulerAPI
 from raygang.control.config import SchedulerConfig
 from raygang.control.dry_run import what_if
 from raygang.control.errors import (
@@ -270,6 +271,16 @@ class ControlPlane:
         await self.ready()
         return [self._status(r) for r in self.registry.jobs(state)]
 
+    async def job_logs(self, gang_id: str) -> str:
+        """The output of the job's Ray job (its last attempt's); empty before it started."""
+        await self.ready()
+        record = self.registry.get(gang_id)
+        if not kinds.of(record.kind).ray_job:
+            raise GangNotFoundError(f"{gang_id} is a {record.kind}, not a job")
+        if record.ray_job_id is None:
+            return ""
+        return await self._cluster.job_logs(record.ray_job_id)
+
     def record(self, gang_id: str) -> GangRecord:
         """The gang's record (for the runtime's hand-off calls)."""
         return self.registry.get(gang_id)
@@ -521,3 +532,8 @@ class ControlPlane:
         self._metrics.finished(record)
         for dropped in self.registry.finished(record):
             self.journal.forget(dropped)
+
+
+if TYPE_CHECKING:  # mypy checks here that the plane offers every call of the protocol
+    def _a_plane_is_a_scheduler(plane: ControlPlane) -> SchedulerAPI:
+        return plane

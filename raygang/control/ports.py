@@ -174,6 +174,9 @@ class Cluster(Protocol):
     def restore_results(self, values: list[Any]) -> list[Any]:
         """Results read back from the store, in the form a run returns them."""
 
+    async def job_logs(self, ray_job_id: str) -> str:
+        """What a job's driver printed (`ray_job_id`: one attempt's job in the cluster)."""
+
 
 class Metrics(Protocol):
     def admitted(self, record: GangRecord, now: float) -> None: ...

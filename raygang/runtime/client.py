@@ -12,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 
+from raygang.control.api import SchedulerAPI
 from raygang.control.errors import SchedulerNotRunningError
 from raygang.runtime.names import NAMESPACE, SCHEDULER_NAME
 
@@ -24,6 +26,11 @@ if TYPE_CHECKING:
     from raygang.control.config import SchedulerConfig
 
 log = logging.getLogger(__name__)
+P = ParamSpec("P")
+R = TypeVar("R")
+# A call, named by a protocol's method (`SchedulerAPI.status`, `TrainAPI.train_claim`):
+# its parameters and result type those of `SchedulerClient.call` and `.acall`.
+Method = Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]
 SHUTDOWN_WAIT_S = 60.0  # how long shutdown() waits for a restarting scheduler to answer
 PING_TIMEOUT_S = 2.0  # the REST API's readiness probe
 
@@ -130,39 +137,46 @@ class SchedulerClient:
             self._job = job
         return self._handle
 
-    def call(self, method: str, *args: Any) -> Any:
-        """Call `method` and wait for its answer. If the actor dies or restarts meanwhile,
-        the call is made again on the restarted actor (which first recovers its state)
-        for up to `restart_wait_s`: every scheduler method is safe to repeat (submissions
-        carry an idempotency key)."""
+    def call(self, method: Method[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """Call `method` (a protocol's: `SchedulerAPI.status`) and wait for its answer. If
+        the actor dies or restarts meanwhile, the call is made again on the restarted
+        actor (which first recovers its state) for up to `restart_wait_s`: every
+        scheduler method is safe to repeat (submissions carry an idempotency key)."""
         retry = _Retry(self, self._restart_wait_s)
         while True:
             try:
-                return ray.get(getattr(self._actor(), method).remote(*args))
+                remote = getattr(self._actor(), method.__name__).remote(*args, **kwargs)
+                return cast(R, ray.get(remote))
             except RayTaskError as error:
                 raise _cause(error) from None
             except RayActorError as error:
                 time.sleep(retry.after(error))
 
-    async def acall(self, method: str, *args: Any, timeout: float | None = None) -> Any:
-        """`call` as a coroutine; a call not answered within `timeout` is unavailable."""
+    async def acall(self, method: Method[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        """`call` as a coroutine."""
+        return await self._acall(method.__name__, None, args, kwargs)
+
+    async def _acall(self, name: str, timeout: float | None, args: tuple[Any, ...],
+                     kwargs: dict[str, Any]) -> Any:
+        """Call `name`; a call not answered within `timeout` is unavailable."""
         retry = _Retry(self, self._restart_wait_s)
         while True:
             try:
-                ref = getattr(self._actor(), method).remote(*args)
+                ref = getattr(self._actor(), name).remote(*args, **kwargs)
                 return await asyncio.wait_for(ref, timeout) if timeout else await ref
             except RayTaskError as error:
                 raise _cause(error) from None
             except asyncio.TimeoutError:
                 raise SchedulerUnavailable(
-                    f"the raygang scheduler did not answer {method} within {timeout:g}s"
+                    f"the raygang scheduler did not answer {name} within {timeout:g}s"
                 ) from None
             except RayActorError as error:
                 await asyncio.sleep(retry.after(error))
 
     @property
-    def aio(self) -> AsyncScheduler:
-        return AsyncScheduler(self)
+    def aio(self) -> SchedulerAPI:
+        """The scheduler's calls as coroutines (the REST API's `create_app`)."""
+        return cast(SchedulerAPI, AsyncScheduler(self))
 
 
 class _Retry:
@@ -193,19 +207,20 @@ def _cause(error: RayTaskError) -> BaseException:
 
 
 class AsyncScheduler:
-    """The scheduler's methods as coroutines, for the REST API (`create_app`)."""
+    """`SchedulerAPI` over the actor: each call a coroutine (`SchedulerClient.aio`)."""
 
     def __init__(self, client: SchedulerClient):
         self._client = client
 
-    def __getattr__(self, method: str):
-        if method.startswith("_"):
-            raise AttributeError(method)
+    def __getattr__(self, name: str) -> Callable[..., Coroutine[Any, Any, Any]]:
+        if name.startswith("_") or not hasattr(SchedulerAPI, name):
+            raise AttributeError(name)
 
-        async def bound(*args: Any) -> Any:
-            return await self._client.acall(method, *args)
+        async def bound(*args: Any, **kwargs: Any) -> Any:
+            return await self._client._acall(name, None, args, kwargs)
 
         return bound
 
-    async def ping(self) -> dict:
-        return await self._client.acall("ping", timeout=PING_TIMEOUT_S)
+    async def ping(self) -> dict[str, Any]:
+        """As the actor's, within `PING_TIMEOUT_S` (the REST API's readiness probe)."""
+        return cast(dict[str, Any], await self._client._acall("ping", PING_TIMEOUT_S, (), {}))

@@ -96,3 +96,6 @@ class RayCluster:
 
     def restore_results(self, values: list[Any]) -> list[Any]:
         return [ray.put(value) for value in values]
+
+    async def job_logs(self, ray_job_id: str) -> str:
+        return await asyncio.to_thread(self.jobs.logs, ray_job_id)

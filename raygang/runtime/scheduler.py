@@ -3,30 +3,25 @@
 groups, member actors, Serve), the durable store (Ray's GCS key-value store by default),
 Ray's metrics, and the scaler (KubeRay or Ray's autoscaler).
 
-Each method is one call of the plane; only `results` adds Ray's part: object refs.
+Each call of `control.api.SchedulerAPI` is the plane's call of that name, forwarded; the
+calls of `TrainAPI` go to the Train desk (`train_desk.py`) once the plane has recovered.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any
 
 import ray
 from ray import cloudpickle
 
-from raygang.control import kinds
+from raygang.control.api import SchedulerAPI, calls
 from raygang.control.config import SchedulerConfig, StateConfig
-from raygang.control.errors import GangNotFoundError
 from raygang.control.journal import Journal
 from raygang.control.plane import ControlPlane
-from raygang.control.program import RoleProgram
-from raygang.control.status import ClusterStatus, DryRunResult, GangStatus, QueueStatus
 from raygang.control.store import MemoryStore, SqliteStore, Store
-from raygang.core.gang import GangState
-from raygang.core.queues import QueueSpec
-from raygang.core.spec import DeploymentSpec, GangSpec, JobSpec
+from raygang.core.spec import GangSpec
 from raygang.runtime.cluster import RayCluster
 from raygang.runtime.gcs_store import GcsStore
 from raygang.runtime.scaling import ScaleDriver
@@ -51,7 +46,6 @@ class Scheduler:
         journal = Journal(open_store(config.state), config.state, pickler=cloudpickle)
         cluster = RayCluster(config.serve_http_port, config.handoff_lease_s,
                              config.jobs_address)
-        self._cluster = cluster
         self._plane = ControlPlane(config, cluster, journal, clock, SchedulerMetrics(), scaling)
         self._train = TrainDesk(self._plane, cluster)
 
@@ -59,78 +53,6 @@ class Scheduler:
     def plane(self) -> ControlPlane:
         """The control plane behind the facade (for tests that drive it by hand)."""
         return self._plane
-
-    async def ping(self) -> dict:
-        return await self._plane.ping()
-
-    async def submit(self, spec: GangSpec, programs: dict[str, RoleProgram],
-                     idempotency_key: str | None = None, parent: str | None = None) -> str:
-        return await self._plane.submit(spec, programs, idempotency_key, parent)
-
-    async def deploy(self, deployment: DeploymentSpec, app: Any = None,
-                     parent: str | None = None) -> str:
-        return await self._plane.deploy(deployment, app, parent)
-
-    async def undeploy(self, name: str) -> GangStatus:
-        return await self._plane.undeploy(name)
-
-    async def list_deployments(self) -> list[GangStatus]:
-        return await self._plane.list_deployments()
-
-    async def queues(self) -> list[QueueStatus]:
-        return await self._plane.queues()
-
-    async def set_queue(self, queue: QueueSpec) -> list[QueueStatus]:
-        return await self._plane.set_queue(queue)
-
-    async def dry_run(self, spec: GangSpec) -> DryRunResult:
-        return await self._plane.dry_run(spec)
-
-    async def status(self, gang_id: str) -> GangStatus:
-        return await self._plane.status(gang_id)
-
-    async def debug_cycle(self) -> dict:
-        """The next cycle's inputs and plan, for `raygang sim --replay-cycle`."""
-        return await self._plane.debug_cycle()
-
-    async def list_gangs(self, state: GangState | None = None,
-                         queues: Collection[str] | None = None) -> list[GangStatus]:
-        return await self._plane.list_gangs(state, queues)
-
-    async def gang_page(self, state: GangState | None, queues: Collection[str] | None,
-                        offset: int, limit: int, newest_first: bool = False,
-                        ) -> tuple[list[GangStatus], int]:
-        return await self._plane.gang_page(state, queues, offset, limit, newest_first)
-
-    async def cluster(self) -> ClusterStatus:
-        return await self._plane.cluster()
-
-    async def wait(self, gang_id: str, timeout: float | None = None,
-                   until_running: bool = False) -> GangStatus:
-        return await self._plane.wait(gang_id, timeout, until_running)
-
-    async def results(self, gang_id: str) -> list:
-        """Object refs of the members' results in rank order (for a SUCCEEDED gang)."""
-        return await self._plane.results(gang_id)
-
-    async def cancel(self, gang_id: str, reason: str = "cancelled by user") -> GangStatus:
-        return await self._plane.cancel(gang_id, reason)
-
-    # Ray Jobs (runtime/jobs.py) ------------------------------------------------------
-    async def submit_job(self, job: JobSpec, idempotency_key: str | None = None) -> str:
-        return await self._plane.submit_job(job, idempotency_key)
-
-    async def list_jobs(self, state: GangState | None = None) -> list[GangStatus]:
-        return await self._plane.list_jobs(state)
-
-    async def job_logs(self, gang_id: str) -> str:
-        """The output of the job's Ray job (its last attempt's); empty before it started."""
-        status = await self._plane.status(gang_id)
-        if not kinds.of(status.kind).ray_job:
-            raise GangNotFoundError(f"{gang_id} is a {status.kind}, not a job")
-        if status.ray_job_id is None:
-            return ""
-        return await asyncio.to_thread(self._cluster.jobs.logs, status.ray_job_id)
 
     # Ray Train runs (runtime/train_callback.py calls these) ---------------------------
     # Each waits for the recovered state first: a restarted scheduler must have adopted a
@@ -160,8 +82,22 @@ class Scheduler:
         await self._plane.ready()
         return await self._train.wait_preempt(session, timeout)
 
-    async def shutdown(self) -> int:
-        return await self._plane.shutdown()
+
+def _forward(name: str) -> Callable[..., Any]:
+    """`SchedulerAPI.<name>` on the actor: the plane's call of that name."""
+    async def call(self: Scheduler, *args: Any, **kwargs: Any) -> Any:
+        return await getattr(self._plane, name)(*args, **kwargs)
+
+    call.__name__, call.__qualname__ = name, f"Scheduler.{name}"
+    call.__doc__ = getattr(SchedulerAPI, name).__doc__
+    return call
+
+
+# Every call of the protocol is one call of the plane: forwarded, not written out again
+# (the protocol is where each is declared and typed; tests/unit/test_scheduler_api.py
+# checks that the actor offers them all).
+for _name in calls(SchedulerAPI):
+    setattr(Scheduler, _name, _forward(_name))
 
 
 # The actor: no resources of its own, many concurrent calls (waits are long polls).

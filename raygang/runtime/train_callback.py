@@ -49,6 +49,7 @@ from ray.train.v2._internal.execution.scaling_policy import (
 
 from raygang.core.spec import GangSpec, Resize, RoleSpec
 from raygang.runtime import ray_private
+from raygang.control.api import TrainAPI
 from raygang.runtime.client import SchedulerClient
 from raygang.runtime.handoff import selector
 from raygang.runtime.names import NODE_ID_LABEL
@@ -112,10 +113,10 @@ class RaygangTrain(ControllerCallback, WorkerGroupCallback):
         if self.session is None:
             spec = self.gang_spec(scaling_config, num_workers)
             controller = ray.get_runtime_context().get_actor_id()
-            self.session = self.client.call("train_open", spec, self.parent, controller,
+            self.session = self.client.call(TrainAPI.train_open, spec, self.parent, controller,
                                             uuid.uuid4().hex)
             log.info("raygang: Train run queued as %s", self.session)
-        nodes = self.client.call("train_claim", self.session, CLAIM_POLL_S)
+        nodes = self.client.call(TrainAPI.train_claim, self.session, CLAIM_POLL_S)
         if nodes:
             log.info("raygang: Train run %s placed on %s", self.session, sorted(set(nodes)))
         return nodes or None
@@ -129,13 +130,13 @@ class RaygangTrain(ControllerCallback, WorkerGroupCallback):
         self._end_watch()
         if self.session is not None:
             error = getattr(result, "error", None)
-            self.client.call("train_finished", self.session,
+            self.client.call(TrainAPI.train_finished, self.session,
                              None if error is None else f"{type(error).__name__}: {error}")
 
     def before_controller_abort(self) -> None:
         self._end_watch()
         if self.session is not None:
-            self.client.call("train_finished", self.session, "the Train run was aborted")
+            self.client.call(TrainAPI.train_finished, self.session, "the Train run was aborted")
 
     # WorkerGroupCallback ----------------------------------------------------------
     def before_worker_group_start(self, worker_group_context: Any) -> None:
@@ -154,7 +155,7 @@ class RaygangTrain(ControllerCallback, WorkerGroupCallback):
             return
         state = worker_group.get_worker_group_state()
         pg_id = state.placement_group_handle.placement_group.id.hex()
-        self.client.call("train_adopt", self.session, pg_id)
+        self.client.call(TrainAPI.train_adopt, self.session, pg_id)
         workers = {w.distributed_context.world_rank: w for w in worker_group.get_workers()}
         self._start_watch(workers)
 
@@ -167,7 +168,7 @@ class RaygangTrain(ControllerCallback, WorkerGroupCallback):
     def _released(self) -> None:
         self._end_watch()
         if self.session is not None:
-            self.client.call("train_released", self.session, self._finishing)
+            self.client.call(TrainAPI.train_released, self.session, self._finishing)
 
     # Preemption, through Train's own path -------------------------------------------
     def _start_watch(self, workers: dict[int, Any]) -> None:
@@ -185,7 +186,7 @@ class RaygangTrain(ControllerCallback, WorkerGroupCallback):
 
         while not stop.is_set():
             try:
-                told = self.client.call("train_wait_preempt", self.session, WATCH_POLL_S)
+                told = self.client.call(TrainAPI.train_wait_preempt, self.session, WATCH_POLL_S)
             except Exception:  # the scheduler restarting: ask again
                 log.warning("raygang: waiting for preemption failed", exc_info=True)
                 stop.wait(1.0)

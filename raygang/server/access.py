@@ -3,11 +3,12 @@
 
 # No `from __future__ import annotations`: FastAPI reads `Caller`'s annotation.
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import Depends
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from raygang.control.api import SchedulerAPI
 from raygang.control import kinds
 from raygang.control.errors import GangNotFoundError
 from raygang.control.status import GangStatus
@@ -23,7 +24,7 @@ class Access:
     """Who calls (the bearer token's principal, as a route dependency: `Caller`), and what
     it may see and use."""
 
-    def __init__(self, auth: AuthConfig, scheduler: Any):
+    def __init__(self, auth: AuthConfig, scheduler: SchedulerAPI):
         self._scheduler = scheduler
         bearer = HTTPBearer(auto_error=False,
                             description="a token from RAYGANG_AUTH_TOKENS_FILE")

@@ -23,6 +23,7 @@ from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 
+from raygang.control.api import SchedulerAPI
 from raygang.core.config import UnknownPriorityClass
 from raygang.core.gang import GangState
 from raygang.core.queues import QueueSpec
@@ -71,7 +72,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 
 
 def create_app(
-    scheduler: Any = None,
+    scheduler: SchedulerAPI | None = None,
     auth: AuthConfig | None = None,
     clock: Callable[[], float] = time.time,
     max_body_bytes: int = MAX_BODY_BYTES,
@@ -106,7 +107,7 @@ def create_app(
     return app
 
 
-def _health_routes(app: FastAPI, scheduler: Any) -> None:
+def _health_routes(app: FastAPI, scheduler: SchedulerAPI) -> None:
     @app.get("/healthz", response_model=Health, tags=["health"])
     async def healthz() -> Health:
         """The API process is up (it does not ask the scheduler)."""
@@ -128,7 +129,7 @@ def _health_routes(app: FastAPI, scheduler: Any) -> None:
         return Health(status="ready", scheduler={k: ping[k] for k in ("gangs", "cycles")})
 
 
-def _gang_routes(app: FastAPI, scheduler: Any, access: Access,
+def _gang_routes(app: FastAPI, scheduler: SchedulerAPI, access: Access,
                  clock: Callable[[], float]) -> None:
     Caller = access.Caller
     check_queue, visible_gang = access.check_queue, access.visible_gang
@@ -199,7 +200,7 @@ def _gang_routes(app: FastAPI, scheduler: Any, access: Access,
         return await scheduler.cancel(gang_id, f"cancelled by {who.name} (REST)")
 
 
-def _deployment_routes(app: FastAPI, scheduler: Any, access: Access) -> None:
+def _deployment_routes(app: FastAPI, scheduler: SchedulerAPI, access: Access) -> None:
     Caller = access.Caller
     authorize_submission, visible_deployment = (access.authorize_submission,
                                                 access.visible_deployment)
@@ -233,7 +234,7 @@ def _deployment_routes(app: FastAPI, scheduler: Any, access: Access) -> None:
         return await scheduler.undeploy(name)
 
 
-def _queue_and_cluster_routes(app: FastAPI, scheduler: Any, access: Access) -> None:
+def _queue_and_cluster_routes(app: FastAPI, scheduler: SchedulerAPI, access: Access) -> None:
     Caller = access.Caller
 
     @app.get("/v1/queues", response_model=list[QueueStatus], tags=["queues"])

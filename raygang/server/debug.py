@@ -9,11 +9,12 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
+from raygang.control.api import SchedulerAPI
 from raygang.server.access import Access, ApiError
 from raygang.server.models import Problem
 
 
-def debug_routes(app: FastAPI, scheduler: Any, access: Access) -> None:
+def debug_routes(app: FastAPI, scheduler: SchedulerAPI, access: Access) -> None:
     Caller = access.Caller
 
     @app.get("/v1/debug/cycle", response_model=dict[str, Any], tags=["debug"],

@@ -6,10 +6,11 @@ output. The same per-queue token rules as for gangs apply."""
 # No `from __future__ import annotations`: FastAPI reads the routes' annotations.
 
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from fastapi import FastAPI, Header, Query, Response
 
+from raygang.control.api import SchedulerAPI
 from raygang.core.gang import GangState
 from raygang.core.spec import NAME_PATTERN, JobSpec
 from raygang.control.status import GangStatus
@@ -24,7 +25,7 @@ from raygang.server.models import (
 )
 
 
-def job_routes(app: FastAPI, scheduler: Any, access: Access,
+def job_routes(app: FastAPI, scheduler: SchedulerAPI, access: Access,
                clock: Callable[[], float]) -> None:
     Caller = access.Caller
     visible_job = access.visible_job
