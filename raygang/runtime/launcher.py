@@ -1,4 +1,5 @@
-"""Everything Ray does for one admitted gang: reserve, start, barrier, run, tear down.
+"""Everything Ray does for one admitted gang: reserve, start, barrier, run, tear down
+(resizes: `elastic_launch.py`; the single steps on Ray: `launch_steps.py`).
 
 `GangLaunch` is the Ray implementation of the control plane's `GangRun` port: it only
 acts and reports (it raises `ReservationTimeout` or `MemberFailure`), and the gang's
@@ -9,71 +10,42 @@ safe at any point, including after a cancellation.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import ray
-from ray.exceptions import RayActorError, RayTaskError
-from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.placement_group import PlacementGroup, placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from raygang.control.ports import MemberFailure, ReservationTimeout
 from raygang.control.program import RoleProgram
 from raygang.control.status import GangError, MemberStatus
-from raygang.control.tasks import run_to_completion, wait_within
-from raygang.core.resources import Resources
+from raygang.control.tasks import run_to_completion
 from raygang.core.spec import GangSpec, MemberSlot
-from raygang.runtime.context import GangContext, World, dense_role_ranks
+from raygang.runtime.context import GangContext, dense_role_ranks
+from raygang.runtime.launch_steps import (
+    actor_resource_options,
+    describe_failure,
+    kill_member,
+    preempt_entry,
+    ready_within,
+    remove_group,
+    role_sizes,
+    settled,
+)
 from raygang.runtime.member import DONE, constructor_args, member_actor_class
 from raygang.runtime.names import NAMESPACE, NODE_ID_LABEL, member_name, pg_name
 from raygang.runtime.ray_private import placement_group as ray_placement_group
 from raygang.runtime.settle import SETTLE_S, wait_ready
 
-log = logging.getLogger(__name__)
-# How long a placement group still being created may take to be ready before it is
-# removed anyway (see GangLaunch.close).
-
-
-def describe_failure(slot: MemberSlot | None, exc: BaseException) -> GangError:
-    """The member's own exception class and message, whichever way Ray delivered it."""
-    member = f"{slot.role}-{slot.index}" if slot else None
-    rank = slot.rank if slot else None
-    if isinstance(exc, RayTaskError):
-        cause = exc.cause if exc.cause is not None else exc
-        return GangError(
-            member=member, rank=rank, error_type=type(cause).__name__,
-            message=str(cause), traceback=str(exc),
-        )
-    if isinstance(exc, RayActorError):
-        first = (getattr(exc, "error_msg", None) or str(exc)).strip().splitlines()[0]
-        return GangError(member=member, rank=rank, error_type="ActorDiedError", message=first)
-    return GangError(member=member, rank=rank, error_type=type(exc).__name__, message=str(exc))
-
-
-def actor_resource_options(bundle: Resources) -> dict[str, Any]:
-    """Ask, inside the bundle, for all of it (so the member sees its GPUs)."""
-    amounts = bundle.to_dict()
-    options: dict[str, Any] = {
-        "num_cpus": amounts.pop("CPU", 0),
-        "num_gpus": amounts.pop("GPU", 0),
-    }
-    memory = amounts.pop("memory", 0)
-    if memory:
-        options["memory"] = memory
-    amounts.pop("object_store_memory", None)  # reserved by the bundle; actors cannot ask
-    if amounts:
-        options["resources"] = amounts
-    return options
 
 
 class GangLaunch:
-    """One gang on Ray. An elastic gang (`resize: live`) reserves its minimum as one
-    placement group and each surplus member in a group of its own (Ray cannot resize a
-    placement group: ray-project/ray #16403), so members come and go one at a time while
-    the others run on; `present` is who is in the gang's world now."""
+    """One gang on Ray: a placement group for its minimum (all of a rigid gang), a member
+    actor in each bundle. An elastic gang's members beyond its minimum come and go in
+    groups of their own (`elastic_launch.ElasticLaunch`, which also finds them again
+    after a restart: `member_pgs`); `present` is who is in the gang's world now."""
 
     def __init__(
         self,
@@ -147,7 +119,7 @@ class GangLaunch:
             lifetime="detached",  # the gang must outlive a restart of the scheduler
             bundle_label_selector=[{NODE_ID_LABEL: n} for n in self.nodes],
         )
-        ready = await _ready_within([self.pg], self.spec.reservation_timeout_s)
+        ready = await ready_within([self.pg], self.spec.reservation_timeout_s)
         self._at_rest = True
         if not ready:
             raise ReservationTimeout(
@@ -189,7 +161,7 @@ class GangLaunch:
             role_rank=slot.index,
             rank=list(world).index(slot),
             world_size=len(world),
-            role_sizes=_role_sizes(self.spec, world),
+            role_sizes=role_sizes(self.spec, world),
             attempt=self.attempt,
             _role_ranks=dense_role_ranks(names),
             generation=self.generation,
@@ -356,17 +328,17 @@ class GangLaunch:
                 task.cancel()  # no-op on finished ones; a late reply is not wanted
         timeout = GangError(error_type="GraceTimeout", message=f"no reply within {grace_s:g}s")
         return [
-            _preempt_entry(slot, error=timeout) if task in pending else task.result()
+            preempt_entry(slot, error=timeout) if task in pending else task.result()
             for slot, task in zip(slots, tasks)
         ]
 
     async def _preempt_one(self, slot: MemberSlot, handle: Any) -> dict:
         try:
             reply = await handle.__raygang_preempt__.remote()
-            return _preempt_entry(slot, hooks=int(reply["hooks"]), error=reply["error"],
+            return preempt_entry(slot, hooks=int(reply["hooks"]), error=reply["error"],
                                   running=bool(reply.get("running")))
         except Exception as exc:  # died, or not a member that knows the signal
-            return _preempt_entry(slot, error=describe_failure(slot, exc))
+            return preempt_entry(slot, error=describe_failure(slot, exc))
 
     async def wait_bodies(self, ranks: Sequence[int], timeout: float) -> None:
         """Wait up to `timeout` seconds for the bodies of the members `ranks` to return
@@ -374,168 +346,12 @@ class GangLaunch:
         refs = [self._markers[r] for r in ranks if r in self._markers]
         if not refs or timeout <= 0:
             return
-        waits = [asyncio.ensure_future(_settled(ref)) for ref in refs]
+        waits = [asyncio.ensure_future(settled(ref)) for ref in refs]
         try:
             await asyncio.wait(waits, timeout=timeout)
         finally:
             for wait in waits:
                 wait.cancel()
-
-    # Resizes (elastic gangs, `resize: live`) ------------------------------------------
-    async def add_members(self, members: Sequence[tuple[MemberSlot, str]]) -> list[str]:
-        """Reserve each new member a placement group of its own on its node, start it,
-        tell every member already there the new world and wait for their `on_resize`
-        hooks (the barrier), then release the new members. Whatever fails on the way is
-        undone (the gang runs on without them) and raised; what went wrong in the
-        barrier (a hook raised, a member did not answer) is returned."""
-        slots = [slot for slot, _ in members]
-        await self.reserve_members(members)
-        try:
-            world = sorted([*self.present, *slots], key=lambda s: s.rank)
-            for slot in slots:
-                actor_cls = member_actor_class(self.programs[slot.role])
-                self.handles[slot.rank] = self._create(actor_cls, slot, world)
-            await self._all_or_first_error(
-                [self._await_ready(slot) for slot in slots], self.spec.startup_timeout_s,
-                f"members {', '.join(s.name for s in slots)} were not ready within "
-                f"{self.spec.startup_timeout_s:g}s")
-            async with self._world_lock:
-                self.present = sorted([*self.present, *slots], key=lambda s: s.rank)
-                worlds, problems = await self._tell_world(added=slots, removed=())
-                peers = self._peers()
-                for slot in slots:  # past the barrier: the new members start their bodies
-                    self._watch(slot, *self.handles[slot.rank].__raygang_run__.remote(
-                        peers, worlds[slot.rank]))
-        except BaseException:
-            self.present = [s for s in self.present if s not in slots]
-            self._wake()  # run() may be waiting for them to be released
-            await run_to_completion(self._drop(slots))
-            raise
-        return problems
-
-    async def remove_members(self, members: Sequence[MemberSlot]) -> list[str]:
-        """Stop these members (told before, as a preemption: `preempted`, `on_preempt`,
-        the grace period), free their groups, then tell the members staying the new world
-        and wait for their `on_resize` hooks; what went wrong there is returned."""
-        slots = [s for s in members if s in self.present or self.handles[s.rank] is not None]
-        async with self._world_lock:
-            for slot in slots:
-                self._forget(slot)
-            self.present = [s for s in self.present if s not in slots]
-            await run_to_completion(self._drop(slots))
-            return (await self._tell_world(added=(), removed=slots))[1]
-
-    async def reserve_members(self, members: Sequence[tuple[MemberSlot, str]]) -> None:
-        """A placement group per member, pinned to its node; ready within the gang's
-        reservation timeout (else ReservationTimeout, and the groups are removed)."""
-        names = {slot.name for slot, _ in members}
-        try:
-            for slot, node in members:
-                self.member_pgs[slot.name] = placement_group(
-                    [self.spec.bundles[slot.rank].to_dict()], strategy="PACK",
-                    name=member_name(self.gang_id, slot), lifetime="detached",
-                    bundle_label_selector=[{NODE_ID_LABEL: node}])
-            self._unsettled |= names  # until ready, or a whole timeout: see close()
-            ready = await _ready_within([self.member_pgs[n] for n in names],
-                                        self.spec.reservation_timeout_s)
-            self._unsettled -= names
-            if not ready:
-                raise ReservationTimeout(
-                    f"placement groups of members {', '.join(s.name for s, _ in members)} "
-                    f"were not ready within {self.spec.reservation_timeout_s:g}s")
-        except BaseException:
-            await run_to_completion(self._drop([slot for slot, _ in members]))
-            raise
-
-    async def restart(self, world: Sequence[MemberSlot],
-                      stopped: Callable[[], None] | None = None) -> None:
-        """`resize: restart`: stop every member (their grace period is over), free the
-        groups of those not in `world`, then start `world` afresh at the next generation
-        in the groups kept (role after role, all ready before any is released: the launch
-        barrier, as at the gang's first start) and release them together. A member
-        failing to start fails the gang's run too (its members are gone)."""
-        async with self._world_lock:
-            self._stopping_whole = True
-            try:
-                stopping = [s for s in self.spec.slots if self.handles[s.rank] is not None]
-                for slot in stopping:
-                    self._forget(slot)
-                await run_to_completion(self._drop(
-                    [s for s in self.spec.surplus_slots if s not in world]))
-                if stopped is not None:  # their groups (and members in them) are gone
-                    stopped()
-                for slot in stopping:
-                    handle, self.handles[slot.rank] = self.handles[slot.rank], None
-                    _kill(handle, member_name(self.gang_id, slot))
-                await _names_free([member_name(self.gang_id, s) for s in stopping])
-                self.generation += 1
-                self.present = sorted(world, key=lambda s: s.rank)
-                await self.start_members()
-                peers = self._peers()
-                for slot in self.present:
-                    self._watch(slot, *self.handles[slot.rank].__raygang_run__.remote(peers))
-            except BaseException as error:
-                self._broken = error if isinstance(error, MemberFailure) else MemberFailure(
-                    GangError(error_type=type(error).__name__,
-                              message=f"restart at {len(world)} members: {error}"))
-                raise
-            finally:
-                self._stopping_whole = False
-                self._wake()
-
-    def _forget(self, slot: MemberSlot) -> None:
-        """Stop following `slot`'s run: its end is not the gang's (removed on purpose)."""
-        watch = self._watching.pop(slot.rank, None)
-        if watch is not None:
-            watch.cancel()
-        self._markers.pop(slot.rank, None)
-        self._results.pop(slot.rank, None)
-
-    async def _drop(self, slots: Sequence[MemberSlot]) -> None:
-        """Kill these members and remove their own groups (one still being prepared may
-        settle first: see close())."""
-        for slot in slots:
-            handle, self.handles[slot.rank] = self.handles[slot.rank], None
-            _kill(handle, member_name(self.gang_id, slot))
-            pg = self.member_pgs.pop(slot.name, None)
-            if pg is not None and slot.name in self._unsettled:
-                await wait_ready(pg, SETTLE_S)
-                self._unsettled.discard(slot.name)
-            _remove(pg, member_name(self.gang_id, slot))
-
-    async def _tell_world(self, added: Sequence[MemberSlot], removed: Sequence[MemberSlot]
-                          ) -> tuple[dict[int, World], list[str]]:
-        """The next generation's world, as each present member sees it (by gang rank);
-        told to every released member that stays, whose replies are awaited (the barrier,
-        up to the startup timeout). A hook that raised, or a member that did not answer,
-        is returned (the gang's events say so) and the gang runs on (a member that died
-        fails it through its run)."""
-        self.generation += 1
-        names = tuple(s.name for s in self.present)
-        peers = self._peers()
-        sizes = _role_sizes(self.spec, self.present)
-        worlds = {slot.rank: World(
-            generation=self.generation, size=len(self.present), rank=i, members=names,
-            peers=peers, role_sizes=sizes, added=tuple(s.name for s in added),
-            removed=tuple(s.name for s in removed)) for i, slot in enumerate(self.present)}
-        told = [s for s in self.present if s.rank in self._markers and s not in added]
-        calls = [asyncio.ensure_future(self._await(
-            s, self.handles[s.rank].__raygang_resize__.remote(worlds[s.rank]))) for s in told]
-        problems = []
-        if calls:
-            done, pending = await asyncio.wait(calls, timeout=self.spec.startup_timeout_s)
-            for slot, call in zip(told, calls):
-                if call in pending:
-                    call.cancel()
-                    problems.append(f"{slot.name} did not answer the resize to "
-                                    f"{len(self.present)} members within "
-                                    f"{self.spec.startup_timeout_s:g}s")
-                elif call.exception() is not None or call.result().get("error"):
-                    problems.append(f"the resize hooks of {slot.name} failed: "
-                                    f"{call.exception() or call.result()['error']}")
-        for problem in problems:
-            log.warning("%s: %s", self.gang_id, problem)
-        return worlds, problems
 
     # 4. Tear down ----------------------------------------------------------------------
     async def close(self) -> None:
@@ -561,72 +377,9 @@ class GangLaunch:
         for task in self._tasks:
             task.cancel()
         for slot in self.spec.slots:
-            _kill(self.handles[slot.rank], member_name(self.gang_id, slot))
+            kill_member(self.handles[slot.rank], member_name(self.gang_id, slot))
         self.handles = [None] * len(self.handles)
         for name, pg in self.member_pgs.items():
-            _remove(pg, member_name(self.gang_id, self.spec.slots_by_name[name]))
-        _remove(self.pg, pg_name(self.gang_id))
+            remove_group(pg, member_name(self.gang_id, self.spec.slots_by_name[name]))
+        remove_group(self.pg, pg_name(self.gang_id))
         self.pg, self.member_pgs = None, {}
-
-
-def _kill(handle: Any, name: str) -> None:
-    """Kill a member actor (None: none). Never raises."""
-    if handle is None:
-        return
-    try:
-        ray.kill(handle, no_restart=True)
-    except Exception:  # already gone
-        log.debug("kill of %s failed", name, exc_info=True)
-
-
-def _remove(pg: PlacementGroup | None, name: str) -> None:
-    """Remove a placement group (None: none). Never raises."""
-    if pg is None:
-        return
-    try:
-        remove_placement_group(pg)
-    except Exception:
-        log.warning("removing placement group %s failed", name, exc_info=True)
-
-
-async def _names_free(names: Sequence[str], timeout: float = 10.0) -> None:
-    """Wait until killed members' names are free again (a restarted member takes its
-    name back; Ray frees a name once the GCS has the actor dead)."""
-    deadline = time.monotonic() + timeout
-    for name in names:
-        while time.monotonic() < deadline:
-            try:
-                ray.get_actor(name, namespace=NAMESPACE)
-            except ValueError:
-                break
-            await asyncio.sleep(0.05)
-
-
-async def _ready_within(pgs: Sequence[PlacementGroup], timeout: float) -> bool:
-    """Whether every group became ready within `timeout` (a group's error is raised).
-    Not asyncio.wait_for: a cancellation that arrives as a group becomes ready must not be
-    swallowed, or the gang would run on (`wait_within`)."""
-    done, pending = await wait_within([pg.ready() for pg in pgs], timeout)
-    for ready in done:
-        ready.result()
-    return not pending
-
-
-async def _settled(ref: Any) -> None:
-    try:
-        await ref
-    except Exception:  # noqa: BLE001 - a body that raised or died has ended too
-        pass
-
-
-def _preempt_entry(slot: MemberSlot, hooks: int = 0, error: GangError | str | None = None,
-                   running: bool = False) -> dict:
-    if isinstance(error, GangError):
-        error = f"{error.error_type}: {error.message}"
-    return {"member": f"{slot.role}-{slot.index}", "rank": slot.rank, "hooks": hooks,
-            "error": error, "running": running}
-
-
-def _role_sizes(spec: GangSpec, world: Sequence[MemberSlot]) -> dict[str, int]:
-    counts = Counter(slot.role for slot in world)
-    return {role.name: counts[role.name] for role in spec.roles}

@@ -25,7 +25,7 @@ from ray.serve.exceptions import RayServeException
 from raygang.control.tasks import run_to_completion
 from raygang.core.resources import Resources
 from raygang.runtime.handoff import selector
-from raygang.runtime.launcher import actor_resource_options
+from raygang.runtime.launch_steps import actor_resource_options
 from raygang.runtime.ray_private import (
     import_attr,  # as Serve resolves `import_path`
     serve_details,

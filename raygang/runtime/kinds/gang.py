@@ -1,4 +1,5 @@
-"""A plain gang on Ray: one placement group and a member actor per bundle (`launcher`)."""
+"""A plain gang on Ray: one placement group and a member actor per bundle (`launcher`); an
+elastic one's surplus members in groups of their own (`elastic_launch`)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Callable, Sequence
 
 from raygang.control.records import GangRecord
 from raygang.control.status import MemberStatus
+from raygang.runtime.elastic_launch import ElasticLaunch
 from raygang.runtime.kinds.kind import Host, RunKind
 from raygang.runtime.launcher import GangLaunch
 from raygang.runtime.leftovers import RayLeftovers
@@ -13,10 +15,15 @@ from raygang.runtime.names import member_name, pg_name
 from raygang.runtime.ray_private import group_nodes
 
 
+def _launch(record: GangRecord) -> type[GangLaunch]:
+    """An elastic gang's members come and go: its launch resizes."""
+    return ElasticLaunch if record.spec.elastic else GangLaunch
+
+
 def new_run(host: Host, record: GangRecord, nodes: Sequence[str], attempt: int,
             on_member_ready: Callable[[MemberStatus], None]) -> GangLaunch:
-    return GangLaunch(record.gang_id, record.spec, record.programs, nodes, attempt,
-                      on_member_ready=on_member_ready)
+    return _launch(record)(record.gang_id, record.spec, record.programs, nodes, attempt,
+                           on_member_ready=on_member_ready)
 
 
 def adopt(host: Host, record: GangRecord, leftovers: RayLeftovers) -> GangLaunch | None:
@@ -38,9 +45,9 @@ def adopt(host: Host, record: GangRecord, leftovers: RayLeftovers) -> GangLaunch
             leftovers.remove(actor if actor in actors else None, group)
     if groups:  # a group of no member of it: not this gang's as it runs
         return None
-    launch = GangLaunch.adopt(gang_id, spec, record.nodes,
-                              attempt=record.restarts + record.preemptions, pg_id=main,
-                              surplus=surplus, programs=record.programs)
+    launch = _launch(record).adopt(gang_id, spec, record.nodes,
+                                   attempt=record.restarts + record.preemptions, pg_id=main,
+                                   surplus=surplus, programs=record.programs)
     if launch is not None:
         record.surplus = {name: (group_nodes(g) or [None])[0] or ""
                           for name, g in surplus.items()}
