@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from raygang.control.intake import revalidated
 from raygang.control.records import GangRecord
 from raygang.control.registry import Registry
 from raygang.control.status import DryRunResult, Victim
@@ -25,9 +26,7 @@ class Gangs(Protocol):
 def what_if(spec: GangSpec, snapshot: ClusterSnapshot, registry: Registry,
             policy: PolicyConfig, now: float) -> DryRunResult:
     """The answer for `spec` submitted now, behind the registry's backlog."""
-    if not isinstance(spec, GangSpec):
-        raise TypeError(f"dry_run() takes a GangSpec, got {type(spec).__name__}")
-    spec = GangSpec.model_validate(spec.model_dump())
+    spec = revalidated(spec, GangSpec, "dry_run")
     # After every gang submitted so far, as a real submission would be; the counter is not
     # advanced (a what-if uses up nothing).
     seq = max((r.seq for r in registry), default=-1) + 1

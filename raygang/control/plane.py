@@ -26,11 +26,11 @@ from raygang.control.errors import (
     GangNotFoundError,
     ResultsLostError,
     SchedulerRecoveringError,
-    UnschedulableError,
 )
 from raygang.control.fleet import SETTLE_S, Fleet
 from raygang.control.idempotency import submission_fingerprint
 from raygang.control.inside import Inside
+from raygang.control.intake import Intake, Submission, revalidated
 from raygang.control.journal import STORE_RETRY_S, Journal
 from raygang.control.loop import RELEASE_RECHECK_S, Decide, SchedulingLoop
 from raygang.control.ports import Cluster, Metrics, NoMetrics, Scaling
@@ -41,7 +41,6 @@ from raygang.control.tasks import TaskSet, first_set
 from raygang.control.status import (
     ClusterStatus,
     DryRunResult,
-    GangEvent,
     GangStatus,
     QueueStatus,
 )
@@ -49,9 +48,9 @@ from raygang.control.views import cluster_status, queue_statuses
 from raygang.core.gang import GangState
 from raygang.core.lifecycle import CancelledWhilePending, decide
 from raygang.core.queues import QueueSpec
-from raygang.core.scale import never_hosted
-from raygang.core.schedule import schedule, unschedulable_reason
-from raygang.core.spec import DeploymentSpec, GangSpec, JobSpec
+from raygang.core.schedule import schedule
+from raygang.core.spec import GangSpec
+from raygang.core.workload_specs import DeploymentSpec, JobSpec
 
 log = logging.getLogger(__name__)
 CLUSTER_VIEW_MAX_AGE_S = 0.25  # `cluster()` observes afresh at most this often
@@ -97,6 +96,8 @@ class ControlPlane:
         self.inside = Inside(self.registry, self.fleet, cluster, clock,
                              lambda: self.config.resync_interval_s, self.cancel,
                              spawn=self.tasks.spawn)
+        self.intake = Intake(self.registry, journal, cluster, self.loop, self.inside,
+                             lambda: self.config, clock, self._new_id, self._changed)
         self.instance = self._new_id(128)  # a new one after every restart of the process
         self.recovery: dict[str, Any] = {}  # what the last rebuild found
         self._recovered = asyncio.Event()
@@ -180,43 +181,29 @@ class ControlPlane:
         placed inside that job's budget instead of queued (control/inside.py).
 
         With an `idempotency_key`, a retry of the same submission returns the first one's
-        id instead of queueing a second gang; the same key with a different submission is
-        an IdempotencyConflictError. Safe under concurrent retries: nothing awaits between
-        the look-up and the enqueue, so the event loop runs them as one step.
+        id instead of queueing a second gang (`Intake.queue`).
         """
         await self.ready()
-        if not isinstance(spec, GangSpec):
-            raise TypeError(f"submit() takes a GangSpec, got {type(spec).__name__}")
+        spec = revalidated(spec, GangSpec, "submit")
         if not isinstance(programs, dict) or not all(
             isinstance(p, RoleProgram) for p in programs.values()
         ):
             raise TypeError("submit() takes programs as a dict of role name -> RoleProgram")
-        spec = GangSpec.model_validate(spec.model_dump())  # never trust a pickled model
         missing = sorted({r.name for r in spec.roles} - set(programs))
         if missing:
             raise ValueError(f"roles without a program to run: {', '.join(missing)}")
         if parent is not None:
             self.inside.check(spec, parent)
-        if idempotency_key is None:
-            return await self._saved(self._enqueue(spec, dict(programs), "gang",
-                                                   parent=parent))
-        fingerprint = submission_fingerprint(spec, programs)
-        gang_id = self.registry.keys.submit(
-            idempotency_key, fingerprint, self._clock(),
-            lambda: self._enqueue(spec, dict(programs), "gang", idempotency_key,
-                                  fingerprint, parent=parent).gang_id,
-        )
-        record = self.registry.find(gang_id)
-        return gang_id if record is None else await self._saved(record)
+        fingerprint = submission_fingerprint(spec, programs) if idempotency_key else None
+        return await self.intake.queue(spec, Submission("gang", dict(programs), parent=parent),
+                                       idempotency_key, fingerprint)
 
     async def deploy(self, deployment: DeploymentSpec, app: Any = None,
                      parent: str | None = None) -> str:
         """Queue a Serve application as a gang (see `runtime.deployment`); with a `parent`
         job, place it inside the job's budget (as `submit`). Returns its id."""
         await self.ready()
-        if not isinstance(deployment, DeploymentSpec):
-            raise TypeError(f"deploy() takes a DeploymentSpec, got {type(deployment).__name__}")
-        deployment = DeploymentSpec.model_validate(deployment.model_dump())
+        deployment = revalidated(deployment, DeploymentSpec, "deploy")
         app = app if app is not None else deployment.import_path
         if app is None:
             raise ValueError("deployment needs an application: a bound Serve app or import_path")
@@ -229,42 +216,26 @@ class ControlPlane:
         spec = deployment.gang_spec()
         if parent is not None:
             self.inside.check(spec, parent)
-        record = self._enqueue(spec, {}, "deployment", deployment=deployment, app=app,
-                               parent=parent)
-        return await self._saved(record)
+        return await self.intake.queue(spec, Submission(
+            "deployment", deployment=deployment, app=app, parent=parent))
 
     async def submit_job(self, job: JobSpec, idempotency_key: str | None = None) -> str:
         """Queue a Ray Job (see `runtime.jobs`): started through Ray's Job Submission API
         once its budget is admitted and reserved. Returns its id."""
         await self.ready()
-        if not isinstance(job, JobSpec):
-            raise TypeError(f"submit_job() takes a JobSpec, got {type(job).__name__}")
-        job = JobSpec.model_validate(job.model_dump())
-        return await self._submit_handoff("job", job.gang_spec(), job, idempotency_key,
-                                          job.model_dump_json())
+        job = revalidated(job, JobSpec, "submit_job")
+        return await self.intake.queue(job.gang_spec(), Submission("job", workload=job),
+                                       idempotency_key, job.model_dump_json())
 
     async def submit_train(self, spec: GangSpec, controller: str | None,
                            idempotency_key: str | None = None) -> str:
         """Queue a Ray Train run's worker group (`runtime.train_callback`): admitted as a
         gang, handed over to Train once reserved. Returns its id."""
         await self.ready()
-        if not isinstance(spec, GangSpec):
-            raise TypeError(f"submit_train() takes a GangSpec, got {type(spec).__name__}")
-        spec = GangSpec.model_validate(spec.model_dump())
-        return await self._submit_handoff("train", spec, {"controller": controller},
-                                          idempotency_key, spec.model_dump_json())
-
-    async def _submit_handoff(self, kind: str, spec: GangSpec, workload: Any,
-                              idempotency_key: str | None, fingerprint: str) -> str:
-        if idempotency_key is None:
-            return await self._saved(self._enqueue(spec, {}, kind, workload=workload))
-        gang_id = self.registry.keys.submit(
-            idempotency_key, fingerprint, self._clock(),
-            lambda: self._enqueue(spec, {}, kind, idempotency_key, fingerprint,
-                                  workload=workload).gang_id,
-        )
-        record = self.registry.find(gang_id)
-        return gang_id if record is None else await self._saved(record)
+        spec = revalidated(spec, GangSpec, "submit_train")
+        return await self.intake.queue(
+            spec, Submission("train", workload={"controller": controller}),
+            idempotency_key, spec.model_dump_json())
 
     async def list_jobs(self, state: GangState | None = None) -> list[GangStatus]:
         """Ray Jobs queued through raygang, in submission order."""
@@ -284,66 +255,6 @@ class ControlPlane:
     def record(self, gang_id: str) -> GangRecord:
         """The gang's record (for the runtime's hand-off calls)."""
         return self.registry.get(gang_id)
-
-    def _enqueue(self, spec: GangSpec, programs: dict[str, RoleProgram], kind: str,
-                 idempotency_key: str | None = None, fingerprint: str | None = None,
-                 deployment: DeploymentSpec | None = None, app: Any = None,
-                 workload: Any = None, parent: str | None = None) -> GangRecord:
-        """Add the gang to the book (in this step, with no await: see `submit`); it is
-        admitted only once `_saved` has written it to the store."""
-        resizable = kinds.of(kind).elastic  # (an unknown kind raises, naming the known)
-        if spec.elastic:  # the core decides them (core/elastic.py); runs resize where
-            where = ("inside a job" if parent is not None  # the cluster says they can
-                     else f"for a {kind}" if not resizable
-                     else None if spec.resize in self._cluster.resizes
-                     else "on this cluster" if not self._cluster.resizes
-                     else f"with resize {spec.resize.value!r} on this cluster")
-            if where is not None:
-                role = next(r for r in spec.roles if r.elastic)
-                raise ValueError(
-                    f"roles[{spec.roles.index(role)}].replicas: elastic roles (replicas="
-                    f"({role.minimum}, {role.replicas})) are not run yet {where}: give a "
-                    "fixed number of replicas")
-        policy = self.config.policy
-        cls = policy.priority_class(spec)
-        # A recent view may accept; only a fresh one may refuse (a node may just have joined).
-        # A gang inside a job was checked against the job's budget instead.
-        reason = parent is None and unschedulable_reason(
-            spec, self.loop.recent_snapshot(), policy) and (
-            unschedulable_reason(spec, self.loop.recent_snapshot(max_age=0), policy)
-        )
-        scaling = self.loop.scaling
-        if reason and scaling is not None and not policy.queue_tree.problem(spec):
-            # Nodes the cluster can add count too; until their groups are read, accept
-            # (the gang's status then says if no group can ever host it).
-            never = never_hosted(spec, scaling.groups) if scaling.groups else None
-            reason = never and f"{reason}; and no worker group can ever host it: {never}"
-        if reason:
-            raise UnschedulableError(f"{kind} {spec.name!r} can never be admitted: {reason}")
-        now = self._clock()
-        record = GangRecord(
-            gang_id=f"{spec.name}-{self._new_id(32)}", spec=spec, programs=programs,
-            priority=cls.value, seq=self.registry.next_seq(), submitted_at=now,
-            preemptible=cls.preemptible, min_runtime_s=cls.min_runtime_s, kind=kind,
-            deployment=deployment, app=app, workload=workload, parent=parent,
-            idempotency_key=idempotency_key,
-            fingerprint=fingerprint, on_change=self._changed,
-        )
-        record.events.append(
-            GangEvent(at=now, from_state=None, to_state=GangState.PENDING, reason="submitted")
-        )
-        self.registry.add(record)
-        self.loop.wake()
-        return record
-
-    async def _saved(self, record: GangRecord) -> str:
-        gang_id = await self.journal.saved(record, self.registry.forget_unsaved)
-        self.registry.changed(record)  # stored: now it may be admitted
-        if record.parent is not None:
-            self.inside.place()
-        else:
-            self.loop.wake()
-        return gang_id
 
     def _changed(self, record: GangRecord) -> None:
         self.registry.changed(record)
@@ -439,7 +350,7 @@ class ControlPlane:
         record = self.registry.get(gang_id)
         if record.state.finished:
             return record.status()
-        await self._saved(record)
+        await self.intake.saved(record)
         if record.cancel_reason is None:
             record.cancel_reason = reason
             self.registry.changed(record)  # no cycle may admit it any more
@@ -465,7 +376,7 @@ class ControlPlane:
         """Add a queue or replace one's quota, limit, weight or parent (admin only over
         REST). The new tree is validated whole; a queue holding gangs stays a leaf."""
         await self.ready()
-        queue = QueueSpec.model_validate(queue.model_dump())
+        queue = revalidated(queue, QueueSpec, "set_queue")
         holding = {r.spec.queue for r in self.registry.unfinished()}
         if queue.parent in holding:
             raise ValueError(

@@ -1,0 +1,160 @@
+"""Taking a submission into the book: whether the gang may be queued at all (its elastic
+roles are carried out for its kind and on this cluster; its shape can ever be admitted),
+its record, its idempotency key, and its first write to the store, after which a cycle
+may admit it. `ControlPlane`'s submit calls validate their input, then come here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from raygang.control import kinds
+from raygang.control.config import SchedulerConfig
+from raygang.control.errors import UnschedulableError
+from raygang.control.inside import Inside
+from raygang.control.journal import Journal
+from raygang.control.loop import SchedulingLoop
+from raygang.control.ports import Cluster
+from raygang.control.program import RoleProgram
+from raygang.control.records import GangRecord
+from raygang.control.registry import Registry
+from raygang.control.status import GangEvent
+from raygang.core.gang import GangState
+from raygang.core.scale import never_hosted
+from raygang.core.schedule import unschedulable_reason
+from raygang.core.spec import GangSpec
+from raygang.core.workload_specs import DeploymentSpec
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def revalidated(value: object, model: type[M], call: str) -> M:
+    """`value`, checked to be a `model` and validated again: a model that arrives pickled
+    (a call to the Ray actor) was never validated here (pickle restores its fields as they
+    were sent)."""
+    if not isinstance(value, model):
+        raise TypeError(f"{call}() takes a {model.__name__}, got {type(value).__name__}")
+    return model.model_validate(value.model_dump())
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What a submit call brings besides the spec: the kind's payload, and where it goes."""
+
+    kind: str
+    programs: dict[str, RoleProgram] = field(default_factory=dict)
+    deployment: DeploymentSpec | None = None
+    app: Any = None
+    workload: Any = None
+    parent: str | None = None  # the job whose budget it is placed in (control/inside.py)
+
+
+class Intake:
+    def __init__(self, registry: Registry, journal: Journal, cluster: Cluster,
+                 loop: SchedulingLoop, inside: Inside, config: Callable[[], SchedulerConfig],
+                 clock: Callable[[], float], new_id: Callable[[int], str],
+                 changed: Callable[[GangRecord], None]):
+        self._registry = registry
+        self._journal = journal
+        self._cluster = cluster
+        self._loop = loop
+        self._inside = inside
+        self._config = config
+        self._clock = clock
+        self._new_id = new_id
+        self._changed = changed  # the record's owner hears of every change
+
+    async def queue(self, spec: GangSpec, submission: Submission,
+                    idempotency_key: str | None = None, fingerprint: str | None = None
+                    ) -> str:
+        """Queue the gang; its id once it is in the store. With an `idempotency_key` (and
+        the `fingerprint` of what was submitted under it), a
+        retry of the same submission (same `fingerprint`) gets the first one's id and
+        queues nothing; the same key for another submission is an
+        IdempotencyConflictError. Safe under concurrent retries: nothing awaits between
+        the key's look-up and the gang entering the book, so the event loop runs them as
+        one step."""
+        if idempotency_key is None or fingerprint is None:
+            return await self.saved(self._enqueue(spec, submission))
+        gang_id = self._registry.keys.submit(
+            idempotency_key, fingerprint, self._clock(),
+            lambda: self._enqueue(spec, submission, idempotency_key, fingerprint).gang_id)
+        record = self._registry.find(gang_id)
+        return gang_id if record is None else await self.saved(record)
+
+    def _enqueue(self, spec: GangSpec, submission: Submission,
+                 idempotency_key: str | None = None, fingerprint: str | None = None
+                 ) -> GangRecord:
+        """Add the gang to the book (in this step, with no await: see `queue`); it is
+        admitted only once `saved` has written it to the store."""
+        kind, parent = submission.kind, submission.parent
+        self._refuse_elastic(spec, kind, parent)
+        policy = self._config().policy
+        if parent is None:  # a gang inside a job was checked against the job's budget
+            self._refuse_never_admitted(spec, kind)
+        cls = policy.priority_class(spec)
+        now = self._clock()
+        record = GangRecord(
+            gang_id=f"{spec.name}-{self._new_id(32)}", spec=spec,
+            programs=dict(submission.programs), priority=cls.value,
+            seq=self._registry.next_seq(), submitted_at=now, preemptible=cls.preemptible,
+            min_runtime_s=cls.min_runtime_s, kind=kind, deployment=submission.deployment,
+            app=submission.app, workload=submission.workload, parent=parent,
+            idempotency_key=idempotency_key, fingerprint=fingerprint,
+            on_change=self._changed,
+        )
+        record.events.append(
+            GangEvent(at=now, from_state=None, to_state=GangState.PENDING, reason="submitted")
+        )
+        self._registry.add(record)
+        self._loop.wake()
+        return record
+
+    def _refuse_elastic(self, spec: GangSpec, kind: str, parent: str | None) -> None:
+        """Elastic roles where they are not carried out are refused, naming the role."""
+        resizable = kinds.of(kind).elastic  # (an unknown kind raises, naming the known)
+        if not spec.elastic:  # the core decides them (core/elastic.py); runs resize where
+            return  # the cluster says they can
+        resizes = self._cluster.resizes
+        where = ("inside a job" if parent is not None
+                 else f"for a {kind}" if not resizable
+                 else None if spec.resize in resizes
+                 else "on this cluster" if not resizes
+                 else f"with resize {spec.resize.value!r} on this cluster")
+        if where is not None:
+            role = next(r for r in spec.roles if r.elastic)
+            raise ValueError(
+                f"roles[{spec.roles.index(role)}].replicas: elastic roles (replicas="
+                f"({role.minimum}, {role.replicas})) are not run yet {where}: give a "
+                "fixed number of replicas")
+
+    def _refuse_never_admitted(self, spec: GangSpec, kind: str) -> None:
+        """A gang no node (nor any node the cluster can add) could ever hold is refused.
+        A recent view may accept; only a fresh one may refuse (a node may just have
+        joined)."""
+        policy, loop = self._config().policy, self._loop
+        reason = unschedulable_reason(spec, loop.recent_snapshot(), policy) and (
+            unschedulable_reason(spec, loop.recent_snapshot(max_age=0), policy))
+        scaling = loop.scaling
+        if reason and scaling is not None and not policy.queue_tree.problem(spec):
+            # Nodes the cluster can add count too; until their groups are read, accept
+            # (the gang's status then says if no group can ever host it).
+            never = never_hosted(spec, scaling.groups) if scaling.groups else None
+            reason = never and f"{reason}; and no worker group can ever host it: {never}"
+        if reason:
+            raise UnschedulableError(f"{kind} {spec.name!r} can never be admitted: {reason}")
+
+    async def saved(self, record: GangRecord) -> str:
+        """Its id once the gang is in the store (then a cycle may admit it)."""
+        gang_id = await self._journal.saved(record, self._registry.forget_unsaved)
+        self._registry.changed(record)  # stored: now it may be admitted
+        if record.parent is not None:
+            self._inside.place()
+        else:
+            self._loop.wake()
+        return gang_id
