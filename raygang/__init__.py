@@ -39,11 +39,11 @@ _PUBLIC = {
     "submit_job": "raygang.api",
     "list_jobs": "raygang.api",
     "train": "raygang.api",
-    "JobSpec": "raygang.core.spec",
+    "JobSpec": "raygang.core.workload_specs",
     "RaygangTrain": "raygang.runtime.train_callback",
     "DryRunResult": "raygang.control.status",
     "DeploymentExistsError": "raygang.control.errors",
-    "DeploymentSpec": "raygang.core.spec",
+    "DeploymentSpec": "raygang.core.workload_specs",
     "QueueSpec": "raygang.core.queues",
     "get_context": "raygang.runtime.context",
     "GangContext": "raygang.runtime.context",
@@ -86,7 +86,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from raygang.core.gang import GangState
     from raygang.core.queues import QueueSpec
     from raygang.core.resources import Resources
-    from raygang.core.spec import DeploymentSpec, GangSpec, RoleSpec, SpecError, Strategy
+    from raygang.core.spec import GangSpec, RoleSpec, SpecError, Strategy
+    from raygang.core.workload_specs import DeploymentSpec
     from raygang.runtime.context import GangContext, World, get_context
     from raygang.control.errors import (
         DeploymentExistsError, GangCancelledError, GangFailedError, SchedulerNotRunningError,

@@ -23,16 +23,8 @@ from typing import Any
 import ray
 
 from raygang.core.gang import GangState
-from raygang.core.spec import (
-    DeploymentSpec,
-    GangSpec,
-    RoleSpec,
-    SpecError,
-    deployment_spec,
-    gang_spec,
-    job_spec,
-    role_spec,
-)
+from raygang.core.spec import GangSpec, RoleSpec, SpecError, gang_spec, role_spec
+from raygang.core.workload_specs import DeploymentSpec, deployment_spec, job_spec
 from raygang.control.api import SchedulerAPI
 from raygang.runtime import client
 from raygang.control.errors import GangCancelledError, GangFailedError

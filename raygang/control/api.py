@@ -22,7 +22,8 @@ from raygang.control.program import RoleProgram
 from raygang.control.status import ClusterStatus, DryRunResult, GangStatus, QueueStatus
 from raygang.core.gang import GangState
 from raygang.core.queues import QueueSpec
-from raygang.core.spec import DeploymentSpec, GangSpec, JobSpec
+from raygang.core.spec import GangSpec
+from raygang.core.workload_specs import DeploymentSpec, JobSpec
 
 
 class SchedulerAPI(Protocol):

@@ -19,7 +19,8 @@ from typing import Any, Protocol
 
 from raygang.core.gang import GangState
 from raygang.core.queues import QueueSpec
-from raygang.core.spec import DeploymentSpec, GangSpec
+from raygang.core.spec import GangSpec
+from raygang.core.workload_specs import DeploymentSpec
 from raygang.control import kinds
 from raygang.control.records import GangRecord
 

@@ -23,9 +23,9 @@ from raygang.core.draining import Draining
 from raygang.core.elastic import pieces, stops, units_first, with_remaining_units
 from raygang.core.excess import Amounts, ExcessSearch
 from raygang.core.explain import why_not
-from raygang.core.fairshare import QueueBook
+from raygang.core.fairshare import QueueBook, QueueOrder
 from raygang.core.gang import PendingGang, Shape
-from raygang.core.placement import place
+from raygang.core.placement import EverFits, place
 from raygang.core.plan import (
     Admission,
     Behind,
@@ -45,74 +45,6 @@ from raygang.core.victims import VictimSearch, reclaim_protected, victim_key
 
 # An action's own narrowing of the gangs any action may stop (reclaim's protections).
 Narrow = Callable[[CycleState, list[PlacedGang]], list[PlacedGang]]
-
-
-class _EverFits:
-    """Whether a shape fits the cluster with nothing running, cached per shape: across
-    cycles while the alive nodes and their totals stay the same (the answers are plain
-    booleans, safe to share between the loop's threads; the empty capacity is not, as
-    placement reserves on it and undoes, so each instance builds its own when asked)."""
-
-    # (nodes and totals, shape -> fits)
-    _shared: tuple[tuple[tuple[str, Resources], ...], dict[Shape, bool]] = ((), {})
-
-    def __init__(self, snapshot: ClusterSnapshot):
-        self._snapshot = snapshot
-        self._empty: Capacity | None = None
-        signature = tuple((n.node_id, n.total) for n in snapshot.alive_nodes)
-        shared = _EverFits._shared
-        if shared[0] != signature:
-            shared = _EverFits._shared = (signature, {})
-        self._cache: dict[Shape, bool] = shared[1]
-        self._by_gang: dict[int, bool] = {}  # pending gangs live as long as the cycle
-
-    @property
-    def empty(self) -> Capacity:
-        if self._empty is None:
-            self._empty = Capacity(self._snapshot.alive_nodes, use_totals=True)
-        return self._empty
-
-    def fits(self, gang: PendingGang) -> bool:
-        found = self._by_gang.get(id(gang))  # cheaper than hashing its shape again
-        if found is None:
-            found = self._by_gang[id(gang)] = self.fits_shape(gang.shape)
-        return found
-
-    def fits_shape(self, shape: Shape) -> bool:
-        found = self._cache.get(shape)
-        if found is None:
-            strategy, bundles = shape
-            found = self._cache[shape] = place(bundles, strategy, self.empty) is not None
-        return found
-
-
-class _QueueOrder:
-    """Which leaf queue goes next: the lowest hierarchical dominant share, then name.
-    Admitting into a queue changes the shares of its ancestors only, so only leaves under
-    the same top-level queue are re-keyed."""
-
-    def __init__(self, book: QueueBook, leaves: Sequence[str]):
-        self.book = book
-        self.keys = {q: book.order_key(q) for q in leaves}
-
-    def pick(self) -> str | None:
-        if not self.keys:
-            return None
-        return min(self.keys, key=lambda q: (self.keys[q], q))
-
-    def touched(self, queue: str) -> None:
-        paths = self.book.tree.paths
-        top = paths[queue][0]
-        ratios: dict[str, float] = {}  # each queue's share once (the top's is everyone's)
-        for leaf in self.keys:
-            if paths[leaf][0] == top:
-                for name in paths[leaf]:
-                    if name not in ratios:
-                        ratios[name] = self.book.share_ratio(name)
-                self.keys[leaf] = tuple(ratios[name] for name in paths[leaf])
-
-    def done(self, queue: str) -> None:
-        self.keys.pop(queue, None)
 
 
 class Cycle:
@@ -146,7 +78,7 @@ class Cycle:
         if leaving:
             self.capacity.release(bundle for g in leaving for bundle in g.bundles)
             self.draining.add(leaving)
-        self.ever = _EverFits(snapshot)
+        self.ever = EverFits(snapshot)
         self.book = QueueBook(self.tree, snapshot.placed)
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
@@ -243,7 +175,7 @@ class Cycle:
     def _pass(self, attempt: Callable[[PendingGang], bool]) -> None:
         """Offer each queue's gangs, in fair-share order, to `attempt`; without backfill a
         queue stops at its first gang that is not admitted."""
-        order = _QueueOrder(self.book, [q for q, gangs in self.left.items() if gangs])
+        order = QueueOrder(self.book, [q for q, gangs in self.left.items() if gangs])
         at = dict.fromkeys(self.left, 0)
         while (queue := order.pick()) is not None:
             gangs = self.left[queue]
@@ -295,9 +227,9 @@ class Cycle:
         return False
 
     # What actions use ---------------------------------------------------------------------
-    def queue_order(self, queues: Sequence[str]) -> _QueueOrder:
+    def queue_order(self, queues: Sequence[str]) -> QueueOrder:
         """The queues in fair-share order, as a pass takes them (grow)."""
-        return _QueueOrder(self.book, queues)
+        return QueueOrder(self.book, queues)
 
     def place(self, gang: PendingGang) -> tuple[str, ...] | None:
         """Nodes for the gang on the free capacity now, or None."""

@@ -11,7 +11,7 @@ their fair share go first, comparing ancestors before their children (hierarchic
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from raygang.core.queues import QueueTree, exceeds_limit
 from raygang.core.resources import UNIT, Resources, format_amount
@@ -224,3 +224,32 @@ def water_fill(pool: float, items: list[tuple[float, float, float]]) -> list[flo
             given[i] = items[i][1]
         active = [i for i in active if i not in full]
     return given
+
+
+class QueueOrder:
+    """Which leaf queue goes next: the lowest hierarchical dominant share, then name.
+    Admitting into a queue changes the shares of its ancestors only, so only leaves under
+    the same top-level queue are re-keyed."""
+
+    def __init__(self, book: QueueBook, leaves: Sequence[str]):
+        self.book = book
+        self.keys = {q: book.order_key(q) for q in leaves}
+
+    def pick(self) -> str | None:
+        if not self.keys:
+            return None
+        return min(self.keys, key=lambda q: (self.keys[q], q))
+
+    def touched(self, queue: str) -> None:
+        paths = self.book.tree.paths
+        top = paths[queue][0]
+        ratios: dict[str, float] = {}  # each queue's share once (the top's is everyone's)
+        for leaf in self.keys:
+            if paths[leaf][0] == top:
+                for name in paths[leaf]:
+                    if name not in ratios:
+                        ratios[name] = self.book.share_ratio(name)
+                self.keys[leaf] = tuple(ratios[name] for name in paths[leaf])
+
+    def done(self, queue: str) -> None:
+        self.keys.pop(queue, None)

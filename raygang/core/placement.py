@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from raygang.core.capacity import Capacity, Undo
+from raygang.core.gang import PendingGang, Shape
 from raygang.core.resources import Resources
+from raygang.core.snapshot import ClusterSnapshot
 from raygang.core.spec import Strategy
 
 Assignment = tuple[str, ...]  # node id per bundle, in bundle (rank) order
@@ -138,3 +140,42 @@ def _first_fit(
             free = free - bundle
             hosted.append(i)
     return hosted, free
+
+
+class EverFits:
+    """Whether a shape fits the cluster with nothing running, cached per shape: across
+    cycles while the alive nodes and their totals stay the same (the answers are plain
+    booleans, safe to share between the loop's threads; the empty capacity is not, as
+    placement reserves on it and undoes, so each instance builds its own when asked)."""
+
+    # (nodes and totals, shape -> fits)
+    _shared: tuple[tuple[tuple[str, Resources], ...], dict[Shape, bool]] = ((), {})
+
+    def __init__(self, snapshot: ClusterSnapshot):
+        self._snapshot = snapshot
+        self._empty: Capacity | None = None
+        signature = tuple((n.node_id, n.total) for n in snapshot.alive_nodes)
+        shared = EverFits._shared
+        if shared[0] != signature:
+            shared = EverFits._shared = (signature, {})
+        self._cache: dict[Shape, bool] = shared[1]
+        self._by_gang: dict[int, bool] = {}  # pending gangs live as long as the cycle
+
+    @property
+    def empty(self) -> Capacity:
+        if self._empty is None:
+            self._empty = Capacity(self._snapshot.alive_nodes, use_totals=True)
+        return self._empty
+
+    def fits(self, gang: PendingGang) -> bool:
+        found = self._by_gang.get(id(gang))  # cheaper than hashing its shape again
+        if found is None:
+            found = self._by_gang[id(gang)] = self.fits_shape(gang.shape)
+        return found
+
+    def fits_shape(self, shape: Shape) -> bool:
+        found = self._cache.get(shape)
+        if found is None:
+            strategy, bundles = shape
+            found = self._cache[shape] = place(bundles, strategy, self.empty) is not None
+        return found

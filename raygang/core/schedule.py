@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 from raygang.core.backlog import Backlog
 from raygang.core.config import PolicyConfig
-from raygang.core.cycle import Cycle, _EverFits
+from raygang.core.cycle import Cycle
+from raygang.core.placement import EverFits
 from raygang.core.explain import why_not
 from raygang.core.gang import PendingGang
 from raygang.core.plan import Plan
@@ -41,7 +42,7 @@ def unschedulable_reason(
             return problem
     if not snapshot.alive_nodes:
         return "the cluster has no alive nodes"
-    ever = _EverFits(snapshot)  # shared with the cycles while the nodes stay the same
+    ever = EverFits(snapshot)  # shared with the cycles while the nodes stay the same
     if ever.fits_shape((spec.strategy, spec.min_bundles)):
         return None
     return why_not(spec.min_bundles, spec.strategy, ever.empty) + " (even with the cluster empty)"

@@ -6,7 +6,7 @@ import enum
 import re
 from collections.abc import Iterable, Iterator
 from functools import cached_property
-from typing import Annotated, Any, NamedTuple, TypeVar
+from typing import Annotated, NamedTuple, Protocol, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -59,7 +59,7 @@ Bundle = Annotated[Resources, AfterValidator(_bundle_not_empty)]
 Priority = Annotated[StrictInt | str, AfterValidator(_priority_name)]
 
 
-def _replicas_range(data: object) -> object:
+def replicas_range(data: object) -> object:
     """`replicas=(min, max)` as `min_replicas` and `replicas` (roles and deployments)."""
     if isinstance(data, dict) and isinstance(data.get("replicas"), (tuple, list)):
         pair = data["replicas"]
@@ -71,10 +71,20 @@ def _replicas_range(data: object) -> object:
     return data
 
 
-_Replicated = TypeVar("_Replicated", "RoleSpec", "DeploymentSpec")
+class _Counted(Protocol):
+    """A role, or a deployment: `replicas` members, at least `min_replicas` if elastic."""
+
+    @property
+    def replicas(self) -> int: ...
+
+    @property
+    def min_replicas(self) -> int | None: ...
 
 
-def _min_within(model: _Replicated) -> _Replicated:
+_Replicated = TypeVar("_Replicated", bound=_Counted)
+
+
+def min_within(model: _Replicated) -> _Replicated:
     if model.min_replicas is not None and model.min_replicas > model.replicas:
         raise ValueError(f"min_replicas: must be at most replicas ({model.replicas}), "
                          f"got {model.min_replicas}")
@@ -104,11 +114,11 @@ class RoleSpec(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _range(cls, data: object) -> object:
-        return _replicas_range(data)
+        return replicas_range(data)
 
     @model_validator(mode="after")
     def _min_ok(self) -> RoleSpec:
-        return _min_within(self)
+        return min_within(self)
 
     @property
     def minimum(self) -> int:
@@ -282,151 +292,6 @@ class GangSpec(BaseModel):
         return waves
 
 
-class DeploymentSpec(BaseModel):
-    """A Ray Serve application run as a gang: `replicas` replicas of its ingress deployment,
-    each reserving `resources`, admitted whole (preempting lower priorities if it must).
-
-    Elastic: `replicas=(min, max)` (or `min_replicas`) is admitted at `min` and grows
-    toward `max`, on the nodes of its minimum only (Serve's node selector cannot change
-    without restarting every replica); its surplus replicas are the first taken back, so
-    it shrinks toward `min` before anyone is preempted."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    name: str = Field(pattern=NAME_PATTERN, description="Serve application name; unique")
-    import_path: str | None = Field(
-        None, pattern=r"^[\w.]+:[\w.]+$",
-        description='"package.module:app" naming a bound Serve application (for REST/CLI)',
-    )
-    replicas: int = Field(1, ge=1, le=MAX_MEMBERS, description="replicas (the most, if elastic)")
-    min_replicas: int | None = Field(
-        None, ge=1, le=MAX_MEMBERS, description="elastic: the fewest replicas it serves with "
-        "(none: exactly `replicas`); `replicas=(min, max)` sets both")
-    resources: Bundle = Field(default_factory=lambda: Resources(CPU=1))
-    queue: str = Field("default", pattern=NAME_PATTERN)
-    priority: Priority = "inference"
-    strategy: Strategy = Strategy.PACK
-    route_prefix: str | None = Field(
-        None, pattern=r"^/", description='HTTP route; default "/<name>"'
-    )
-    reservation_timeout_s: float = Field(60.0, gt=0)
-    startup_timeout_s: float = Field(300.0, gt=0)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _range(cls, data: object) -> object:
-        return _replicas_range(data)
-
-    @model_validator(mode="after")
-    def _min_ok(self) -> DeploymentSpec:
-        return _min_within(self)
-
-    @property
-    def route(self) -> str:
-        return self.route_prefix or f"/{self.name}"
-
-    def gang_spec(self) -> GangSpec:
-        """The gang that reserves this deployment's replicas (one bundle each)."""
-        return GangSpec(
-            name=self.name, queue=self.queue, priority=self.priority, strategy=self.strategy,
-            roles=(RoleSpec(name="replica", replicas=self.replicas,
-                            min_replicas=self.min_replicas, resources=self.resources),),
-            reservation_timeout_s=self.reservation_timeout_s,
-            startup_timeout_s=self.startup_timeout_s, preemption_grace_s=0,
-        )
-
-
-def deployment_spec(what: str, **fields: object) -> DeploymentSpec:
-    return _validated(DeploymentSpec, what, fields)
-
-
-DEFAULT_JOB_BUNDLE = Resources(CPU=1, GPU=1)  # a Ray Train worker's default with use_gpu
-
-
-class JobSpec(BaseModel):
-    """A Ray Job queued by raygang: its entrypoint starts through Ray's Job Submission API
-    once the capacity it declares is admitted and reserved.
-
-    The capacity is a set of equal bundles (the job's budget): `gpus` bundles of `bundle`
-    (default one GPU and one CPU each, a Train worker's shape), or `resources` in all, cut
-    into bundles of `bundle` (or one bundle if no `bundle` is given), or one `bundle`.
-    Framework groups the job's driver starts (a Ray Train worker group) are placed inside
-    that budget, not admitted a second time against the queue.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    entrypoint: str = Field(min_length=1, description="shell command, e.g. python train.py")
-    name: str = Field("job", pattern=NAME_PATTERN)
-    queue: str = Field("default", pattern=NAME_PATTERN)
-    priority: Priority = "training"
-    gpus: int | None = Field(None, ge=1, le=MAX_MEMBERS, description="bundles of `bundle`")
-    resources: Bundle | None = Field(None, description="the job's total, cut into bundles")
-    bundle: Bundle | None = Field(None, description="one bundle of the budget")
-    strategy: Strategy = Strategy.PACK
-    working_dir: str | None = Field(None, min_length=1)
-    runtime_env: dict[str, Any] | None = None
-    env_vars: dict[str, str] = Field(default_factory=dict)
-    metadata: dict[str, str] = Field(default_factory=dict)
-    reservation_timeout_s: float = Field(60.0, gt=0)
-    startup_timeout_s: float = Field(120.0, gt=0, description="until Ray runs the entrypoint")
-    preemption_grace_s: float = Field(
-        30.0, ge=0, description="SIGTERM (or Train's preemption) first, a hard stop after")
-    max_restarts: int = Field(0, ge=0, description="new attempts after the entrypoint fails")
-
-    @model_validator(mode="after")
-    def _one_budget(self) -> JobSpec:
-        if self.gpus is not None and self.resources is not None:
-            raise ValueError("gpus, resources: give one of them (gpus N means N bundles)")
-        if self.gpus is None and self.resources is None and self.bundle is None:
-            raise ValueError("gpus, resources, bundle: say what the job needs, e.g. gpus=2")
-        if self.resources is not None and self.bundle is not None:
-            count = _whole_multiple(self.resources, self.bundle)
-            if count is None:
-                raise ValueError(f"resources: {self.resources} is not a whole number of "
-                                 f"bundles {self.bundle}")
-        if self.runtime_env is not None and "working_dir" in self.runtime_env \
-                and self.working_dir is not None:
-            raise ValueError("working_dir: also set in runtime_env; give it once")
-        return self
-
-    @cached_property
-    def bundles(self) -> tuple[Resources, ...]:
-        if self.gpus is not None:
-            return (self.bundle or DEFAULT_JOB_BUNDLE,) * self.gpus
-        if self.resources is not None:
-            if self.bundle is None:
-                return (self.resources,)
-            return (self.bundle,) * (_whole_multiple(self.resources, self.bundle) or 1)
-        assert self.bundle is not None
-        return (self.bundle,)
-
-    def gang_spec(self) -> GangSpec:
-        """The gang that reserves the job's budget (one member slot per bundle)."""
-        return GangSpec(
-            name=self.name, queue=self.queue, priority=self.priority, strategy=self.strategy,
-            roles=(RoleSpec(name="slot", replicas=len(self.bundles),
-                            resources=self.bundles[0]),),
-            reservation_timeout_s=self.reservation_timeout_s,
-            startup_timeout_s=self.startup_timeout_s, max_restarts=self.max_restarts,
-            preemption_grace_s=self.preemption_grace_s,
-        )
-
-
-def _whole_multiple(total: Resources, bundle: Resources) -> int | None:
-    """n if `total` is exactly n bundles, else None."""
-    names = set(total) | set(bundle)
-    counts = {total.units(n) / bundle.units(n) if bundle.units(n) else -1 for n in names}
-    if len(counts) != 1:
-        return None
-    (count,) = counts
-    return int(count) if count >= 1 and count == int(count) else None
-
-
-def job_spec(what: str, **fields: object) -> JobSpec:
-    return _validated(JobSpec, what, fields)
-
-
 def _find_cycle(edges: dict[str, tuple[str, ...]]) -> list[str] | None:
     """A cycle in the `after` graph as a list of role names, or None."""
     state: dict[str, int] = {}  # 1 = on the current path, 2 = finished
@@ -499,7 +364,7 @@ def _spurious_too_short(item: ErrorDetails) -> bool:
     return hasattr(given, "__len__") and len(given) >= item.get("ctx", {}).get("min_length", 0)
 
 
-def _validated(model: type[_M], what: str, fields: dict[str, object]) -> _M:
+def validated(model: type[_M], what: str, fields: dict[str, object]) -> _M:
     """Build `model`, turning pydantic's error into a `SpecError` that names each field."""
     try:
         return model(**fields)
@@ -508,8 +373,8 @@ def _validated(model: type[_M], what: str, fields: dict[str, object]) -> _M:
 
 
 def gang_spec(what: str, **fields: object) -> GangSpec:
-    return _validated(GangSpec, what, fields)
+    return validated(GangSpec, what, fields)
 
 
 def role_spec(what: str, **fields: object) -> RoleSpec:
-    return _validated(RoleSpec, what, fields)
+    return validated(RoleSpec, what, fields)

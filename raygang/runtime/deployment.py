@@ -29,7 +29,8 @@ from raygang.control.ports import MemberFailure
 from raygang.control.status import GangError
 from raygang.control.tasks import run_to_completion
 from raygang.core.elastic import rebooked
-from raygang.core.spec import DeploymentSpec, GangSpec, MemberSlot
+from raygang.core.spec import GangSpec, MemberSlot
+from raygang.core.workload_specs import DeploymentSpec
 from raygang.runtime.handoff import Budget
 
 WATCH_INTERVAL_S = 2.0

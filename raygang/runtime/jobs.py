@@ -34,7 +34,8 @@ from raygang.control.status import GangError
 from raygang.control.tasks import run_to_completion
 from raygang.core.budget import never_fits
 from raygang.core.resources import Resources
-from raygang.core.spec import GangSpec, JobSpec
+from raygang.core.spec import GangSpec
+from raygang.core.workload_specs import JobSpec
 from raygang.runtime.handoff import Budget, selector
 from raygang.runtime.jobclient import TERMINAL, JobClient, stop_until_ended, transient
 from raygang.runtime.names import ray_job_id

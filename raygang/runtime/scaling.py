@@ -2,7 +2,7 @@
 
 After every scheduling cycle (and at least every resync interval) a `ScaleDriver` step:
 observes the nodes, reads the node groups, asks `core.scale.plan_scale` what to add and
-what to release, and applies that through exactly one `Scaler`:
+what to release, and applies that through exactly one `Scaler` (`scalers.py`):
 
 - `KubeRayScaler` (mode `kuberay`) patches the RayCluster: a worker group's `replicas` to
   grow it, `scaleStrategy.workersToDelete` (naming pods) to remove specific idle nodes.
@@ -25,35 +25,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
-import os
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import ray
 
 from raygang.control.config import ScaleConfig
 from raygang.core.gang import PendingGang
-from raygang.core.resources import Resources
 from raygang.core.scale import NodeGroup, ScalePlan, plan_scale
 from raygang.core.snapshot import ClusterSnapshot, NodeState
-from raygang.kuberay.client import RayClusterClient
-from raygang.kuberay.groups import WorkerGroup
 from raygang.control.status import GroupStatus, ScalingStatus
-from raygang.runtime.names import COORDINATOR_REQUESTER_ID
+from raygang.runtime.scalers import USAGE_IGNORED, Scaler, scaler_from_config
 
 log = logging.getLogger(__name__)
 
 NODE_GROUP_LABEL = "ray.io/node-group"
-SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 # A node asked to go that is still up after this long is offered to the scheduler again
 # (the operator did not remove it: a failed delete, or it was listed twice).
 DRAIN_TIMEOUT_S = 120.0
-# Resources that say nothing about whether a node is in use (Ray reserves memory and
-# object store per node; they do not go to zero on an idle node).
-_USAGE_IGNORED = ("memory", "object_store_memory")
 
 
 @dataclass(frozen=True)
@@ -86,235 +76,10 @@ def ray_nodes() -> dict[str, RayNode]:
     return out
 
 
-class Scaler(Protocol):
-    mode: str
-
-    def groups(self, up: Mapping[str, int]) -> list[NodeGroup]:
-        """The node groups now; `up` counts alive Ray nodes per group."""
-
-    def apply(self, plan: ScalePlan, groups: Sequence[NodeGroup],
-              release: Mapping[str, list[str]], waiting: bool,
-              alive_pods: Collection[str] | None = None) -> list[str]:
-        """Make the cluster what `plan` wants; `release` names pods per group, `alive_pods`
-        are the pods of Ray nodes up now (None: not known). Returns what it did, one line
-        per request."""
-
-
-def group_of_worker(group: WorkerGroup, nodes: int, cost: float | None) -> NodeGroup:
-    """A KubeRay worker group as a node group: a replica is `numOfHosts` Ray nodes."""
-    hosts = max(1, group.num_of_hosts)
-    return NodeGroup(group.name, group.resources, group.min_replicas * hosts,
-                     min(group.max_replicas * hosts, 2**31 - 1), nodes, cost)
-
-
-class KubeRayScaler:
-    """Mode `kuberay`: raygang owns the worker groups' replicas."""
-
-    mode = "kuberay"
-
-    def __init__(self, client: RayClusterClient, costs: Mapping[str, float]):
-        self.client = client
-        self.costs = dict(costs)
-        self._groups: dict[str, WorkerGroup] = {}
-
-    def groups(self, up: Mapping[str, int]) -> list[NodeGroup]:
-        self._groups = {g.name: g for g in self.client.worker_groups()}
-        return [group_of_worker(g, g.replicas * max(1, g.num_of_hosts), self.costs.get(g.name))
-                for g in self._groups.values()]
-
-    def apply(self, plan: ScalePlan, groups: Sequence[NodeGroup],
-              release: Mapping[str, list[str]], waiting: bool,
-              alive_pods: Collection[str] | None = None) -> list[str]:
-        done = []
-        alive = None if alive_pods is None else set(alive_pods)
-        for group in self._groups.values():  # pods deleted since: off the list (see client)
-            gone = [p for p in group.workers_to_delete if alive is not None and p not in alive]
-            if gone and group.name not in release:
-                self.client.forget_deleted_workers(group.name, alive)
-                done.append(f"{group.name}: workersToDelete -= {', '.join(gone)} (deleted)")
-        for name, pods in sorted(release.items()):
-            after = self.client.delete_workers(name, pods)
-            done.append(f"{name}: workersToDelete += {', '.join(pods)} (replicas {after.replicas})")
-        for group in groups:
-            worker = self._groups[group.name]
-            hosts = max(1, worker.num_of_hosts)
-            want = math.ceil(plan.desired.get(group.name, group.nodes) / hosts)
-            want = max(worker.min_replicas, min(worker.max_replicas, want))
-            if want > worker.replicas:  # only ever up here: down is by named pods above
-                after = self.client.set_replicas(group.name, want)
-                done.append(f"{group.name}: replicas {worker.replicas} -> {after.replicas}")
-        return done
-
-
-# Ray Train V2 and Ray Data run one AutoscalingCoordinator per cluster (a detached actor)
-# that merges its requesters' requests and calls `request_resources` with the merge every
-# 20 s. That call replaces whatever raygang had asked for directly, so raygang asks as one
-# more requester. The values are Train's: requests expire after 3 minutes, calls time out.
-COORDINATOR_EXPIRE_S = 180.0
-COORDINATOR_TIMEOUT_S = 5.0
-_COORDINATOR = ("AutoscalingCoordinator", "AutoscalingCoordinator")  # name, namespace
-
-
-class AutoscalerScaler:
-    """Mode `autoscaler`: Ray's autoscaler launches and removes nodes; raygang says how
-    many of each type the queue needs.
-
-    `request` sends the whole request (an empty list clears it); by default it goes through
-    Ray's AutoscalingCoordinator (`CoordinatorRequest`). An unchanged request is sent again
-    once `refresh_s` has passed, since the coordinator forgets requests that are not renewed.
-    """
-
-    mode = "autoscaler"
-
-    def __init__(self, node_types: Callable[[Mapping[str, int]], list[NodeGroup]],
-                 request: Callable[[list[dict[str, float]]], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic,
-                 refresh_s: float = COORDINATOR_EXPIRE_S / 3):
-        self._node_types = node_types
-        self._request = request or CoordinatorRequest()
-        self._clock = clock
-        self._refresh_s = refresh_s
-        self._last: list[dict[str, float]] | None = None
-        self._sent_at = -math.inf
-
-    def groups(self, up: Mapping[str, int]) -> list[NodeGroup]:
-        return self._node_types(up)
-
-    def apply(self, plan: ScalePlan, groups: Sequence[NodeGroup],
-              release: Mapping[str, list[str]], waiting: bool,
-              alive_pods: Collection[str] | None = None) -> list[str]:
-        bundles: list[dict[str, float]] = []
-        if waiting:  # else clear: Ray's autoscaler removes the idle nodes on its own timeout
-            for group in groups:
-                shape = _requestable(group.shape)
-                bundles += [dict(shape) for _ in range(plan.desired.get(group.name, 0))]
-        now = self._clock()
-        changed = bundles != self._last
-        if not changed and (not bundles or now - self._sent_at < self._refresh_s):
-            return []
-        self._request(bundles)  # raises: nothing remembered, the next step sends it again
-        self._last, self._sent_at = bundles, now
-        if not changed:
-            return []  # a renewal is not news for the action log
-        if not bundles:
-            return ["request_resources cleared"]
-        counts = {g.name: plan.desired.get(g.name, 0) for g in groups}
-        return ["request_resources: " + ", ".join(f"{n}×{g}" for g, n in counts.items() if n)]
-
-
-class CoordinatorRequest:
-    """raygang's request as requester "raygang" of Ray's AutoscalingCoordinator (blocking:
-    one actor call of at most `timeout_s`). Raises on failure; the caller tries again."""
-
-    def __init__(self, coordinator=None, expire_after_s: float = COORDINATOR_EXPIRE_S,
-                 timeout_s: float = COORDINATOR_TIMEOUT_S):
-        self._given = self._coordinator = coordinator  # an actor handle; None: Ray's named one
-        self._expire_after_s = expire_after_s
-        self._timeout_s = timeout_s
-        self._direct: list[dict[str, float]] | None = None  # last sent straight to Ray
-
-    def __call__(self, bundles: list[dict[str, float]]) -> None:
-        if bundles and bundles != self._direct:
-            # A new request goes out at once, before the coordinator is reached (the first
-            # call creates it: a new process importing Ray Data, ~1 s); the coordinator then
-            # sends the merge of every requester's bundles, raygang's included.
-            from ray.autoscaler.sdk import request_resources
-
-            request_resources(bundles=bundles)
-            self._direct = bundles
-        actor = self._actor(create=bool(bundles))
-        if actor is None:  # no coordinator, so no request of raygang's to cancel
-            return
-        try:
-            if not bundles:
-                self._call(actor.cancel_request.remote(COORDINATOR_REQUESTER_ID))
-                return
-            try:
-                self._call(self._send(actor, bundles))
-            except ValueError:  # a live "raygang" request of other options (an older raygang)
-                self._call(actor.cancel_request.remote(COORDINATOR_REQUESTER_ID))
-                self._call(self._send(actor, bundles))
-        except Exception:
-            self._coordinator = self._given  # maybe killed for good: look it up again next time
-            raise
-
-    def _send(self, actor, bundles: list[dict[str, float]]):
-        from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
-            ResourceRequestPriority,
-        )
-
-        # Priority orders only the coordinator's *reservations* (which raygang never reads),
-        # not what the autoscaler is asked for: every live request goes into the merge. LOW,
-        # since raygang's bundles are whole nodes, busy ones too; reserving them first would
-        # leave Ray Data and Train (which size themselves by their reservations) nothing.
-        return actor.request_resources.remote(
-            requester_id=COORDINATOR_REQUESTER_ID, resources=bundles,
-            expire_after_s=self._expire_after_s, priority=ResourceRequestPriority.LOW)
-
-    def _call(self, ref) -> None:
-        ray.get(ref, timeout=self._timeout_s)
-
-    def _actor(self, create: bool):
-        """The coordinator's handle; None if it does not exist and `create` is false."""
-        if self._coordinator is not None:
-            return self._coordinator
-        if create:
-            from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
-                get_or_create_autoscaling_coordinator,
-            )
-
-            self._coordinator = get_or_create_autoscaling_coordinator()
-            return self._coordinator
-        try:
-            return ray.get_actor(_COORDINATOR[0], namespace=_COORDINATOR[1])
-        except ValueError:
-            return None
-
-
-def _requestable(shape: Resources) -> Resources:
-    """A node shape as a bundle the autoscaler can match to its node type: memory and object
-    store sizes of a real node never equal the configured ones exactly, so leave them out."""
-    return Resources({k: v for k, v in shape.items() if k not in _USAGE_IGNORED})
-
-
-def scaler_from_config(config: ScaleConfig) -> Scaler | None:
-    """The scaler of `config.mode` (None when off). Builds a Kubernetes client if needed."""
-    if config.mode == "off":
-        return None
-    client = None
-    if config.mode == "kuberay" or config.raycluster is not None:
-        name = config.raycluster or os.environ.get("RAY_CLUSTER_NAME")
-        if not name:
-            raise ValueError("scaling.raycluster: not set, and $RAY_CLUSTER_NAME is not either")
-        namespace = config.namespace or _own_namespace()
-        client = RayClusterClient.from_config(namespace, name, kubeconfig=config.kubeconfig)
-    if config.mode == "kuberay":
-        assert client is not None
-        return KubeRayScaler(client, config.costs)
-    if config.node_types:
-        types = config.node_types
-        return AutoscalerScaler(lambda up: [NodeGroup.of_type(t, up.get(t.name, 0)) for t in types])
-    assert client is not None
-    costs = config.costs
-    return AutoscalerScaler(lambda up: [group_of_worker(g, up.get(g.name, 0), costs.get(g.name))
-                                        for g in client.worker_groups()])
-
-
-def _own_namespace() -> str:
-    try:
-        with open(SERVICE_ACCOUNT_NAMESPACE) as f:
-            return f.read().strip()
-    except OSError:
-        raise ValueError(
-            "scaling.namespace: not set, and not running in a Kubernetes pod "
-            f"({SERVICE_ACCOUNT_NAMESPACE} is missing)"
-        ) from None
-
-
 def in_use(node: NodeState) -> bool:
     """Whether anything (raygang's or not) holds resources on the node."""
     return any(node.free.get(k) < amount - 1e-9
-               for k, amount in node.total.items() if k not in _USAGE_IGNORED)
+               for k, amount in node.total.items() if k not in USAGE_IGNORED)
 
 
 @dataclass
@@ -457,5 +222,4 @@ def _iso(at: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
 
 
-__all__ = ["AutoscalerScaler", "KubeRayScaler", "RayNode", "ScaleDriver", "Scaler",
-           "group_of_worker", "in_use", "ray_nodes", "scaler_from_config"]
+__all__ = ["RayNode", "ScaleDriver", "in_use", "ray_nodes"]

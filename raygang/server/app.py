@@ -27,7 +27,8 @@ from raygang.control.api import SchedulerAPI
 from raygang.core.config import UnknownPriorityClass
 from raygang.core.gang import GangState
 from raygang.core.queues import QueueSpec
-from raygang.core.spec import NAME_PATTERN, DeploymentSpec, SpecError, describe_errors
+from raygang.core.spec import NAME_PATTERN, SpecError, describe_errors
+from raygang.core.workload_specs import DeploymentSpec
 from raygang.control.errors import (
     DeploymentExistsError,
     GangNotFoundError,

@@ -12,7 +12,8 @@ from fastapi import FastAPI, Header, Query, Response
 
 from raygang.control.api import SchedulerAPI
 from raygang.core.gang import GangState
-from raygang.core.spec import NAME_PATTERN, JobSpec
+from raygang.core.spec import NAME_PATTERN
+from raygang.core.workload_specs import JobSpec
 from raygang.control.status import GangStatus
 from raygang.server.access import Access, ApiError
 from raygang.server.models import (

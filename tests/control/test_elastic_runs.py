@@ -13,7 +13,8 @@ from raygang.control.memory import MemoryProgram
 from raygang.control.program import RoleProgram
 from raygang.core.gang import GangState as S
 from raygang.core.queues import QueueSpec
-from raygang.core.spec import DeploymentSpec, Resize, RoleSpec
+from raygang.core.spec import Resize, RoleSpec
+from raygang.core.workload_specs import DeploymentSpec
 
 from tests.control.harness import run, make_cluster, make_plane, released, submit, wait_for
 from tests.unit.builders import spec

@@ -8,7 +8,8 @@ import pytest
 
 from raygang.core.budget import never_fits, take
 from raygang.core.resources import Resources as R
-from raygang.core.spec import SpecError, job_spec
+from raygang.core.spec import SpecError
+from raygang.core.workload_specs import job_spec
 
 GPU = R(GPU=1, CPU=1)
 

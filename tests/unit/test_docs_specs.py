@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from raygang.core.spec import DeploymentSpec
+from raygang.core.workload_specs import DeploymentSpec
 from raygang.server.auth import AuthConfig
 from raygang.server.models import GangSubmission
 

@@ -9,7 +9,8 @@ import pytest
 from raygang.core import PolicyConfig, Resources, Strategy, schedule
 from raygang.core.elastic import rebooked
 from raygang.core.snapshot import Elastic, PlacedGang
-from raygang.core.spec import DeploymentSpec, Resize, RoleSpec, gang_spec
+from raygang.core.spec import Resize, RoleSpec, gang_spec
+from raygang.core.workload_specs import DeploymentSpec
 
 from tests.unit.builders import busy, gang, queue, res, spec
 

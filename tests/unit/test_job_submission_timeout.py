@@ -11,7 +11,7 @@ import socket
 import pytest
 
 from raygang.control.ports import MemberFailure
-from raygang.core.spec import JobSpec
+from raygang.core.workload_specs import JobSpec
 from raygang.runtime.jobclient import JobClient
 from raygang.runtime.jobs import JobLaunch
 

@@ -13,7 +13,7 @@ from raygang.control.durable import dump_gang, load_gang
 from raygang.control.kinds import KINDS, UnknownKindError
 from raygang.control.records import GangRecord
 from raygang.core.gang import GangState
-from raygang.core.spec import JobSpec
+from raygang.core.workload_specs import JobSpec
 from raygang.runtime import kinds as run_kinds
 from tests.unit.builders import spec
 

@@ -86,6 +86,12 @@ for path in sorted(pathlib.Path(".").glob("[!.]*/**/*.py")):
                     importlib.import_module(f"{module}.{name}")
             except Exception as error:
                 bad.append(f"{path}:{node.lineno}: {module} {name or ''}: {error!r}")
+import raygang  # its public names are imported lazily, by module path: each must resolve
+for name in raygang.__all__:
+    try:
+        getattr(raygang, name)
+    except Exception as error:
+        bad.append(f"raygang.{name}: {error!r}")
 print("\n".join(bad))
 '''
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from raygang.control.kinds.kind import Kind
 from raygang.core.lifecycle import Phases
-from raygang.core.spec import JobSpec
+from raygang.core.workload_specs import JobSpec
 
 
 def _dump(job: Any) -> Any:

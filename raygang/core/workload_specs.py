@@ -1,0 +1,169 @@
+"""Workloads whose intent is more than a gang: a Ray Serve application (`DeploymentSpec`)
+and a Ray Job (`JobSpec`). Each is validated at the edge as a gang is, and becomes the
+`GangSpec` that reserves its capacity (`gang_spec()`)."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from raygang.core.resources import Resources
+from raygang.core.spec import (
+    MAX_MEMBERS,
+    NAME_PATTERN,
+    Bundle,
+    GangSpec,
+    Priority,
+    RoleSpec,
+    Strategy,
+    min_within,
+    replicas_range,
+    validated,
+)
+
+
+class DeploymentSpec(BaseModel):
+    """A Ray Serve application run as a gang: `replicas` replicas of its ingress deployment,
+    each reserving `resources`, admitted whole (preempting lower priorities if it must).
+
+    Elastic: `replicas=(min, max)` (or `min_replicas`) is admitted at `min` and grows
+    toward `max`, on the nodes of its minimum only (Serve's node selector cannot change
+    without restarting every replica); its surplus replicas are the first taken back, so
+    it shrinks toward `min` before anyone is preempted."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(pattern=NAME_PATTERN, description="Serve application name; unique")
+    import_path: str | None = Field(
+        None, pattern=r"^[\w.]+:[\w.]+$",
+        description='"package.module:app" naming a bound Serve application (for REST/CLI)',
+    )
+    replicas: int = Field(1, ge=1, le=MAX_MEMBERS, description="replicas (the most, if elastic)")
+    min_replicas: int | None = Field(
+        None, ge=1, le=MAX_MEMBERS, description="elastic: the fewest replicas it serves with "
+        "(none: exactly `replicas`); `replicas=(min, max)` sets both")
+    resources: Bundle = Field(default_factory=lambda: Resources(CPU=1))
+    queue: str = Field("default", pattern=NAME_PATTERN)
+    priority: Priority = "inference"
+    strategy: Strategy = Strategy.PACK
+    route_prefix: str | None = Field(
+        None, pattern=r"^/", description='HTTP route; default "/<name>"'
+    )
+    reservation_timeout_s: float = Field(60.0, gt=0)
+    startup_timeout_s: float = Field(300.0, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _range(cls, data: object) -> object:
+        return replicas_range(data)
+
+    @model_validator(mode="after")
+    def _min_ok(self) -> DeploymentSpec:
+        return min_within(self)
+
+    @property
+    def route(self) -> str:
+        return self.route_prefix or f"/{self.name}"
+
+    def gang_spec(self) -> GangSpec:
+        """The gang that reserves this deployment's replicas (one bundle each)."""
+        return GangSpec(
+            name=self.name, queue=self.queue, priority=self.priority, strategy=self.strategy,
+            roles=(RoleSpec(name="replica", replicas=self.replicas,
+                            min_replicas=self.min_replicas, resources=self.resources),),
+            reservation_timeout_s=self.reservation_timeout_s,
+            startup_timeout_s=self.startup_timeout_s, preemption_grace_s=0,
+        )
+
+
+def deployment_spec(what: str, **fields: object) -> DeploymentSpec:
+    return validated(DeploymentSpec, what, fields)
+
+
+DEFAULT_JOB_BUNDLE = Resources(CPU=1, GPU=1)  # a Ray Train worker's default with use_gpu
+
+
+class JobSpec(BaseModel):
+    """A Ray Job queued by raygang: its entrypoint starts through Ray's Job Submission API
+    once the capacity it declares is admitted and reserved.
+
+    The capacity is a set of equal bundles (the job's budget): `gpus` bundles of `bundle`
+    (default one GPU and one CPU each, a Train worker's shape), or `resources` in all, cut
+    into bundles of `bundle` (or one bundle if no `bundle` is given), or one `bundle`.
+    Framework groups the job's driver starts (a Ray Train worker group) are placed inside
+    that budget, not admitted a second time against the queue.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    entrypoint: str = Field(min_length=1, description="shell command, e.g. python train.py")
+    name: str = Field("job", pattern=NAME_PATTERN)
+    queue: str = Field("default", pattern=NAME_PATTERN)
+    priority: Priority = "training"
+    gpus: int | None = Field(None, ge=1, le=MAX_MEMBERS, description="bundles of `bundle`")
+    resources: Bundle | None = Field(None, description="the job's total, cut into bundles")
+    bundle: Bundle | None = Field(None, description="one bundle of the budget")
+    strategy: Strategy = Strategy.PACK
+    working_dir: str | None = Field(None, min_length=1)
+    runtime_env: dict[str, Any] | None = None
+    env_vars: dict[str, str] = Field(default_factory=dict)
+    metadata: dict[str, str] = Field(default_factory=dict)
+    reservation_timeout_s: float = Field(60.0, gt=0)
+    startup_timeout_s: float = Field(120.0, gt=0, description="until Ray runs the entrypoint")
+    preemption_grace_s: float = Field(
+        30.0, ge=0, description="SIGTERM (or Train's preemption) first, a hard stop after")
+    max_restarts: int = Field(0, ge=0, description="new attempts after the entrypoint fails")
+
+    @model_validator(mode="after")
+    def _one_budget(self) -> JobSpec:
+        if self.gpus is not None and self.resources is not None:
+            raise ValueError("gpus, resources: give one of them (gpus N means N bundles)")
+        if self.gpus is None and self.resources is None and self.bundle is None:
+            raise ValueError("gpus, resources, bundle: say what the job needs, e.g. gpus=2")
+        if self.resources is not None and self.bundle is not None:
+            count = _whole_multiple(self.resources, self.bundle)
+            if count is None:
+                raise ValueError(f"resources: {self.resources} is not a whole number of "
+                                 f"bundles {self.bundle}")
+        if self.runtime_env is not None and "working_dir" in self.runtime_env \
+                and self.working_dir is not None:
+            raise ValueError("working_dir: also set in runtime_env; give it once")
+        return self
+
+    @cached_property
+    def bundles(self) -> tuple[Resources, ...]:
+        if self.gpus is not None:
+            return (self.bundle or DEFAULT_JOB_BUNDLE,) * self.gpus
+        if self.resources is not None:
+            if self.bundle is None:
+                return (self.resources,)
+            return (self.bundle,) * (_whole_multiple(self.resources, self.bundle) or 1)
+        assert self.bundle is not None
+        return (self.bundle,)
+
+    def gang_spec(self) -> GangSpec:
+        """The gang that reserves the job's budget (one member slot per bundle)."""
+        return GangSpec(
+            name=self.name, queue=self.queue, priority=self.priority, strategy=self.strategy,
+            roles=(RoleSpec(name="slot", replicas=len(self.bundles),
+                            resources=self.bundles[0]),),
+            reservation_timeout_s=self.reservation_timeout_s,
+            startup_timeout_s=self.startup_timeout_s, max_restarts=self.max_restarts,
+            preemption_grace_s=self.preemption_grace_s,
+        )
+
+
+def _whole_multiple(total: Resources, bundle: Resources) -> int | None:
+    """n if `total` is exactly n bundles, else None."""
+    names = set(total) | set(bundle)
+    counts = {total.units(n) / bundle.units(n) if bundle.units(n) else -1 for n in names}
+    if len(counts) != 1:
+        return None
+    (count,) = counts
+    return int(count) if count >= 1 and count == int(count) else None
+
+
+def job_spec(what: str, **fields: object) -> JobSpec:
+    return validated(JobSpec, what, fields)
