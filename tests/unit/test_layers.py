@@ -101,3 +101,11 @@ def test_every_raygang_import_in_the_tree_resolves():
                          text=True, timeout=180, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "", f"imports that do not resolve:\n{out.stdout}"
+
+
+def test_no_module_of_the_package_is_over_450_lines():
+    # Small modules with names from the domain (shared/STYLE.md, issue 29): a module that
+    # outgrows this has two subjects; split it along them.
+    long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / "raygang").rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > 450}
+    assert long == {}
