@@ -104,10 +104,21 @@ def check_no_leaks(timeout: float = 30) -> None:
         time.sleep(0.2)
 
 
+def scaler_ready(timeout: float = 60) -> None:
+    """Until the scheduler's scaler has read the node groups once: its first step after a
+    start builds its clients (the Kubernetes one, the GCS's autoscaler state), which takes
+    seconds on a loaded machine; what is timed is a submission to a running scaler."""
+    import raygang
+
+    wait_until(lambda: (s := raygang.cluster().scaling) is not None and s.groups, timeout,
+               "the scaler's first read of the node groups", step=0.1)
+
+
 def run_gang_through_scaling(group: str, seconds: float, requested: Callable[[], bool],
                              nodes_of_group: Callable[[], int]) -> dict:
     """Submit the GPU gang; time the request and the start; wait until it ends and its
     nodes are gone. Returns the timings and what the gang's status said."""
+    scaler_ready()
     t0 = time.monotonic()
     ref = gpu_gang("needs-nodes", seconds)
     # From the submission until it leaves PENDING, both at once: when the request is out,
