@@ -1,14 +1,54 @@
-"""Every example in examples/ runs, as a user would run it, and shows what it claims."""
+"""Every example in examples/ runs, as a user would run it, and shows what it claims.
+
+A user runs an example on its own local cluster (`python examples/x.py`: the README's
+first command does so with data_parallel.py on a fresh machine) or on a running one
+(`RAY_ADDRESS=... python examples/x.py`, `examples/local_cluster.py`). Here they all run
+on one cluster shaped like an example's own (one node, 4 CPUs, 4 virtual GPUs, the
+dashboard for Ray Jobs), one after the other, and after each nothing of it is left
+there: a cluster's start costs the suite seconds of CPU, six times over."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import pytest
+from ray.cluster_utils import Cluster
 
-from tests.scripts import ROOT, run_script
+from tests.scripts import ROOT, script_env
 
 pytestmark = pytest.mark.own_cluster  # see tests/conftest.py
+
+# After an example: nothing of raygang's left in the cluster, every CPU and GPU free.
+IDLE = """
+import sys, ray
+from tests.integration import leaks
+ray.init(address=sys.argv[1], log_to_driver=False)
+leaks.wait_until_idle(cluster_resources=True, timeout=30)
+"""
+
+
+@pytest.fixture(scope="module")
+def examples_address():
+    env = script_env()  # this worker's scripts' temp root: apart from the session cluster
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 4, "num_gpus": 4, "include_dashboard": True, "dashboard_port": 0,
+        "dashboard_agent_listen_port": None, "temp_dir": env.get("RAY_TMPDIR")})
+    yield cluster.address
+    cluster.shutdown()
+
+
+def run_example(name: str, address: str) -> str:
+    env = {**script_env(), "RAY_ADDRESS": address,
+           "RAY_AUTH_MODE": "disabled"}  # Cluster() starts its nodes without a token
+    done = subprocess.run([sys.executable, f"examples/{name}"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, f"{name} failed:\n{done.stdout}\n{done.stderr[-3000:]}"
+    idle = subprocess.run([sys.executable, "-c", IDLE, address], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert idle.returncode == 0, f"{name} left something behind:\n{idle.stderr[-2000:]}"
+    return done.stdout
 
 EXAMPLES = sorted(p.name for p in (ROOT / "examples").glob("*.py") if p.name != "local_cluster.py")
 
@@ -58,8 +98,8 @@ def test_every_example_is_covered():
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
-def test_example_runs(name):
-    out = run_script(f"examples/{name}", timeout=240)
+def test_example_runs(name, examples_address):
+    out = run_example(name, examples_address)
     for line in EXPECTED[name]:
         assert line in out, f"{name}: {line!r} not in output:\n{out}"
     if name in CHECKS:
