@@ -39,11 +39,6 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # before any Ray process of this work
     os.environ["RAY_TMPDIR"] = ray_temp_root(os.environ["PYTEST_XDIST_WORKER"])
 
 WORKER_GPUS = 4
-# No node of the session's clusters forwards its workers' output to drivers: nothing here
-# reads it (job logs come from the job's own log file), and the log monitors took about
-# 4 % of the suite's CPU on this 2-core machine. A test that needs to see a member print
-# reads it from the member.
-NO_LOG_MONITOR = {"include_log_monitor": False}
 SCHEDULER_CONFIG = raygang.SchedulerConfig(queues=[
     raygang.QueueSpec(name="default"),
     raygang.QueueSpec(name="team-a", quota={"GPU": 2}),
@@ -93,11 +88,9 @@ def cluster():
                         "dashboard_port": 0, "dashboard_agent_listen_port": None,
                         # Metrics reach the agents every 2 s, not 10: the metrics tests
                         # poll for them (tests/integration/test_metrics.py).
-                        "_system_config": {"metrics_report_interval_ms": 2000},
-                        **NO_LOG_MONITOR},
+                        "_system_config": {"metrics_report_interval_ms": 2000}},
     )
-    workers = [c.add_node(num_cpus=4, num_gpus=WORKER_GPUS, **NO_LOG_MONITOR)
-               for _ in range(2)]
+    workers = [c.add_node(num_cpus=4, num_gpus=WORKER_GPUS) for _ in range(2)]
     ray.init(address=c.address)
     c.wait_for_nodes()
     raygang.start(SCHEDULER_CONFIG)

@@ -9,6 +9,7 @@ KubeRay or Ray's autoscaler, how many finished gangs to remember). The core is h
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from functools import cached_property
 from typing import Literal
 
@@ -16,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from typing_extensions import Self
 
 from raygang.core.config import NodeType, PolicyConfig, ScalePolicy, unique_names
+from raygang.core.queues import QueueSpec
 
 ScaleMode = Literal["off", "autoscaler", "kuberay"]
 
@@ -145,3 +147,10 @@ class SchedulerConfig(PolicyConfig):
         """The part the core decides by (it never sees the runtime's settings)."""
         fields = {name: getattr(self, name) for name in PolicyConfig.model_fields}
         return PolicyConfig(**{**fields, "scaling": self.scaling.policy})
+
+    def with_queues(self, changed: Collection[QueueSpec]) -> Self:
+        """This config with these queues added or replaced (the tree validated whole)."""
+        names = {q.name for q in changed}
+        queues = [q for q in self.queues if q.name not in names] + list(changed)
+        return self.model_validate(
+            {**self.model_dump(), "queues": [q.model_dump() for q in queues]})

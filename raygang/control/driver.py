@@ -68,6 +68,7 @@ class GangDriver:
                  policy: Callable[[], RestartPolicy], clock: Callable[[], float],
                  wake_after: Callable[[float], None],
                  released: Callable[[GangDriver], None],
+                 changed: Callable[[GangRecord], None],
                  ending: Callable[[GangRecord], Awaitable[None]] | None = None,
                  spawn: Spawn = spawn_free, settle_s: float = 0.0):
         self.record = record
@@ -78,6 +79,7 @@ class GangDriver:
         self._clock = clock
         self._wake_after = wake_after
         self._released = released
+        self._changed = changed  # the plane re-indexes and journals a gang that changed
         self._ending = ending  # after the run is closed, before its capacity is let go
         self._spawn = spawn
         self._settle_s = settle_s  # how long the cluster's view may lag a release
@@ -100,7 +102,7 @@ class GangDriver:
     def start(self, waits_for: Sequence[asyncio.Future[Any]] = (),
               adopted: bool = False) -> None:
         if adopted:  # the surplus the previous process's run held, found with it
-            self._held = set(self.record.surplus)
+            self._held = set(self.record.live.surplus)
         self.task = self._spawn(self._drive(list(waits_for), adopted))
 
     def decide(self, event: Event) -> None:
@@ -108,6 +110,7 @@ class GangDriver:
         now = self._clock()
         outcome = decide(self.record.life(), event, self._policy(), now)
         self.record.apply(outcome, now)
+        self._changed(self.record)
         if outcome.not_before is not None:  # a restart waits: look again when it may run
             self._wake_after(max(0.0, outcome.not_before - now))
 
@@ -132,8 +135,8 @@ class GangDriver:
                 # Stored before the release: a restarted scheduler then adopts the gang.
                 await run_to_completion(self._journal.write(record))
                 results = await run.run()
-            if not record.stopping:
-                record.result_refs = results
+            if not record.live.stopping:
+                record.live.result_refs = results
             self.decide(Finished())
         except ReservationTimeout as timeout:
             self.decide(ReservationTimedOut(str(timeout)))
@@ -148,7 +151,7 @@ class GangDriver:
             await self._release()
 
     def _failed(self, error: GangError, final: bool = False) -> None:
-        if final or not self.record.stopping:  # else it ends as part of its preemption
+        if final or not self.record.live.stopping:  # else it ends as part of its preemption
             self.record.error = error
         self.decide(MemberFailed(error.summary, final))
 
@@ -164,7 +167,7 @@ class GangDriver:
             await cancel_and_wait(task)
         if self.freeing:  # a removal cancelled before its turn freed none: free them now
             self._freed(set(self.freeing))
-        if record.state is GangState.SUCCEEDED and record.result_refs:
+        if record.state is GangState.SUCCEEDED and record.live.result_refs:
             await run_to_completion(self._journal.keep_results(record, self._cluster.fetch))
         if record.state.finished:
             await run_to_completion(self._journal.write(record))
@@ -172,8 +175,8 @@ class GangDriver:
         if self._ending is not None:  # the gangs inside a job end with it
             await run_to_completion(self._ending(record))
         record.nodes = ()
-        record.surplus, record.leaving = {}, {}
-        record.stopping = None
+        record.live.surplus, record.live.leaving = {}, {}
+        record.live.stopping = None
         self.done = True
         self._released_event.set()
         self._released(self)
@@ -185,16 +188,16 @@ class GangDriver:
         before have ended."""
         record = self.record
         for member, node in zip(members, nodes):
-            record.surplus[member] = node
+            record.live.surplus[member] = node
         self._queue_resize(lambda: self._grow(list(members)))
 
     async def _grow(self, members: list[str]) -> None:
         record = self.record
         # A member shrunk again while this waited for its turn is not added at all.
-        names = [m for m in members if m in record.surplus]
+        names = [m for m in members if m in record.live.surplus]
         if not names:
             return
-        slots = [(record.spec.slots_by_name[m], record.surplus[m]) for m in names]
+        slots = [(record.spec.slots_by_name[m], record.live.surplus[m]) for m in names]
         restart = record.spec.resize is Resize.RESTART
         try:
             problems: list[str] = []
@@ -204,7 +207,7 @@ class GangDriver:
                 problems = await self.run.add_members(slots)
         except Exception as error:  # noqa: BLE001 - the gang runs on without them
             for name in names:
-                record.surplus.pop(name, None)
+                record.live.surplus.pop(name, None)
             record.note(f"could not grow by {', '.join(names)}: "
                         f"{type(error).__name__}: {error}", self._clock())
             return
@@ -220,10 +223,10 @@ class GangDriver:
         """Remove these surplus members after the grace period, once the resizes queued
         before have ended (an add of the same members among them): the gang runs on."""
         record = self.record
-        members = [m for m in members if m in record.surplus]
+        members = [m for m in members if m in record.live.surplus]
         loop = asyncio.get_running_loop()
         for member in members:
-            record.leaving[member] = record.surplus.pop(member)
+            record.live.leaving[member] = record.live.surplus.pop(member)
             self.freeing[member] = loop.create_future()
         record.note(f"shrinking to {record.size} members (removing {', '.join(members)}): "
                     f"{why}", self._clock())
@@ -251,7 +254,7 @@ class GangDriver:
         """What these leaving members held is free: off the book, and the gangs admitted
         into it may go on."""
         for name in names:
-            self.record.leaving.pop(name, None)
+            self.record.live.leaving.pop(name, None)
             freeing = self.freeing.pop(name, None)
             if freeing is not None and not freeing.done():
                 freeing.set_result(None)
@@ -267,7 +270,7 @@ class GangDriver:
         minimum and the surplus it holds and keeps), as Ray Train V2 restarts a worker
         group. A member failing to start fails the gang as a failure while it runs would."""
         record, spec = self.record, self.record.spec
-        kept = {m for m in self._held if m in record.surplus}
+        kept = {m for m in self._held if m in record.live.surplus}
         world = [s for s in spec.slots if s in spec.min_slots or s.name in kept]
         await grace_period(self.run, spec.preemption_grace_s)
         record.members[:] = []  # in place: the run appends to this list

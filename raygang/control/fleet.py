@@ -27,10 +27,12 @@ class Fleet:
                  metrics: Metrics, policy: Callable[[], RestartPolicy],
                  clock: Callable[[], float], wake_after: Callable[[float], None],
                  released: Callable[[GangRecord], None],
+                 changed: Callable[[GangRecord], None],
                  ending: Callable[[GangRecord], Awaitable[None]] | None = None,
                  spawn: Spawn = spawn_free,
                  settle_s: float = SETTLE_S):
         self._registry = registry
+        self._changed = changed
         self._cluster = cluster
         self._journal = journal
         self._metrics = metrics
@@ -102,7 +104,7 @@ class Fleet:
         """Add the members the plan grew a running elastic gang by."""
         driver = self._drivers.get(growth.gang_id)
         if driver is not None and driver.record.state is GangState.RUNNING \
-                and driver.record.stopping is None:
+                and driver.record.live.stopping is None:
             driver.grow(growth.members, growth.nodes)
             self._metrics.resized(driver.record, len(growth.members), 0)
 
@@ -112,7 +114,7 @@ class Fleet:
         for driver in self._drivers.values():
             record = driver.record
             if record.spec.elastic:
-                record.grow_reason = waits.get(record.gang_id)
+                record.wait.grow_reason = waits.get(record.gang_id)
 
     def adopt(self, record: GangRecord, run: GangRun) -> None:
         """Take over a running gang a previous scheduler process started (recovery)."""
@@ -125,7 +127,7 @@ class Fleet:
         victim = self._registry.get(preemption.victim)
         preemptor = self._registry.get(preemption.preemptor)
         driver = self._drivers.get(victim.gang_id)
-        if driver is None or victim.stopping is not None:
+        if driver is None or victim.live.stopping is not None:
             return  # it ended on its own meanwhile
         if preemption.members:  # a shrink: only surplus members go, the gang runs on
             driver.shrink(preemption.members, preemption.reason)
@@ -145,7 +147,7 @@ class Fleet:
         driver = GangDriver(record, run, cluster=self._cluster, journal=self._journal,
                             policy=self._policy, clock=self._clock,
                             wake_after=self._wake_after, released=self._released,
-                            ending=self._ending, spawn=self._spawn,
+                            changed=self._changed, ending=self._ending, spawn=self._spawn,
                             settle_s=self.settle_s)
         self._drivers[record.gang_id] = driver
         return driver

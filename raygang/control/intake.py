@@ -27,7 +27,6 @@ from raygang.core.gang import GangState
 from raygang.core.scale import never_hosted
 from raygang.core.schedule import unschedulable_reason
 from raygang.core.spec import GangSpec
-from raygang.core.workload_specs import DeploymentSpec
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -48,17 +47,14 @@ class Submission:
 
     kind: str
     programs: dict[str, RoleProgram] = field(default_factory=dict)
-    deployment: DeploymentSpec | None = None
-    app: Any = None
-    workload: Any = None
+    workload: Any = None  # its kind's payload (`control.kinds`)
     parent: str | None = None  # the job whose budget it is placed in (control/inside.py)
 
 
 class Intake:
     def __init__(self, registry: Registry, journal: Journal, cluster: Cluster,
                  loop: SchedulingLoop, inside: Inside, config: Callable[[], SchedulerConfig],
-                 clock: Callable[[], float], new_id: Callable[[int], str],
-                 changed: Callable[[GangRecord], None]):
+                 clock: Callable[[], float], new_id: Callable[[int], str]):
         self._registry = registry
         self._journal = journal
         self._cluster = cluster
@@ -67,7 +63,6 @@ class Intake:
         self._config = config
         self._clock = clock
         self._new_id = new_id
-        self._changed = changed  # the record's owner hears of every change
 
     async def queue(self, spec: GangSpec, submission: Submission,
                     idempotency_key: str | None = None, fingerprint: str | None = None
@@ -103,10 +98,9 @@ class Intake:
             gang_id=f"{spec.name}-{self._new_id(32)}", spec=spec,
             programs=dict(submission.programs), priority=cls.value,
             seq=self._registry.next_seq(), submitted_at=now, preemptible=cls.preemptible,
-            min_runtime_s=cls.min_runtime_s, kind=kind, deployment=submission.deployment,
-            app=submission.app, workload=submission.workload, parent=parent,
+            min_runtime_s=cls.min_runtime_s, kind=kind, workload=submission.workload,
+            parent=parent,
             idempotency_key=idempotency_key, fingerprint=fingerprint,
-            on_change=self._changed,
         )
         record.events.append(
             GangEvent(at=now, from_state=None, to_state=GangState.PENDING, reason="submitted")

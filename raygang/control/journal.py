@@ -51,18 +51,18 @@ class Journal:
         """Write a new submission before it is acknowledged; only then may it be admitted.
         A retry (same idempotency key) waits for the same write. If the store refuses it,
         `forget(record)` drops it and the caller gets a StoreError."""
-        if not record.saved:
-            if record.saving is None:
-                record.saving = asyncio.ensure_future(self.write(record))
+        if not record.live.saved:
+            if record.live.saving is None:
+                record.live.saving = asyncio.ensure_future(self.write(record))
             try:
-                await asyncio.shield(record.saving)
+                await asyncio.shield(record.live.saving)
             except Exception as error:
-                if not record.saved:
+                if not record.live.saved:
                     forget(record)
                 raise StoreError(
                     f"the submission was not accepted: the store did not take it ({error})"
                 ) from None
-            record.saved = True
+            record.live.saved = True
         return record.gang_id
 
     async def write(self, record: GangRecord) -> None:
@@ -72,7 +72,7 @@ class Journal:
     def changed(self, record: GangRecord) -> None:
         """A gang changed: the writer task writes it soon (state changes are not waited
         for; the ones that matter after a restart are written at once, see `write`)."""
-        if record.saved:
+        if record.live.saved:
             self._dirty[record.gang_id] = record
             self._dirty_wake.set()
 
@@ -117,10 +117,10 @@ class Journal:
         """Copy small results into the store, so a restarted scheduler can hand them out
         (the results a run returns may die with the process that owns them: this one)."""
         limit = self.state.results_max_bytes
-        if not limit or not record.result_refs:
+        if not limit or not record.live.result_refs:
             return
         try:
-            blob = self.pickler.dumps(await fetch(record.result_refs))
+            blob = self.pickler.dumps(await fetch(record.live.result_refs))
         except Exception:  # unpicklable, or already gone: they stay refs only
             log.warning("results of %s not kept", record.gang_id, exc_info=True)
             return

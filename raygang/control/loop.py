@@ -220,7 +220,7 @@ class SchedulingLoop:
         """Still pending, stored and not being cancelled (the plan was decided off the
         loop: a cancellation may have come meanwhile)."""
         record = self._registry.find(gang_id)
-        return (record is not None and record.state is GangState.PENDING and record.saved
+        return (record is not None and record.state is GangState.PENDING and record.live.saved
                 and record.cancel_reason is None)
 
     def explain(self, record: GangRecord) -> None:

@@ -31,6 +31,8 @@ from raygang.control.fleet import SETTLE_S, Fleet
 from raygang.control.idempotency import submission_fingerprint
 from raygang.control.inside import Inside
 from raygang.control.intake import Intake, Submission, revalidated
+from raygang.control.kinds.deployment import Served
+from raygang.control.kinds.job import RayJob
 from raygang.control.journal import STORE_RETRY_S, Journal
 from raygang.control.loop import RELEASE_RECHECK_S, Decide, SchedulingLoop
 from raygang.control.ports import Cluster, Metrics, NoMetrics, Scaling
@@ -89,7 +91,8 @@ class ControlPlane:
         self.fleet = Fleet(self.registry, cluster, journal, self._metrics,
                            lambda: self.config.restart_policy, clock,
                            wake_after=lambda delay: self.loop.wake_after(delay),
-                           released=self._released, ending=self._ending,
+                           released=self._released, changed=self.changed,
+                           ending=self._ending,
                            spawn=self.tasks.spawn, settle_s=settle_s)
         self.loop = SchedulingLoop(self.registry, self.fleet, cluster, self._metrics, scaling,
                                    lambda: self.config, clock, decide, release_recheck_s)
@@ -97,7 +100,7 @@ class ControlPlane:
                              lambda: self.config.resync_interval_s, self.cancel,
                              spawn=self.tasks.spawn)
         self.intake = Intake(self.registry, journal, cluster, self.loop, self.inside,
-                             lambda: self.config, clock, self._new_id, self._changed)
+                             lambda: self.config, clock, self._new_id)
         self.instance = self._new_id(128)  # a new one after every restart of the process
         self.recovery: dict[str, Any] = {}  # what the last rebuild found
         self._recovered = asyncio.Event()
@@ -148,7 +151,7 @@ class ControlPlane:
                 self.recovery = await recovery.rebuild(
                     self.journal, self.registry, self.fleet, self._cluster,
                     self.config.restart_policy, self._clock, self._apply_queues,
-                    self._changed)
+                    self.changed)
                 break
             except Exception as error:
                 log.exception("recovering the scheduler's state failed; retrying")
@@ -217,14 +220,14 @@ class ControlPlane:
         if parent is not None:
             self.inside.check(spec, parent)
         return await self.intake.queue(spec, Submission(
-            "deployment", deployment=deployment, app=app, parent=parent))
+            "deployment", workload=Served(deployment, app), parent=parent))
 
     async def submit_job(self, job: JobSpec, idempotency_key: str | None = None) -> str:
         """Queue a Ray Job (see `runtime.jobs`): started through Ray's Job Submission API
         once its budget is admitted and reserved. Returns its id."""
         await self.ready()
         job = revalidated(job, JobSpec, "submit_job")
-        return await self.intake.queue(job.gang_spec(), Submission("job", workload=job),
+        return await self.intake.queue(job.gang_spec(), Submission("job", workload=RayJob(job)),
                                        idempotency_key, job.model_dump_json())
 
     async def submit_train(self, spec: GangSpec, controller: str | None,
@@ -248,15 +251,18 @@ class ControlPlane:
         record = self.registry.get(gang_id)
         if not kinds.of(record.kind).ray_job:
             raise GangNotFoundError(f"{gang_id} is a {record.kind}, not a job")
-        if record.ray_job_id is None:
+        ray_job_id = kinds.of(record.kind).shown(record.workload).get("ray_job_id")
+        if ray_job_id is None:
             return ""
-        return await self._cluster.job_logs(record.ray_job_id)
+        return await self._cluster.job_logs(ray_job_id)
 
     def record(self, gang_id: str) -> GangRecord:
         """The gang's record (for the runtime's hand-off calls)."""
         return self.registry.get(gang_id)
 
-    def _changed(self, record: GangRecord) -> None:
+    def changed(self, record: GangRecord) -> None:
+        """A gang's state changed (its driver, cancel, recovery, a hand-off says so): it
+        moves in the registry's indexes, and the journal writes it."""
         self.registry.changed(record)
         self.journal.changed(record)
 
@@ -324,7 +330,8 @@ class ControlPlane:
         past the launch barrier), or as it is after `timeout` seconds."""
         await self.ready()
         record = self.registry.get(gang_id)
-        await first_set([record.released if until_running else record.finished], timeout)
+        live = record.live
+        await first_set([live.released if until_running else live.finished], timeout)
         return self._status(record)
 
     async def results(self, gang_id: str) -> list[Any]:
@@ -332,7 +339,7 @@ class ControlPlane:
         them. After a restart of the scheduler they come from the store, if kept there."""
         await self.ready()
         record = self.registry.get(gang_id)
-        if record.state is GangState.SUCCEEDED and record.result_refs is None:
+        if record.state is GangState.SUCCEEDED and record.live.result_refs is None:
             values = await self.journal.results(record)
             if values is None:
                 state = self.config.state
@@ -340,8 +347,8 @@ class ControlPlane:
                     f"gang {gang_id} succeeded, but its results were lost when the scheduler "
                     f"restarted (kept only up to {state.results_max_bytes} bytes, for "
                     f"{state.results_retention_s:g}s)")
-            record.result_refs = self._cluster.restore_results(values)
-        return list(record.result_refs or [])
+            record.live.result_refs = self._cluster.restore_results(values)
+        return list(record.live.result_refs or [])
 
     # Changing -------------------------------------------------------------------------
     async def cancel(self, gang_id: str, reason: str = "cancelled by user") -> GangStatus:
@@ -359,6 +366,7 @@ class ControlPlane:
             now = self._clock()
             record.apply(decide(record.life(), CancelledWhilePending(record.cancel_reason),
                                 self.config.restart_policy, now), now)
+            self.changed(record)
             self._finished(record)
         else:
             await self.fleet.halt(gang_id)
@@ -383,7 +391,7 @@ class ControlPlane:
                 f"parent: queue {queue.parent!r} holds gangs, so it cannot become a parent "
                 "(only leaf queues hold gangs)"
             )
-        config = self._with_queues([queue])
+        config = self.config.with_queues([queue])
         await self.journal.put_queue(queue)  # durable, then applied
         self.config = config
         self.loop.wake()  # a larger quota or limit may admit waiting gangs
@@ -413,15 +421,7 @@ class ControlPlane:
 
     # Bookkeeping ----------------------------------------------------------------------
     def _apply_queues(self, queues: list[QueueSpec]) -> None:
-        self.config = self._with_queues(queues)
-
-    def _with_queues(self, changed: Collection[QueueSpec]) -> SchedulerConfig:
-        """The config with these queues added or replaced (the tree validated whole)."""
-        names = {q.name for q in changed}
-        queues = [q for q in self.config.queues if q.name not in names] + list(changed)
-        return type(self.config).model_validate(
-            {**self.config.model_dump(), "queues": [q.model_dump() for q in queues]}
-        )
+        self.config = self.config.with_queues(queues)
 
     def _released(self, record: GangRecord) -> None:
         """A gang's driver let go of everything it held."""

@@ -161,7 +161,7 @@ class Cluster(Protocol):
 
     def adopt(self, record: GangRecord, leftovers: Leftovers) -> GangRun | None:
         """A run taking over the running gang `record` if all its parts are among
-        `leftovers` (else None); for an elastic gang, `record.surplus` is set to the
+        `leftovers` (else None); for an elastic gang, `record.live.surplus` is set to the
         surplus members found with it (the journal does not follow resizes)."""
 
     def budget(self, job_id: str) -> JobBudget | None:

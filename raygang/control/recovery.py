@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 async def rebuild(journal: Journal, registry: Registry, fleet: Fleet, cluster: Cluster,
                   policy: RestartPolicy, clock: Callable[[], float],
                   apply_queues: Callable[[list[QueueSpec]], None],
-                  on_change: Callable[[GangRecord], None]) -> dict[str, Any]:
+                  changed: Callable[[GangRecord], None]) -> dict[str, Any]:
     """Fill `registry` (and `fleet`, with the adopted gangs) from the journal, after
     handing the queue changes read back to `apply_queues`; returns what it found and did."""
     started = time.monotonic()
@@ -51,13 +51,13 @@ async def rebuild(journal: Journal, registry: Registry, fleet: Fleet, cluster: C
     now = clock()
     leftovers = cluster.leftovers({r.gang_id for r in records})
     for record in records:
-        record.on_change = on_change
         registry.restore(record)
         if record.state.finished:
             found["finished"] += 1
         elif record.cancel_reason:
             leftovers.clear(record.gang_id)
             record.apply(decide(record.life(), FoundAfterRestart(), policy, now), now)
+            changed(record)
             registry.finished(record)
             found["cancelled"] += 1
         elif record.state is GangState.PENDING:
@@ -70,6 +70,7 @@ async def rebuild(journal: Journal, registry: Registry, fleet: Fleet, cluster: C
         else:
             leftovers.clear(record.gang_id)
             record.apply(decide(record.life(), FoundAfterRestart(), policy, now), now)
+            changed(record)
             found["requeued"] += 1
     found["results_expired"] = await journal.expire_results(records, now)
     unfinished = {r.gang_id for r in records if not r.state.finished}

@@ -193,8 +193,8 @@ class Registry:
         self._gangs[record.gang_id] = record
         bisect.insort(self._by_queue.setdefault(record.spec.queue, []),
                       (record.seq, record.gang_id))
-        if record.deployment is not None:
-            self._deployments[record.deployment.name] = record.gang_id
+        if kinds.of(record.kind).by_name:  # a deployment: known by its name
+            self._deployments[record.spec.name] = record.gang_id
         if kinds.of(record.kind).ray_job:
             self._jobs[record.gang_id] = None
         if record.parent is not None and not record.state.finished:
@@ -216,7 +216,7 @@ class Registry:
             self._state[gang_id] = record.state
         if record.state.finished:
             self._drop_child(record)
-        schedulable = (record.state is GangState.PENDING and record.saved
+        schedulable = (record.state is GangState.PENDING and record.live.saved
                        and record.cancel_reason is None)
         where = None
         if schedulable and record.parent is not None:
@@ -292,13 +292,13 @@ class Registry:
         del self._gangs[gang_id]
         self._jobs.pop(gang_id, None)
         self._drop_child(record)
-        if record.deployment is not None and \
-                self._deployments.get(record.deployment.name) == gang_id:
-            del self._deployments[record.deployment.name]
+        if kinds.of(record.kind).by_name and \
+                self._deployments.get(record.spec.name) == gang_id:
+            del self._deployments[record.spec.name]
 
     def restore(self, record: GangRecord) -> None:
         """A gang read back from the store after a restart (in submission order)."""
-        record.saved = True
+        record.live.saved = True
         self.add(record)
         if record.idempotency_key and record.fingerprint:
             self.keys.remember(record.idempotency_key, record.fingerprint, record.gang_id,

@@ -196,8 +196,8 @@ class SchedulerMetrics:
             elif r.state.holds_resources:
                 if counts is None:
                     running[queue] = running.get(queue, 0) + 1
-                if r.surplus:
-                    surplus[queue] = surplus.get(queue, 0) + len(r.surplus)
+                if r.live.surplus:
+                    surplus[queue] = surplus.get(queue, 0) + len(r.live.surplus)
                 if r.parent is not None:
                     continue  # inside a job: the job's usage counts it already
                 for name, amount in r.held_total.items():

@@ -97,7 +97,8 @@ class TrainDesk:
         if "/" not in session_id:  # a run queued on its own: its record books the group
             record = self._plane.record(session_id)
             record.workload = {**(record.workload or {}), "group": pg_id}
-            record.changed()  # journaled: a restarted scheduler adopts the group Train has now
+            self._plane.changed(record)  # journaled: a restarted scheduler adopts the
+            # group Train has now
             if len(placed) == len(record.nodes):
                 record.nodes = tuple(placed)  # the book follows where Train placed them
             record.members = [MemberStatus(role="worker", index=i, rank=i,

@@ -35,7 +35,7 @@ PRIORITIES = ["batch", "training", "inference", 5, 500]
 def full_plan(plane, now):
     """The plan of a cycle that sorts and explains every pending gang afresh."""
     pending = [r.pending_view() for r in plane.registry
-               if r.state is S.PENDING and r.saved and r.cancel_reason is None
+               if r.state is S.PENDING and r.live.saved and r.cancel_reason is None
                and (r.not_before is None or r.not_before <= now)]
     return pending
 
@@ -69,7 +69,7 @@ async def scenario(seed: int, steps: int) -> int:
             record = plane.registry.get(gang.gang_id)
             if gang.gang_id in full.waiting and record.state is S.PENDING:
                 status = await plane.status(gang.gang_id)
-                assert record.wait_message == full.waiting[gang.gang_id].message, \
+                assert record.wait.message == full.waiting[gang.gang_id].message, \
                     f"seed {seed} step {step} {gang.gang_id}"
                 assert status.queue_position == full.positions.get(gang.gang_id)
         compared += len(pending)

@@ -70,7 +70,7 @@ def test_an_elastic_gang_starts_at_its_minimum_and_grows_when_a_blocker_ends():
         status = await plane.status(e)
         assert first <= {m.actor_name for m in status.members}  # the first two untouched
         assert any("grew to 4 members" in ev.reason for ev in status.events)
-        assert plane.fleet.driver(e).record.surplus == {"worker-2": "n0", "worker-3": "n0"}
+        assert plane.fleet.driver(e).record.live.surplus == {"worker-2": "n0", "worker-3": "n0"}
         assert (status.world_size, status.min_size, status.max_size) == (4, 2, 4)
         assert status.grow_reason is None  # at its maximum
         await cancel_all(plane, cluster, e)
@@ -223,7 +223,7 @@ def test_an_elastic_deployment_grows_on_its_node_only_and_shrinks_for_a_more_urg
             app="pkg.module:app")
         await size_of(plane, chat, 2)
         record = plane.fleet.driver(chat).record
-        assert record.nodes == ("w-1",) and record.surplus == {"replica-1": "w-1"}
+        assert record.nodes == ("w-1",) and record.live.surplus == {"replica-1": "w-1"}
         status = await plane.status(chat)
         while status.grow_reason is None:  # the next cycle says why it does not grow
             await asyncio.sleep(0.005)

@@ -28,18 +28,19 @@ def book(seed: int, n: int = 300) -> tuple[Registry, list[GangRecord]]:
         record = GangRecord(f"g-{i:04d}", spec(f"g{i}", rng.choice(["GPU=1", "2xGPU=1"]),
                                                queue=rng.choice(QUEUES)),
                             {}, priority=rng.choice([10, 100, 1000]), seq=registry.next_seq(),
-                            submitted_at=float(i), on_change=registry.changed,
+                            submitted_at=float(i),
                             kind=rng.choice(["gang", "gang", "job"]))
         registry.add(record)
         records.append(record)
         if rng.random() < 0.9:
-            record.saved = True
+            record.live.saved = True
             registry.changed(record)
         for _ in range(rng.randint(0, 4)):  # a random walk through the lifecycle
             if record.state.finished or record.state not in MOVES:
                 break
             to = rng.choice(MOVES[record.state])
             record.apply(Outcome((Move(to, "test"),)), now[0])
+            registry.changed(record)  # as the plane is told of every change
             if to.finished:
                 registry.finished(record)
         if record.state is S.PENDING and rng.random() < 0.1:  # in a restart backoff
@@ -76,7 +77,7 @@ def test_pages_and_counts_match_a_walk_over_every_gang(seed):
 def test_the_backlog_holds_exactly_the_gangs_a_cycle_may_admit(seed):
     registry, records = book(seed)
     backlog = registry.backlog(1000.0)
-    due = [r for r in records if r.gang_id in registry and r.state is S.PENDING and r.saved
+    due = [r for r in records if r.gang_id in registry and r.state is S.PENDING and r.live.saved
            and r.cancel_reason is None and (r.not_before is None or r.not_before <= 1000.0)]
     lines = {q: [g.gang_id for g in line] for q, line in backlog.lines.items()}
     want: dict[str, list[str]] = {}
@@ -88,7 +89,7 @@ def test_the_backlog_holds_exactly_the_gangs_a_cycle_may_admit(seed):
     later = registry.backlog(1010.0)  # the backoffs are over: those gangs join
     assert len(later) >= len(backlog)
     assert len(later) == len([r for r in records if r.gang_id in registry
-                              and r.state is S.PENDING and r.saved and r.cancel_reason is None])
+                              and r.state is S.PENDING and r.live.saved and r.cancel_reason is None])
 
 
 @pytest.mark.parametrize("seed", range(8))

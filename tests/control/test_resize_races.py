@@ -35,12 +35,12 @@ def book_and_cluster_agree(plane, cluster, gang_id: str) -> str | None:
     """None if the gang's record and the cluster agree on its members; else how not."""
     record = plane.registry.get(gang_id)
     spec = record.spec
-    in_book = {s.name for s in spec.min_slots} | set(record.surplus) | set(record.leaving)
+    in_book = {s.name for s in spec.min_slots} | set(record.live.surplus) | set(record.live.leaving)
     running = {m.name for m in cluster.members.get(gang_id, []) if not m.dead}
     booked = {key.split("/", 1)[1] for key in cluster.booked if key.startswith(f"{gang_id}/")}
     booked |= {s.name for s in spec.min_slots} if gang_id in cluster.booked else set()
-    if record.leaving or running != in_book or booked != in_book:
-        return (f"book {sorted(in_book)} (leaving {sorted(record.leaving)}), running "
+    if record.live.leaving or running != in_book or booked != in_book:
+        return (f"book {sorted(in_book)} (leaving {sorted(record.live.leaving)}), running "
                 f"{sorted(running)}, booked {sorted(booked)}")
     return None
 
@@ -63,7 +63,7 @@ async def urgent_during_growth(delay: float, resize: Resize) -> None:
     plane = make_plane(cluster)
     e = await elastic(plane, 1, 4, resize)
     record = plane.registry.get(e)
-    await until(lambda: record.state is S.RUNNING and record.surplus, 10,
+    await until(lambda: record.state is S.RUNNING and record.live.surplus, 10,
                 lambda: f"never grew: {record.state.value}")
     await asyncio.sleep(delay)
     urgent = await submit(plane, "urgent", "3xGPU=1", priority=500, seconds=None)
@@ -97,12 +97,12 @@ async def close_while(point: str) -> None:
     resize = Resize.RESTART if point == "restart resize" else Resize.LIVE
     e = await elastic(plane, 1, 4, resize)
     record = plane.registry.get(e)
-    await until(lambda: record.state is S.RUNNING and record.surplus, 10, lambda: "no growth")
+    await until(lambda: record.state is S.RUNNING and record.live.surplus, 10, lambda: "no growth")
     if point == "preemption":
         await until(lambda: record.size == 4 and not plane.fleet.driver(e)._resizes, 10,
                     lambda: "growth did not end")
         await submit(plane, "urgent", "4xGPU=1", priority=500, seconds=None)
-        await until(lambda: record.stopping is not None, 10, lambda: "not preempted")
+        await until(lambda: record.live.stopping is not None, 10, lambda: "not preempted")
     await asyncio.sleep(0.1)  # in the middle of it
     loop = asyncio.get_running_loop()
     started = loop.time()
@@ -127,9 +127,9 @@ async def gang_cancelled_during_growth(delay: float) -> None:
     plane = make_plane(cluster)
     e = await elastic(plane, 1, 4)
     record = plane.registry.get(e)
-    await until(lambda: record.state is S.RUNNING and record.surplus, 10, lambda: "no growth")
+    await until(lambda: record.state is S.RUNNING and record.live.surplus, 10, lambda: "no growth")
     urgent = await submit(plane, "urgent", "3xGPU=1", priority=500, seconds=None)
-    await until(lambda: record.leaving, 10, lambda: "not shrunk")
+    await until(lambda: record.live.leaving, 10, lambda: "not shrunk")
     await asyncio.sleep(delay)
     await plane.cancel(e)
     u = plane.registry.get(urgent)

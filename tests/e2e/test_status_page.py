@@ -150,9 +150,9 @@ def test_page_follows_a_gang_from_submission_to_success(ray_cluster, api_server,
 
         # Once it has finished, the next refresh shows its GPUs free (a gang that has just
         # ended is torn down after: seen in CI, the one refresh in between showed both).
-        done = wait_for(browser, f"gang {gang_id} SUCCEEDED, and off the GPUs",
-                        lambda d: (s := snap(d))["state"] == "SUCCEEDED"
-                        and s["slot_labels"] == [] and s)
+        wait_for(browser, f"gang {gang_id} SUCCEEDED, and off the GPUs",
+                 lambda d: (s := snap(d))["state"] == "SUCCEEDED"
+                 and s["slot_labels"] == [] and s)
         # Its history, unfolded, lists every state change, and stays open across refreshes.
         summary = f'tr[data-gang-id="{gang_id}"] details.history summary'
         browser.find_element("css selector", summary).click()

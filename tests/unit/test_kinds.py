@@ -11,9 +11,11 @@ import pytest
 from raygang.control import kinds
 from raygang.control.durable import dump_gang, load_gang
 from raygang.control.kinds import KINDS, UnknownKindError
+from raygang.control.kinds.deployment import Served
+from raygang.control.kinds.job import RayJob
 from raygang.control.records import GangRecord
 from raygang.core.gang import GangState
-from raygang.core.workload_specs import JobSpec
+from raygang.core.workload_specs import DeploymentSpec, JobSpec
 from raygang.runtime import kinds as run_kinds
 from tests.unit.builders import spec
 
@@ -45,24 +47,34 @@ def test_an_unknown_kind_is_refused_naming_the_known_ones(lookup):
 
 
 def _stored(kind: str, workload: object) -> dict:
-    """A gang record as the store holds it (format 1), of `kind` with `workload`."""
+    """A gang record as the store holds it, of `kind` with `workload` (its stored form)."""
     record = GangRecord("j-1a2b3c4d", spec("j", "2xGPU=1"), {}, 100, 3, 10.0)
     data = pickle.loads(dump_gang(record))
     data.update(kind=kind, workload=workload)
     return data
 
 
-def test_a_stored_job_reads_back_with_its_job_spec():
+def test_a_stored_job_reads_back_with_its_job_spec_and_its_ray_job():
     job = JobSpec(entrypoint="python train.py", gpus=2, env_vars={"A": "1"})
-    data = _stored("job", job.model_dump(mode="json"))  # as the store holds a job's
+    data = _stored("job", {"job": job.model_dump(mode="json"), "ray_job_id": "raygang-j-1"})
     back = load_gang(pickle.dumps(data))
-    assert back.kind == "job" and back.workload == job
+    assert back.kind == "job" and back.workload == RayJob(job, "raygang-j-1")
+    assert back.status().ray_job_id == "raygang-j-1"
+    assert back.status().entrypoint == "python train.py"
     assert pickle.loads(dump_gang(back))["workload"] == data["workload"]  # written the same
 
 
+def test_a_stored_deployment_reads_back_with_its_spec_and_app():
+    deployment = DeploymentSpec(name="chat", replicas=2, resources={"GPU": 1})
+    data = _stored("deployment", {"deployment": deployment.model_dump(mode="json"),
+                                  "app": "pkg.module:app"})
+    back = load_gang(pickle.dumps(data))
+    assert back.workload == Served(deployment, "pkg.module:app")
+    assert pickle.loads(dump_gang(back))["workload"] == data["workload"]
+
+
 @pytest.mark.parametrize("kind, workload", [
-    ("gang", None), ("deployment", None),
-    ("train", {"controller": "c0ffee", "group": "pg1"}),
+    ("gang", None), ("train", {"controller": "c0ffee", "group": "pg1"}),
 ])
 def test_other_kinds_keep_their_payload_as_it_is(kind, workload):
     back = load_gang(pickle.dumps(_stored(kind, workload)))

@@ -147,7 +147,7 @@ def test_an_elastic_gang_counts_what_it_holds_its_surplus_and_its_resizes():
     r = GangRecord(gang_id="e", spec=GangSpec(name="e", queue="b", roles=(RoleSpec(
         name="w", replicas=(2, 4), resources={"GPU": 1}),)), programs={}, priority=0,
         seq=0, submitted_at=10.0)
-    r.state, r.nodes, r.surplus = GangState.RUNNING, ("n1", "n1"), {"w-2": "n2"}
+    r.state, r.nodes, r.live.surplus = GangState.RUNNING, ("n1", "n1"), {"w-2": "n2"}
     m.refresh([r], QUEUES)
     assert made[NAMES.usage].values[(("queue", "b"), ("resource", "GPU"))] == 3  # not 4
     assert made[NAMES.surplus].values == {q("org"): 0, q("team-a"): 0, q("b"): 1}

@@ -17,6 +17,14 @@ def _no_requester(workload: Any) -> str | None:
     return None
 
 
+def _nothing_shown(workload: Any) -> dict[str, Any]:
+    return {}
+
+
+def _stored_as_workload(record: dict[str, Any]) -> Any:
+    return record.get("workload")
+
+
 @dataclass(frozen=True, slots=True)
 class Kind:
     """One kind of gang: the book-keeping every kind shares (queueing, priorities,
@@ -27,10 +35,15 @@ class Kind:
 
     name: str
     phases: Phases = GANG_PHASES  # the words its history uses for each step
-    # Its durable payload (`GangRecord.workload`): as written to the store (plain data
-    # the pickler can keep) and as read back.
+    # Its payload (`GangRecord.workload`: what its runs need besides the gang's spec): as
+    # written to the store (plain data the pickler can keep) and as read back; as kept
+    # once the gang has ended (its user objects dropped); what its status shows of it
+    # (`GangStatus` fields); and as a record of the store's format 1 held it (`durable`).
     dump_workload: Callable[[Any], Any] = _as_is
     load_workload: Callable[[Any], Any] = _as_is
+    shed: Callable[[Any], Any] = _as_is
+    shown: Callable[[Any], dict[str, Any]] = _nothing_shown
+    workload_in_format_1: Callable[[dict[str, Any]], Any] = _stored_as_workload
     # The actor that queued it and must outlive its wait (a Train run's controller): a
     # run waiting for a dead one is cancelled, never admitted.
     requester: Callable[[Any], str | None] = _no_requester

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from raygang.control.kinds.deployment import Served
 from raygang.control.records import GangRecord
 from raygang.control.status import MemberStatus
 from raygang.runtime.deployment import ServeLaunch
@@ -13,7 +14,8 @@ from raygang.runtime.leftovers import RayLeftovers
 
 def new_run(host: Host, record: GangRecord, nodes: Sequence[str], attempt: int,
             on_member_ready: Callable[[MemberStatus], None]) -> ServeLaunch:
-    return ServeLaunch(record.gang_id, record.spec, record.deployment, record.app,
+    served: Served = record.workload
+    return ServeLaunch(record.gang_id, record.spec, served.deployment, served.app,
                        nodes, host.serve_http_port, moved=record.rebook)
 
 
@@ -21,7 +23,8 @@ def adopt(host: Host, record: GangRecord, leftovers: RayLeftovers) -> ServeLaunc
     """A deployment whose Serve application still exists."""
     from raygang.runtime import serving  # imports Serve: only with a deployment to adopt
 
-    name = record.deployment.name
+    served: Served = record.workload
+    name = served.deployment.name
     if serving.app_lost(name) is not None:
         return None
     surplus = {}
@@ -29,10 +32,10 @@ def adopt(host: Host, record: GangRecord, leftovers: RayLeftovers) -> ServeLaunc
         nodes = serving.replica_nodes(name) or []
         extra = record.spec.surplus_slots[:max(0, len(nodes) - len(record.nodes))]
         surplus = {slot.name: "" for slot in extra}  # where: followed just below
-    launch = ServeLaunch.adopted(record.gang_id, record.spec, record.deployment,
+    launch = ServeLaunch.adopted(record.gang_id, record.spec, served.deployment,
                                  record.nodes, host.serve_http_port, surplus,
                                  moved=record.rebook)
-    record.surplus = dict(surplus)
+    record.live.surplus = dict(surplus)
     if surplus:
         launch.follow(nodes)
     return launch

@@ -28,7 +28,7 @@ def new_run(host: Host, record: GangRecord, nodes: Sequence[str], attempt: int,
 
 def adopt(host: Host, record: GangRecord, leftovers: RayLeftovers) -> GangLaunch | None:
     """Its minimum's group and members must all be there; an elastic gang's surplus
-    members are those found whole (member and own group, `record.surplus` is set to
+    members are those found whole (member and own group, `record.live.surplus` is set to
     them: the journal does not follow resizes); a half-made one is removed."""
     gang_id, spec = record.gang_id, record.spec
     groups = {leftovers.names[g]: g for g in leftovers.groups.get(gang_id, [])}
@@ -49,7 +49,7 @@ def adopt(host: Host, record: GangRecord, leftovers: RayLeftovers) -> GangLaunch
                                    attempt=record.restarts + record.preemptions, pg_id=main,
                                    surplus=surplus, programs=record.programs)
     if launch is not None:
-        record.surplus = {name: (group_nodes(g) or [None])[0] or ""
+        record.live.surplus = {name: (group_nodes(g) or [None])[0] or ""
                           for name, g in surplus.items()}
     return launch
 

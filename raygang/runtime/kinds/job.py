@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from raygang.control.kinds.job import RayJob
 from raygang.control.records import GangRecord
 from raygang.control.status import MemberStatus
 from raygang.runtime.handoff import holds_of
@@ -15,24 +16,28 @@ from raygang.runtime.leftovers import RayLeftovers
 
 def new_run(host: Host, record: GangRecord, nodes: Sequence[str], attempt: int,
             on_member_ready: Callable[[MemberStatus], None]) -> JobLaunch:
+    payload: RayJob = record.workload
+
     def started(job_id: str) -> None:
-        record.ray_job_id = job_id
+        payload.ray_job_id = job_id
         # Its one member is the driver (Ray's job supervisor actor), on the node of the
         # job's first bundle.
         on_member_ready(MemberStatus(role="driver", index=0, rank=0,
                                      actor_name=JOB_ACTOR.format(job_id), node_id=nodes[0]))
 
-    launch = JobLaunch(record.gang_id, record.spec, record.workload, nodes, attempt,
+    launch = JobLaunch(record.gang_id, record.spec, payload.job, nodes, attempt,
                        host.jobs, host.lease_s, host.sessions, started)
     return _track(host, record.gang_id, launch)
 
 
 def adopt(host: Host, record: GangRecord, leftovers: RayLeftovers) -> JobLaunch | None:
     """A job whose Ray job still runs (Ray Jobs outlive the scheduler)."""
-    if record.ray_job_id is None or host.jobs.status_now(record.ray_job_id) != "RUNNING":
+    payload: RayJob = record.workload
+    job_id = payload.ray_job_id
+    if job_id is None or host.jobs.status_now(job_id) != "RUNNING":
         return None
-    launch = JobLaunch.adopted(record.gang_id, record.spec, record.workload, record.nodes,
-                               record.ray_job_id, host.jobs, host.lease_s, host.sessions,
+    launch = JobLaunch.adopted(record.gang_id, record.spec, payload.job, record.nodes,
+                               job_id, host.jobs, host.lease_s, host.sessions,
                                holds_of(record.gang_id))
     return _track(host, record.gang_id, launch)
 

@@ -33,7 +33,7 @@ class RunKind:
     `new_run(host, record, nodes, attempt, on_member_ready)`: its run on the nodes the
     plane reserved (one per bundle of its minimum). `adopt(host, record, leftovers)`: the
     run of a RUNNING gang a restarted scheduler found whole in Ray (it may set
-    `record.surplus` to the elastic members it found), or None."""
+    `record.live.surplus` to the elastic members it found), or None."""
 
     name: str
     new_run: Callable[[Host, GangRecord, Sequence[str], int,

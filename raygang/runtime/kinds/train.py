@@ -31,7 +31,7 @@ def adopt(host: Host, record: GangRecord, leftovers: RayLeftovers) -> TrainLaunc
         extra = Counter(n for n in placed if n) - Counter(record.nodes)
         surplus = dict(zip((s.name for s in record.spec.surplus_slots),
                            sorted(extra.elements())))
-    record.surplus = dict(surplus)
+    record.live.surplus = dict(surplus)
     return TrainLaunch.adopted(record.gang_id, record.spec, record.nodes, host.lease_s,
                                record.workload.get("controller"), group, host.sessions,
                                surplus)
