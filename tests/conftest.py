@@ -37,6 +37,13 @@ from tests.scripts import ray_temp_root
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # before any Ray process of this worker starts
     os.environ["RAY_TMPDIR"] = ray_temp_root(os.environ["PYTEST_XDIST_WORKER"])
+# Ray Train V2's controller polls its workers every 2 s, and each `ray.train.report` waits
+# for that poll (a step of a test's training loop took 2 s here); its workers look for a
+# preemption every 5 s. The session clusters' Train runs (their processes inherit this
+# environment) poll every 0.5 s and 1 s: the Train tests wait less, and test the same
+# paths. Examples, and benchmarks on clusters of their own, run Train with its defaults.
+os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
+os.environ.setdefault("RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S", "1")
 
 WORKER_GPUS = 4
 SCHEDULER_CONFIG = raygang.SchedulerConfig(queues=[

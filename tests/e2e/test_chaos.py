@@ -11,7 +11,7 @@ pytestmark = pytest.mark.own_cluster  # see tests/conftest.py
 
 
 def test_chaos_soak_loses_nothing_and_leaks_nothing():
-    result = scenario_output("tests.e2e.chaos_scenario", "--seconds", "35", "--gangs", "12",
+    result = scenario_output("tests.e2e.chaos_scenario", "--seconds", "25", "--gangs", "12",
                              timeout=270)
     assert result["submitted"] >= 12, result
     assert result["lost"] == [] and result["duplicated"] == [], result
