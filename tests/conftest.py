@@ -152,3 +152,29 @@ def api_server(cluster, tmp_path_factory) -> ApiServer:
     server = start_api_server(tmp_path_factory.mktemp("api"))
     yield server
     server.stop()
+
+
+# Where the suite's time goes (issue 28: its budget is 15 minutes here): the time of each
+# module's tests (setup, call and teardown) summed, and each xdist worker's busy time, so
+# that a run shows which modules to cut and whether the two workers ended together.
+_MODULE_S: dict[str, float] = {}
+_WORKER_S: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    module = report.nodeid.split("::", 1)[0]
+    _MODULE_S[module] = _MODULE_S.get(module, 0.0) + report.duration
+    worker = getattr(getattr(report, "node", None), "gateway", None)
+    key = worker.id if worker is not None else "main"
+    _WORKER_S[key] = _WORKER_S.get(key, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _MODULE_S:
+        return
+    write = terminalreporter.write_line
+    terminalreporter.section("time by module (setup + call + teardown)")
+    for module, seconds in sorted(_MODULE_S.items(), key=lambda kv: -kv[1])[:25]:
+        write(f"{seconds:8.1f}s {module}")
+    write(f"{sum(_MODULE_S.values()):8.1f}s in all; busy per worker: " + ", ".join(
+        f"{w} {s:.0f}s" for w, s in sorted(_WORKER_S.items())))
