@@ -112,42 +112,10 @@ def test_a_preempted_job_gets_sigterm_requeues_and_runs_its_entrypoint_again(job
     assert client.get_job_status(first_ray_job) == JobStatus.STOPPED
 
 
-TRAIN_IN_JOB = """
-import sys, time
-import ray, ray.train
-from ray.train import RunConfig, ScalingConfig
-from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
-
-def train_func():
-    ray.train.report({"node": ray.get_runtime_context().get_node_id()})
-
-ray.init()
-result = DataParallelTrainer(train_func, scaling_config=ScalingConfig(num_workers=2, use_gpu=True),
-                             run_config=RunConfig(name="in-job", storage_path=sys.argv[1])).fit()
-print("TRAIN DONE", result.error)
-"""
-
-
-def test_a_train_run_inside_a_job_is_placed_in_the_job_s_budget(jobs, tmp_path):
-    script = tmp_path / "train.py"
-    script.write_text(TRAIN_IN_JOB)
-    job = raygang.submit_job(f"{PY} {script} {tmp_path / 'storage'}", gpus=2, name="trainjob")
-    jobs.append(job)
-    status = job.wait(timeout=180)
-    assert status.state is GangState.SUCCEEDED, job.logs()
-    logs = job.logs()
-    assert "TRAIN DONE None" in logs
-    # The driver (Ray's supervisor actor) ran on the node of the job's first bundle, not
-    # on the head, where Ray puts drivers given no resources.
-    driver = status.members[0]
-    supervisor = list_actors(filters=[("name", "=", driver.actor_name)], detail=True)
-    assert [a.node_id for a in supervisor] == [driver.node_id]
-    assert driver.node_id != ray.get_runtime_context().get_node_id()
-    # The run was not queued as a gang of its own: it used the job's two bundles.
-    assert not [g for g in raygang.list_gangs() if g.kind == "train" and g.name == "in-job"]
-
-
-def test_stopping_a_job_stops_its_train_run_through_train_s_path_first(jobs, tmp_path):
+def test_a_train_run_inside_a_job_runs_in_its_budget_and_a_stop_reaches_it_through_train(
+        jobs, tmp_path):
+    # One Train run serves both checks (each Train start costs ~20 s on a loaded machine);
+    # a Train script run to its end inside a job is examples/train_job.py's (tests/e2e).
     script = Path(__file__).parents[2] / "examples" / "jobs" / "train.py"
     job = raygang.submit_job(f"{PY} {script} {tmp_path / 'storage'} 400", gpus=2,
                              name="stopped", preemption_grace_s=10)
@@ -158,6 +126,18 @@ def test_stopping_a_job_stops_its_train_run_through_train_s_path_first(jobs, tmp
             GangState.PENDING, GangState.ADMITTED, GangState.RESERVED, GangState.STARTING,
             GangState.RUNNING), job.logs()
         time.sleep(0.5)
+    # The driver (Ray's supervisor actor) runs on the node of the job's first bundle, not
+    # on the head, where Ray puts drivers given no resources.
+    status = job.status()
+    driver = status.members[0]
+    supervisor = list_actors(filters=[("name", "=", driver.actor_name)], detail=True)
+    assert [a.node_id for a in supervisor] == [driver.node_id]
+    assert driver.node_id != ray.get_runtime_context().get_node_id()
+    # The run was not queued as a gang of its own: it uses the job's two bundles.
+    assert not [g for g in raygang.list_gangs() if g.kind == "train"
+                and g.name == "resumable"]
+    assert {q.name: q.usage.get("GPU", 0) for q in raygang.queues()}["default"] == 2
+
     status = job.stop()
     assert status.state is GangState.CANCELLED
     # The workers were told through Train's preemption path and checkpointed before the
