@@ -47,12 +47,11 @@ Traps handled here (Ray 2.60):
 - `--include-dashboard=false` still starts a minimal dashboard process on port 8265 with
   `--port-retries=0`; it gets a free `--dashboard-port`.
 
-Self-test: `python -m tests.fake_autoscaler --selftest` prints one JSON line.
+It runs under raygang in tests/e2e/test_scaling.py's autoscaler scenario, which checks it too.
 """
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import copy
 import json
@@ -251,7 +250,7 @@ class FakeAutoscalingCluster:
             monitors = {_autoscaler_monitor(p): p for p in self.processes()}
             if "v2" in monitors:
                 raise RuntimeError("autoscaler v2 started instead of v1: "
-                                   + " ".join(_cmdline(monitors["v2"])))
+                                   + " ".join(cmdline(monitors["v2"])))
             text = log.read_text(errors="replace") if log.exists() else ""
             errors = err.read_text(errors="replace") if err.exists() else ""
             if "v1" in monitors and "StandardAutoscaler:" in text:
@@ -291,7 +290,7 @@ class FakeAutoscalingCluster:
                 return True
         except OSError:
             return False
-        if any(self._dir + os.sep in a for a in _cmdline(p)):
+        if any(self._dir + os.sep in a for a in cmdline(p)):
             return True
         try:
             return p.environ().get(_MARKER_ENV) == self._marker
@@ -317,7 +316,7 @@ class FakeAutoscalingCluster:
                 break
             if time.monotonic() > deadline:
                 raise RuntimeError("processes of the fake autoscaling cluster still alive: "
-                                   + ", ".join(f"{p.pid} {' '.join(_cmdline(p))[:120]}"
+                                   + ", ".join(f"{p.pid} {' '.join(cmdline(p))[:120]}"
                                                for p in procs))
             for p in procs:
                 _signal(p, signal.SIGTERM)
@@ -342,7 +341,7 @@ class FakeAutoscalingCluster:
         self.shutdown()
 
 
-def _cmdline(p: psutil.Process) -> list[str]:
+def cmdline(p: psutil.Process) -> list[str]:
     try:
         return p.cmdline()
     except (psutil.Error, OSError):
@@ -351,7 +350,7 @@ def _cmdline(p: psutil.Process) -> list[str]:
 
 def _autoscaler_monitor(p: psutil.Process) -> str | None:
     """"v1" or "v2" for the autoscaler's monitor process (not the log monitor), else None."""
-    for arg in _cmdline(p):
+    for arg in cmdline(p):
         if arg.endswith(os.path.join("autoscaler", "_private", "monitor.py")):
             return "v1"
         if arg.endswith(os.path.join("autoscaler", "v2", "monitor.py")):
@@ -371,102 +370,3 @@ def _signal(p: psutil.Process, sig: int) -> None:
         p.send_signal(sig)
     except psutil.Error:
         pass
-
-
-# -- self-test -----------------------------------------------------------------------------
-def _selftest(bound_s: float) -> dict:
-    """Head {"CPU": 2} + type gpu4 (4 CPU, 4 GPU, max 2): request two GPU:4 bundles -> two
-    labelled gpu4 nodes; clear the request -> they go after the idle timeout; shutdown leaves
-    no process of the cluster and spares a decoy that looks like another cluster's raylet."""
-    os.environ.update(DRIVER_ENV)
-    from ray.autoscaler.sdk import request_resources
-
-    result: dict = {"ok": False}
-    # Not of this cluster: must survive its shutdown although its command line looks Ray's.
-    decoy = subprocess.Popen(
-        [sys.executable, "-c", "import time; time.sleep(600)",
-         "/x/ray/core/src/ray/raylet/raylet", "--session_dir=/tmp/ray/session_decoy"],
-        start_new_session=True)
-    cluster = FakeAutoscalingCluster(
-        head_resources={"CPU": 2},
-        worker_node_types={"gpu4": {"resources": {"CPU": 4, "GPU": 4},
-                                    "min_workers": 0, "max_workers": 2}},
-    )
-
-    def gpu4_nodes() -> list[dict]:
-        return [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU")]
-
-    def wait(cond, what: str) -> float:
-        t = time.monotonic()
-        while not cond():
-            if time.monotonic() - t > bound_s:
-                raise TimeoutError(f"{what}: not within {bound_s} s")
-            time.sleep(0.1)
-        return round(time.monotonic() - t, 2)
-
-    try:
-        t = time.monotonic()
-        cluster.start()
-        result["start_s"] = round(time.monotonic() - t, 2)
-        result["address"] = cluster.address
-        result["dir"] = cluster._dir
-        result["monitor"] = " ".join(_cmdline(psutil.Process(cluster.monitor_pid)))[:200]
-        ray.init(address=cluster.address, log_to_driver=False, logging_level="error")
-        head = [n for n in ray.nodes() if n["Alive"]]
-        result["head_resources"] = {k: v for k, v in head[0]["Resources"].items()
-                                    if k in ("CPU", "GPU")} if len(head) == 1 else head
-
-        request_resources(bundles=[{"GPU": 4}, {"GPU": 4}])
-        result["up_s"] = wait(lambda: len(gpu4_nodes()) == 2, "two gpu4 nodes")
-        result["nodes"] = [{"labels": n["Labels"],
-                            "resources": {k: v for k, v in n["Resources"].items()
-                                          if k in ("CPU", "GPU")}} for n in gpu4_nodes()]
-        result["raylets_while_up"] = sum(
-            1 for p in cluster.processes() if any(a.endswith("/raylet") for a in _cmdline(p)))
-
-        request_resources(bundles=[])
-        result["down_s"] = wait(lambda: not gpu4_nodes(), "gpu4 nodes removed")
-        result["alive_nodes_after"] = len([n for n in ray.nodes() if n["Alive"]])
-        ray.shutdown()
-
-        before = len(cluster.processes())
-        t = time.monotonic()
-        cluster.shutdown()
-        result["shutdown_s"] = round(time.monotonic() - t, 2)
-        result["processes_before_shutdown"] = before
-        result["left_after_shutdown"] = [
-            f"{p.pid} {' '.join(_cmdline(p))[:120]}" for p in cluster.processes()]
-        cluster.shutdown()  # idempotent
-        result["decoy_alive"] = decoy.poll() is None
-        result["ok"] = True
-    except Exception as e:  # report, and still clean up
-        result["error"] = f"{type(e).__name__}: {e}"
-        if cluster.logs_dir and os.path.isdir(cluster.logs_dir):
-            for name in ("monitor.err", "monitor.log"):
-                path = os.path.join(cluster.logs_dir, name)
-                if os.path.exists(path):
-                    result[name] = Path(path).read_text(errors="replace")[-2000:]
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        decoy.kill()
-        decoy.wait()
-    return result
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--selftest", action="store_true", help="run the scenario, print JSON")
-    parser.add_argument("--bound", type=float, default=30.0,
-                        help="seconds allowed for nodes to join or leave")
-    args = parser.parse_args(argv)
-    if not args.selftest:
-        parser.print_help()
-        return 2
-    result = _selftest(args.bound)
-    print(json.dumps(result), flush=True)
-    return 0 if result["ok"] else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

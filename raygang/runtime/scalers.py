@@ -103,6 +103,12 @@ COORDINATOR_TIMEOUT_S = 5.0
 _COORDINATOR = ("AutoscalingCoordinator", "AutoscalingCoordinator")  # name, namespace
 
 
+class RequestOut(Exception):
+    """The request reached Ray's autoscaler, but the coordinator that keeps it there (it
+    sends the merge of its requesters' requests every tick) was not told: the request is
+    news now, and the coordinator is told at the next step."""
+
+
 class AutoscalerScaler:
     """Mode `autoscaler`: Ray's autoscaler launches and removes nodes; raygang says how
     many of each type the queue needs.
@@ -124,6 +130,7 @@ class AutoscalerScaler:
         self._refresh_s = refresh_s
         self._last: list[dict[str, float]] | None = None
         self._sent_at = -math.inf
+        self._announced: list[dict[str, float]] | None = None  # in the action log last
 
     def groups(self, up: Mapping[str, int]) -> list[NodeGroup]:
         return self._node_types(up)
@@ -140,10 +147,16 @@ class AutoscalerScaler:
         changed = bundles != self._last
         if not changed and (not bundles or now - self._sent_at < self._refresh_s):
             return []
-        self._request(bundles)  # raises: nothing remembered, the next step sends it again
-        self._last, self._sent_at = bundles, now
-        if not changed:
-            return []  # a renewal is not news for the action log
+        try:
+            self._request(bundles)  # raises: nothing remembered, the next step sends it again
+        except RequestOut as out:  # out, yet to be sent again: the step still did it
+            log.warning("%s (told again at the next step)", out)
+            self._last = None
+        else:
+            self._last, self._sent_at = bundles, now
+        if not changed or bundles == self._announced:
+            return []  # a renewal, or a resend of a request out already: not news
+        self._announced = bundles
         if not bundles:
             return ["request_resources cleared"]
         counts = {g.name: plan.desired.get(g.name, 0) for g in groups}
@@ -170,7 +183,15 @@ class CoordinatorRequest:
 
             request_resources(bundles=bundles)
             self._direct = bundles
-        actor = self._actor(create=bool(bundles))
+        elif not bundles:  # a clear: the coordinator's merge replaces what was sent directly
+            self._direct = None
+        try:
+            actor = self._actor(create=bool(bundles))
+        except Exception as error:
+            if bundles:  # Ray's autoscaler has them: the request is out
+                raise RequestOut(f"the autoscaling coordinator was not reached: {error!r}") \
+                    from error
+            raise
         if actor is None:  # no coordinator, so no request of raygang's to cancel
             return
         try:
@@ -182,8 +203,11 @@ class CoordinatorRequest:
             except ValueError:  # a live "raygang" request of other options (an older raygang)
                 self._call(actor.cancel_request.remote(COORDINATOR_REQUESTER_ID))
                 self._call(self._send(actor, bundles))
-        except Exception:
+        except Exception as error:
             self._coordinator = self._given  # maybe killed for good: look it up again next time
+            if bundles:  # sent straight to Ray's autoscaler above (this step or an earlier one)
+                raise RequestOut(f"the autoscaling coordinator did not take the request: "
+                                 f"{error!r}") from error
             raise
 
     def _send(self, actor, bundles: list[dict[str, float]]):

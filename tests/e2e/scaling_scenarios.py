@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -237,29 +238,50 @@ def burst(replicas: Callable[[], int]) -> dict:
 
 
 def autoscaler() -> dict:
+    """raygang asks Ray's autoscaler (v1, fake provider) for nodes and clears the request;
+    and the fake cluster itself behaves: v1's monitor runs, its nodes are labelled by type,
+    and its shutdown leaves no process of it while sparing one that only looks like Ray's."""
     import ray
 
     import raygang
-    from tests.fake_autoscaler import FakeAutoscalingCluster
+    from tests.fake_autoscaler import FakeAutoscalingCluster, cmdline, psutil
 
     out: dict = {"mode": "autoscaler"}
+    # Not of this cluster: must survive its shutdown although its command line looks Ray's.
+    decoy = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(600)",
+         "/x/ray/core/src/ray/raylet/raylet", "--session_dir=/tmp/ray/session_decoy"],
+        start_new_session=True)
     types = {"gpu": {"resources": {"CPU": 2, "GPU": 2}, "min_workers": 0, "max_workers": 3}}
-    with FakeAutoscalingCluster(head_resources={"CPU": 2}, worker_node_types=types,
-                                idle_timeout_minutes=IDLE_TIMEOUT_S / 60) as cluster:
-        ray.init(address=cluster.address)
-        try:
-            raygang.start(raygang.SchedulerConfig.model_validate({"scaling": {
-                "mode": "autoscaler", "idle_timeout_s": IDLE_TIMEOUT_S,
-                "scale_down_delay_s": SCALE_DOWN_DELAY_S,
-                "node_types": [{"name": "gpu", "resources": {"CPU": 2, "GPU": 2},
-                                "max_nodes": 3}]}}))
-            out.update(run_gang_through_scaling(
-                "gpu", 2.0, lambda: bool(resource_request()), lambda: alive_in_group("gpu")))
-            assert resource_request() == [], "the request is cleared once nothing waits"
-            check_no_leaks()
-        finally:
-            raygang.shutdown()
-            ray.shutdown()
+    cluster = FakeAutoscalingCluster(head_resources={"CPU": 2}, worker_node_types=types,
+                                     idle_timeout_minutes=IDLE_TIMEOUT_S / 60)
+    try:
+        with cluster:
+            out["monitor"] = " ".join(cmdline(psutil.Process(cluster.monitor_pid)))[:200]
+            ray.init(address=cluster.address)
+            try:
+                raygang.start(raygang.SchedulerConfig.model_validate({"scaling": {
+                    "mode": "autoscaler", "idle_timeout_s": IDLE_TIMEOUT_S,
+                    "scale_down_delay_s": SCALE_DOWN_DELAY_S,
+                    "node_types": [{"name": "gpu", "resources": {"CPU": 2, "GPU": 2},
+                                    "max_nodes": 3}]}}))
+                # The new nodes are found by their label (alive_in_group): the fake
+                # provider's nodes carry their type's.
+                out.update(run_gang_through_scaling(
+                    "gpu", 2.0, lambda: bool(resource_request()),
+                    lambda: alive_in_group("gpu")))
+                assert resource_request() == [], "the request is cleared once nothing waits"
+                check_no_leaks()
+            finally:
+                raygang.shutdown()
+                ray.shutdown()
+            out["processes_before_shutdown"] = len(cluster.processes())
+        out["left_after_shutdown"] = [" ".join(cmdline(p))[:120] for p in cluster.processes()]
+        out["dir_left"] = os.path.exists(cluster.temp_dir or "")
+        out["decoy_alive"] = decoy.poll() is None
+    finally:
+        decoy.kill()
+        decoy.wait()
     return out
 
 

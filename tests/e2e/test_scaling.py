@@ -61,6 +61,12 @@ def test_autoscaler_mode_asks_rays_autoscaler_and_clears_the_request():
     result = scenario("autoscaler")
     assert_one_round_trip(result)
     assert result["released_after_s"] < 90
+    # The fake autoscaling cluster under it (tests/fake_autoscaler.py) is Ray's v1 monitor,
+    # and its shutdown takes all of its processes and nothing else.
+    assert "autoscaler/_private/monitor.py" in result["monitor"], result["monitor"]
+    assert result["processes_before_shutdown"] >= 6
+    assert result["left_after_shutdown"] == [] and not result["dir_left"]
+    assert result["decoy_alive"], "shutdown killed a process that was not the cluster's"
 
 
 def test_a_burst_of_short_gangs_does_not_make_the_cluster_flap():

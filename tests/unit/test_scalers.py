@@ -12,7 +12,7 @@ from raygang.core.config import NodeType
 from raygang.core.scale import NodeGroup, ScalePlan
 from raygang.control.records import GangRecord
 from raygang.runtime.scaling import Request, ScaleDriver
-from raygang.runtime.scalers import AutoscalerScaler, KubeRayScaler
+from raygang.runtime.scalers import AutoscalerScaler, KubeRayScaler, RequestOut
 from tests.kube_standin import KubeStandIn
 from tests.unit.builders import spec
 from tests.unit.test_kuberay_client import NAME, NS, make_client, raycluster, worker_group
@@ -87,6 +87,27 @@ def test_autoscaler_requests_the_whole_desired_cluster_once_and_clears():
     assert scaler.apply(plan, types, {}, waiting=True) == []  # the same request: not resent
     assert scaler.apply(plan, types, {}, waiting=False) == ["request_resources cleared"]
     assert sent[-1] == [] and len(sent) == 2
+
+
+def test_a_request_out_whose_coordinator_was_not_told_is_news_once_and_told_again():
+    # The coordinator's first call starts its actor (a process importing Ray Data): on a
+    # loaded machine it outlasts the call's timeout, after the request went to Ray's
+    # autoscaler directly. The step did ask for the nodes, and says so; the next step tells
+    # the coordinator, without a second line in the action log.
+    sent = []
+    types = [NodeGroup("gpu4", Resources(CPU=4, GPU=4))]
+
+    def coordinator_late(bundles):
+        sent.append(bundles)
+        if len(sent) == 1:
+            raise RequestOut("the autoscaling coordinator was not reached: GetTimeoutError()")
+
+    scaler = AutoscalerScaler(lambda up: types, request=coordinator_late)
+    plan = ScalePlan(desired={"gpu4": 2})
+    assert scaler.apply(plan, types, {}, waiting=True) == ["request_resources: 2×gpu4"]
+    assert scaler.apply(plan, types, {}, waiting=True) == []  # told again, not news
+    assert scaler.apply(plan, types, {}, waiting=True) == []  # told: not sent again
+    assert sent == [[{"CPU": 4, "GPU": 4}] * 2] * 2
 
 
 def test_scale_config_modes_are_checked():
