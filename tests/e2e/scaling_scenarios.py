@@ -1,13 +1,13 @@
 """End-to-end scaling scenarios, each on a Ray cluster of its own (so each runs in a process
-of its own: `python -m tests.e2e.scaling_scenarios kuberay|autoscaler|flap`); the test
+of its own: `python -m tests.e2e.scaling_scenarios kuberay|autoscaler`); the test
 parses the JSON line it prints and asserts on it, and the scenario asserts as it goes.
 
 - `kuberay`: the loopback Kubernetes API stand-in holds a RayCluster; a test-side operator
   (tests/kuberay_operator.py) adds and removes nodes of a local `Cluster` as its worker
-  groups' `replicas` and `workersToDelete` change. Only raygang's patches drive it.
+  groups' `replicas` and `workersToDelete` change. Only raygang's patches drive it. Then,
+  on the same cluster, a burst of short gangs: replicas must go up, then down, once.
 - `autoscaler`: Ray's own autoscaler with its fake multi-node provider
   (tests/fake_autoscaler.py) launches and removes nodes; raygang calls request_resources.
-- `flap`: a burst of short gangs in kuberay mode; replicas must go up, then down, once.
 
 A gang of 2 x {GPU: 2, CPU: 1} does not fit the GPU-less head: it waits "for 2 nodes of
 group gpu", the nodes come up, it runs and ends, and the idle nodes go after the idle
@@ -162,7 +162,7 @@ def alive_in_group(group: str) -> int:
                if n["Alive"] and (n.get("Labels") or {}).get("ray.io/node-group") == group)
 
 
-def kuberay(flap: bool = False) -> dict:
+def kuberay() -> dict:
     import ray
     from ray.cluster_utils import Cluster
 
@@ -188,15 +188,15 @@ def kuberay(flap: bool = False) -> dict:
                 spec = kube.get(NS, NAME)["spec"]["workerGroupSpecs"][1]
                 return spec["replicas"]
 
-            if flap:
-                out.update(burst(replicas))
-            else:
-                out.update(run_gang_through_scaling(
-                    "gpu", 2.0, lambda: replicas() == 2, lambda: len(operator.pods("gpu"))))
-                cluster_status = raygang.cluster()
-                out["scaling"] = cluster_status.scaling.model_dump() if cluster_status.scaling else None
+            out.update(run_gang_through_scaling(
+                "gpu", 2.0, lambda: replicas() == 2, lambda: len(operator.pods("gpu"))))
+            cluster_status = raygang.cluster()
+            out["scaling"] = cluster_status.scaling.model_dump() if cluster_status.scaling else None
             out["replica_history"] = [(g, r) for _, g, r in operator.history]
             out["patches"] = len(kube.patches())
+            assert replicas() == 0
+            # Then, on the same cluster (one start fewer), a burst of short gangs.
+            out["burst"] = burst(replicas)
             assert replicas() == 0
             assert not operator.errors, operator.errors
             check_no_leaks()
@@ -296,11 +296,10 @@ def resource_request() -> list[dict] | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=["kuberay", "autoscaler", "flap"])
+    parser.add_argument("scenario", choices=["kuberay", "autoscaler"])
     args = parser.parse_args(argv)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    result = {"kuberay": kuberay, "autoscaler": autoscaler,
-              "flap": lambda: kuberay(flap=True)}[args.scenario]()
+    result = {"kuberay": kuberay, "autoscaler": autoscaler}[args.scenario]()
     print("RESULT " + json.dumps(result, default=str))
     return 0
 

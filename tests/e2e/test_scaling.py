@@ -42,8 +42,14 @@ def assert_one_round_trip(result: dict) -> None:
     assert result["running_s"] < 60
 
 
-def test_kuberay_mode_grows_for_a_gang_and_releases_the_idle_nodes():
-    result = scenario("kuberay")
+@pytest.fixture(scope="module")
+def kuberay() -> dict:
+    """The kuberay scenario: a gang's round trip, then a burst of short gangs (one cluster)."""
+    return scenario("kuberay")
+
+
+def test_kuberay_mode_grows_for_a_gang_and_releases_the_idle_nodes(kuberay):
+    result = kuberay
     assert_one_round_trip(result)
     # Driven only by raygang's patches: 0 -> 2 for the gang, then each idle node named.
     gpu = [r for g, r in result["replica_history"] if g == "gpu"]
@@ -69,9 +75,8 @@ def test_autoscaler_mode_asks_rays_autoscaler_and_clears_the_request():
     assert result["decoy_alive"], "shutdown killed a process that was not the cluster's"
 
 
-def test_a_burst_of_short_gangs_does_not_make_the_cluster_flap():
-    result = scenario("flap")
-    seen = result["replicas_seen"]
+def test_a_burst_of_short_gangs_does_not_make_the_cluster_flap(kuberay):
+    seen = kuberay["burst"]["replicas_seen"]
     # Replicas rise while gangs keep coming and fall only once they have all ended:
     # one peak, never down-then-up (the hysteresis of core.scale).
     peak = seen.index(max(seen))
