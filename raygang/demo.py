@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from raygang.runtime.context import get_context
+from raygang.runtime.member.context import get_context
 
 
 def sleep(seconds: float = 1.0) -> dict:

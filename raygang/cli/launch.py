@@ -113,7 +113,7 @@ def start(ray_address: str, config_paths: Sequence[Path], api: bool, host: str, 
     from raygang.runtime.names import SCHEDULER_NAME
 
     # It warns of another config in a log line; we say so in ours (only if one was asked).
-    logging.getLogger("raygang.runtime.client").setLevel(logging.ERROR)
+    logging.getLogger("raygang.runtime.client.connection").setLevel(logging.ERROR)
     try:
         handle = raygang.start(config)
         ping = ray.get(handle.ping.remote())

@@ -7,7 +7,34 @@ and exercised by the integration tests, so a Ray upgrade that moves one fails he
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from raygang._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from ray.train.v2._internal.execution.callback import (
+        ControllerCallback,
+        WorkerGroupCallback,
+    )
+    from ray.train.v2._internal.execution.scaling_policy import (
+        NoopDecision,
+        ResizeDecision,
+        ScalingDecision,
+        ScalingPolicy,
+    )
+
+# Ray Train V2's controller calls its callbacks and its scaling policy through these classes,
+# which only `ray.train.v2._internal` defines in Ray 2.60 (`RaygangTrain` subclasses them).
+# Loaded when first asked for, so that importing this module does not import Ray Train.
+_TRAIN_EXECUTION = "ray.train.v2._internal.execution"
+__getattr__ = lazy_exports(__name__, {
+    "ControllerCallback": f"{_TRAIN_EXECUTION}.callback",
+    "WorkerGroupCallback": f"{_TRAIN_EXECUTION}.callback",
+    "NoopDecision": f"{_TRAIN_EXECUTION}.scaling_policy",
+    "ResizeDecision": f"{_TRAIN_EXECUTION}.scaling_policy",
+    "ScalingDecision": f"{_TRAIN_EXECUTION}.scaling_policy",
+    "ScalingPolicy": f"{_TRAIN_EXECUTION}.scaling_policy",
+}, globals())
 
 
 def available_resources_per_node() -> dict[str, dict[str, float]]:
@@ -78,6 +105,37 @@ def canonicalize_bootstrap_address(address: str) -> str | None:
     from ray._private.services import canonicalize_bootstrap_address as canonical
 
     return canonical(address)
+
+
+def node_instance_ids(gcs_address: str) -> dict[str, str]:
+    """The instance id (a KubeRay pod's name) of each node that has one, as the autoscaler
+    state in the GCS keeps it (`ray status` reads it so; `autoscaler.v2.sdk` is not public)."""
+    from ray.autoscaler.v2.sdk import get_cluster_status
+
+    status = get_cluster_status(gcs_address)
+    return {node.node_id: node.instance_id
+            for node in [*status.active_nodes, *status.idle_nodes] if node.instance_id}
+
+
+# Ray's AutoscalingCoordinator (Ray Data's; Train's too) ----------------------------------
+def autoscaling_coordinator() -> Any:
+    """The handle of Ray's AutoscalingCoordinator actor, created if none runs: it merges
+    every requester's bundles into one `request_resources` (Ray Data and Train call it every
+    20 s, replacing any request made around it)."""
+    from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
+        get_or_create_autoscaling_coordinator,
+    )
+
+    return get_or_create_autoscaling_coordinator()
+
+
+def coordinator_low_priority() -> Any:
+    """The coordinator's `ResourceRequestPriority.LOW`."""
+    from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
+        ResourceRequestPriority,
+    )
+
+    return ResourceRequestPriority.LOW
 
 
 # Ray Serve ---------------------------------------------------------------------------------

@@ -24,11 +24,6 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 
 from raygang.control.api import SchedulerAPI
-from raygang.core.config import UnknownPriorityClass
-from raygang.core.gang import GangState
-from raygang.core.queues import QueueSpec
-from raygang.core.spec import NAME_PATTERN, SpecError, describe_errors
-from raygang.core.workload_specs import DeploymentSpec
 from raygang.control.errors import (
     DeploymentExistsError,
     GangNotFoundError,
@@ -38,7 +33,12 @@ from raygang.control.errors import (
     UnschedulableError,
 )
 from raygang.control.status import ClusterStatus, DryRunResult, GangStatus, QueueStatus
-from raygang.runtime.client import SchedulerClient, SchedulerUnavailable
+from raygang.core.config import UnknownPriorityClass
+from raygang.core.gang import GangState
+from raygang.core.queues import QueueSpec
+from raygang.core.spec import NAME_PATTERN, SpecError, describe_errors
+from raygang.core.workload_specs import DeploymentSpec
+from raygang.runtime.client.connection import SchedulerClient, SchedulerUnavailable
 from raygang.server.access import Access, ApiError
 from raygang.server.auth import AuthConfig
 from raygang.server.debug import debug_routes

@@ -5,19 +5,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from raygang.control.ports import GangRun
 from raygang.control.records import GangRecord
 from raygang.control.status import MemberStatus
-from raygang.runtime.jobclient import JobClient
-from raygang.runtime.jobs import JobLaunch
-from raygang.runtime.leftovers import RayLeftovers
-from raygang.runtime.trainrun import TrainSession
+
+if TYPE_CHECKING:  # types only: each kind imports this module, and no kind imports another
+    from raygang.runtime.handoff.train import TrainSession
+    from raygang.runtime.kinds.job.launch import JobLaunch
+    from raygang.runtime.kinds.job.submission import JobClient
+    from raygang.runtime.scheduler.leftovers import RayLeftovers
 
 
 class Host(Protocol):
-    """What a kind's runs use of the cluster (`runtime.cluster.RayCluster`)."""
+    """What a kind's runs use of the cluster (`runtime.scheduler.cluster.RayCluster`)."""
 
     serve_http_port: int | None
     lease_s: float  # how long a hand-off waits for its library to claim the capacity

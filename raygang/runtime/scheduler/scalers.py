@@ -25,6 +25,7 @@ from raygang.core.scale import NodeGroup, ScalePlan
 from raygang.kuberay.client import RayClusterClient
 from raygang.kuberay.groups import WorkerGroup
 from raygang.runtime.names import COORDINATOR_REQUESTER_ID
+from raygang.runtime.ray_private import autoscaling_coordinator, coordinator_low_priority
 
 log = logging.getLogger(__name__)
 
@@ -187,17 +188,13 @@ class CoordinatorRequest:
             raise
 
     def _send(self, actor, bundles: list[dict[str, float]]):
-        from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
-            ResourceRequestPriority,
-        )
-
         # Priority orders only the coordinator's *reservations* (which raygang never reads),
         # not what the autoscaler is asked for: every live request goes into the merge. LOW,
         # since raygang's bundles are whole nodes, busy ones too; reserving them first would
         # leave Ray Data and Train (which size themselves by their reservations) nothing.
         return actor.request_resources.remote(
             requester_id=COORDINATOR_REQUESTER_ID, resources=bundles,
-            expire_after_s=self._expire_after_s, priority=ResourceRequestPriority.LOW)
+            expire_after_s=self._expire_after_s, priority=coordinator_low_priority())
 
     def _call(self, ref) -> None:
         ray.get(ref, timeout=self._timeout_s)
@@ -207,11 +204,7 @@ class CoordinatorRequest:
         if self._coordinator is not None:
             return self._coordinator
         if create:
-            from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
-                get_or_create_autoscaling_coordinator,
-            )
-
-            self._coordinator = get_or_create_autoscaling_coordinator()
+            self._coordinator = autoscaling_coordinator()
             return self._coordinator
         try:
             return ray.get_actor(_COORDINATOR[0], namespace=_COORDINATOR[1])

@@ -51,10 +51,10 @@ from typing import Any
 
 import ray
 
-from raygang.runtime import context as _ctx
+from raygang.control.program import RoleProgram
+from raygang.runtime.member import context as _ctx
 from raygang.runtime.names import CONTROL_GROUP
 from raygang.runtime.ray_private import import_attr  # as Ray Serve resolves `import_path`
-from raygang.control.program import RoleProgram
 
 CONTROL_SLOTS = 6  # watch and outcome (each once per scheduler life) + preempt + spare
 SERVING = "serving"  # marker: the member has no run(); the gang runs until cancelled

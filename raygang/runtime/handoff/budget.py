@@ -32,8 +32,8 @@ from raygang.control.tasks import run_to_completion
 from raygang.core.budget import take
 from raygang.core.resources import Resources
 from raygang.runtime.names import NODE_ID_LABEL, hold_name
+from raygang.runtime.placement import SETTLE_S, wait_ready
 from raygang.runtime.ray_private import group_nodes
-from raygang.runtime.settle import SETTLE_S, wait_ready
 
 log = logging.getLogger(__name__)
 
@@ -209,15 +209,6 @@ def holds_of(gang_id: str) -> dict[int, PlacementGroup]:
                 and info.get("state") != "REMOVED":
             found[int(name[len(prefix):])] = by_id(pg_id)
     return found
-
-
-def selector(nodes: Sequence[str]) -> dict[str, str]:
-    """The label selector confining a library's bundles to `nodes` (Ray accepts
-    `in(a,b)`): Serve's replicas, Train's workers."""
-    if not nodes:
-        raise ValueError("nodes: at least one Ray node id is needed")
-    unique = sorted(set(nodes))
-    return {NODE_ID_LABEL: unique[0] if len(unique) == 1 else f"in({','.join(unique)})"}
 
 
 def check_group(pg_id: str, nodes: Sequence[str]) -> list[str]:

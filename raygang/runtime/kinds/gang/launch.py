@@ -1,5 +1,5 @@
 """Everything Ray does for one admitted gang: reserve, start, barrier, run, tear down
-(resizes: `elastic_launch.py`; the single steps on Ray: `launch_steps.py`).
+(resizes: `elastic.py`; the single steps on Ray: `steps.py`).
 
 `GangLaunch` is the Ray implementation of the control plane's `GangRun` port: it only
 acts and reports (it raises `ReservationTimeout` or `MemberFailure`), and the gang's
@@ -23,9 +23,7 @@ from raygang.control.program import RoleProgram
 from raygang.control.status import GangError, MemberStatus
 from raygang.control.tasks import run_to_completion
 from raygang.core.spec import GangSpec, MemberSlot
-from raygang.runtime.context import GangContext, dense_role_ranks
-from raygang.runtime.launch_steps import (
-    actor_resource_options,
+from raygang.runtime.kinds.gang.steps import (
     describe_failure,
     kill_member,
     preempt_entry,
@@ -34,17 +32,18 @@ from raygang.runtime.launch_steps import (
     role_sizes,
     settled,
 )
-from raygang.runtime.member import DONE, constructor_args, member_actor_class
+from raygang.runtime.member.actor import DONE, constructor_args, member_actor_class
+from raygang.runtime.member.context import GangContext, dense_role_ranks
 from raygang.runtime.names import NAMESPACE, NODE_ID_LABEL, member_name, pg_name
+from raygang.runtime.placement import SETTLE_S, actor_resource_options, wait_ready
 from raygang.runtime.ray_private import placement_group as ray_placement_group
-from raygang.runtime.settle import SETTLE_S, wait_ready
 
 
 
 class GangLaunch:
     """One gang on Ray: a placement group for its minimum (all of a rigid gang), a member
     actor in each bundle. An elastic gang's members beyond its minimum come and go in
-    groups of their own (`elastic_launch.ElasticLaunch`, which also finds them again
+    groups of their own (`elastic.ElasticLaunch`, which also finds them again
     after a restart: `member_pgs`); `present` is who is in the gang's world now."""
 
     def __init__(
