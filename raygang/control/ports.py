@@ -115,7 +115,9 @@ class JobBudget(Protocol):
     """The bundles a running job holds, as its gangs see them
     (`runtime.kinds.job.launch.JobLaunch`)."""
 
-    bundles: tuple[Resources, ...]
+    @property
+    def bundles(self) -> tuple[Resources, ...]:
+        """Every bundle of the budget, by index."""
 
     def never_fits(self, wanted: Sequence[Resources]) -> str | None:
         """Why `wanted` can never be placed in this budget, even with all of it free."""

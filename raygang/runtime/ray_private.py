@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from raygang._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from ray.serve._private.client import ServeControllerClient
     from ray.train.v2._internal.execution.callback import (
         ControllerCallback,
         WorkerGroupCallback,
@@ -114,7 +115,8 @@ def node_instance_ids(gcs_address: str) -> dict[str, str]:
 
     status = get_cluster_status(gcs_address)
     return {node.node_id: node.instance_id
-            for node in [*status.active_nodes, *status.idle_nodes] if node.instance_id}
+            for node in [*status.active_nodes, *status.idle_nodes]
+            if node.node_id and node.instance_id}
 
 
 # Ray's AutoscalingCoordinator (Ray Data's; Train's too) ----------------------------------
@@ -131,7 +133,7 @@ def autoscaling_coordinator() -> Any:
 
 def coordinator_low_priority() -> Any:
     """The coordinator's `ResourceRequestPriority.LOW`."""
-    from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
+    from ray.data._internal.cluster_autoscaler.base_autoscaling_coordinator import (
         ResourceRequestPriority,
     )
 
@@ -168,9 +170,7 @@ def serve_run_without_waiting(app: Any, name: str, route_prefix: str,
 def serve_details() -> dict:
     """`ServeInstanceDetails` as a dict (what `serve status` and the dashboard read: each
     replica's node); the client that reads it has no public accessor."""
-    from ray.serve.context import _get_global_client
-
-    return _get_global_client().get_serve_details()
+    return _serve_client().get_serve_details()
 
 
 def serve_set_replicas(app_name: str, deployment: str, replicas: int) -> None:
@@ -180,18 +180,24 @@ def serve_set_replicas(app_name: str, deployment: str, replicas: int) -> None:
     dashboard's HTTP server and token; this needs neither."""
     import ray
     from ray.serve._private.common import DeploymentID
-    from ray.serve.context import _get_global_client
 
-    controller = _get_global_client()._controller
+    controller = _serve_client()._controller
     ray.get(controller.update_deployment_replicas.remote(
         DeploymentID(name=deployment, app_name=app_name), replicas))
 
 
 def serve_http_port() -> int:
     """The port of the running Serve's HTTP proxies (no public accessor)."""
-    from ray.serve import context
+    return _serve_client().http_config.port
 
-    return context._get_global_client().http_config.port
+
+def _serve_client() -> ServeControllerClient:
+    """The client of the running Serve controller (it raises if none runs)."""
+    from ray.serve.context import _get_global_client
+
+    client = _get_global_client()
+    assert client is not None  # None only when not asked to raise
+    return client
 
 
 # Ray Train V2's controller ---------------------------------------------------------------
@@ -265,5 +271,5 @@ def dashboard_url() -> str | None:
                                namespace=ray_constants.KV_NAMESPACE_DASHBOARD)
     if not address:
         return None
-    address = address.decode()
-    return address if address.startswith("http") else f"http://{address}"
+    url = address.decode()
+    return url if url.startswith("http") else f"http://{url}"

@@ -186,9 +186,11 @@ class RaygangTrain(ControllerCallback, WorkerGroupCallback):
     def _watch(self, workers: dict[int, Any], stop: threading.Event) -> None:
         from ray.train.v2.api.preemption import PreemptionInfo
 
+        session = self.session
+        assert session is not None  # the watch starts once Train's group is adopted
         while not stop.is_set():
             try:
-                told = self.client.call(TrainAPI.train_wait_preempt, self.session, WATCH_POLL_S)
+                told = self.client.call(TrainAPI.train_wait_preempt, session, WATCH_POLL_S)
             except Exception:  # the scheduler restarting: ask again
                 log.warning("raygang: waiting for preemption failed", exc_info=True)
                 stop.wait(1.0)
@@ -202,7 +204,7 @@ class RaygangTrain(ControllerCallback, WorkerGroupCallback):
                 info = PreemptionInfo(deadline_ms=told["deadline_ms"],
                                       preempted_node_to_ranks=nodes)
                 log.warning("raygang: run %s preempted; workers must checkpoint by %s",
-                            self.session, told["deadline_ms"])
+                            session, told["deadline_ms"])
                 for worker in workers.values():
                     worker.actor.mark_preempt.remote(info)
             return

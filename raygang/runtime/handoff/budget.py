@@ -216,18 +216,19 @@ def check_group(pg_id: str, nodes: Sequence[str]) -> list[str]:
     handed over: as many bundles per node at most as were handed over there (the book
     then still holds). Raises HandoffFailed otherwise, or if the group is not placed."""
     placed = group_nodes(pg_id)
-    if placed is None or any(n is None for n in placed):
+    where = [node for node in placed or [] if node is not None]
+    if placed is None or len(where) < len(placed):
         raise HandoffFailed(f"placement group {pg_id} is not placed")
     allowed: dict[str, int] = {}
     for node in nodes:
         allowed[node] = allowed.get(node, 0) + 1
-    for node in placed:
+    for node in where:
         allowed[node] = allowed.get(node, 0) - 1
         if allowed[node] < 0:
             raise HandoffFailed(
                 f"placement group {pg_id} put more bundles on node {node[:12]} than raygang "
                 f"reserved there (reserved: {sorted(set(nodes))})")
-    return list(placed)
+    return where
 
 
 def remove_group(pg_id: str) -> None:

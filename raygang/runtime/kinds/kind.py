@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 from raygang.control.ports import GangRun
 from raygang.control.records import GangRecord
 from raygang.control.status import MemberStatus
+from raygang.core.spec import MemberSlot
 
 if TYPE_CHECKING:  # types only: each kind imports this module, and no kind imports another
     from raygang.runtime.handoff.train import TrainSession
@@ -41,3 +42,26 @@ class RunKind:
     new_run: Callable[[Host, GangRecord, Sequence[str], int,
                        Callable[[MemberStatus], None]], GangRun]
     adopt: Callable[[Host, GangRecord, RayLeftovers], GangRun | None]
+
+
+class NoLiveResize:
+    """The `GangRun` calls of a live resize (`resize: live`), for a run that is not resized
+    that way: the plane resizes an elastic gang only as its spec says."""
+
+    async def add_members(self, members: Sequence[tuple[MemberSlot, str]]) -> list[str]:
+        raise NotImplementedError(f"{type(self).__name__} is not resized live")
+
+    async def remove_members(self, members: Sequence[MemberSlot]) -> list[str]:
+        raise NotImplementedError(f"{type(self).__name__} is not resized live")
+
+
+class NoRestartResize:
+    """The `GangRun` calls of a resize by restart (`resize: restart`), for a run that is not
+    resized that way."""
+
+    async def reserve_members(self, members: Sequence[tuple[MemberSlot, str]]) -> None:
+        raise NotImplementedError(f"{type(self).__name__} is not resized by a restart")
+
+    async def restart(self, world: Sequence[MemberSlot],
+                      stopped: Callable[[], None] | None = None) -> None:
+        raise NotImplementedError(f"{type(self).__name__} is not resized by a restart")

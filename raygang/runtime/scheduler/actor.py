@@ -104,4 +104,6 @@ for _name in calls(SchedulerAPI):
 # Ray restarts it whenever it dies (its process or its node); it then recovers its state
 # from the store (control/recovery.py). Calls in flight are not retried by Ray: the
 # client retries them (the Python API's submissions carry an idempotency key).
-SchedulerActor = ray.remote(num_cpus=0, max_concurrency=10_000, max_restarts=-1)(Scheduler)
+# (Ray's overloads of `ray.remote` leave out `max_concurrency`, an actor option.)
+SchedulerActor = ray.remote(  # type: ignore[call-overload]
+    num_cpus=0, max_concurrency=10_000, max_restarts=-1)(Scheduler)

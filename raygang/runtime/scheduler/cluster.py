@@ -19,7 +19,7 @@ from typing import Any
 
 import ray
 
-from raygang.control.ports import GangRun
+from raygang.control.ports import GangRun, Leftovers
 from raygang.control.records import GangRecord
 from raygang.control.status import MemberStatus
 from raygang.core.gang import GangState
@@ -84,9 +84,10 @@ class RayCluster:
     def leftovers(self, known: set[str]) -> RayLeftovers:
         return RayLeftovers(known)
 
-    def adopt(self, record: GangRecord, leftovers: RayLeftovers) -> GangRun | None:
+    def adopt(self, record: GangRecord, leftovers: Leftovers) -> GangRun | None:
         """A running gang whose parts are all still in Ray, as its kind finds them (a
         gang's members and placement group, a deployment's Serve application, ...)."""
+        assert isinstance(leftovers, RayLeftovers)  # what `self.leftovers` read
         if record.state is not GangState.RUNNING:
             return None
         return kinds.of(record.kind).adopt(self, record, leftovers)

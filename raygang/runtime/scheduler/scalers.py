@@ -76,11 +76,13 @@ class KubeRayScaler:
               alive_pods: Collection[str] | None = None) -> list[str]:
         done = []
         alive = None if alive_pods is None else set(alive_pods)
-        for group in self._groups.values():  # pods deleted since: off the list (see client)
-            gone = [p for p in group.workers_to_delete if alive is not None and p not in alive]
-            if gone and group.name not in release:
-                self.client.forget_deleted_workers(group.name, alive)
-                done.append(f"{group.name}: workersToDelete -= {', '.join(gone)} (deleted)")
+        for worker in self._groups.values():  # pods deleted since: off the list (see client)
+            if alive is None:
+                break
+            gone = [p for p in worker.workers_to_delete if p not in alive]
+            if gone and worker.name not in release:
+                self.client.forget_deleted_workers(worker.name, alive)
+                done.append(f"{worker.name}: workersToDelete -= {', '.join(gone)} (deleted)")
         for name, pods in sorted(release.items()):
             after = self.client.delete_workers(name, pods)
             done.append(f"{name}: workersToDelete += {', '.join(pods)} (replicas {after.replicas})")

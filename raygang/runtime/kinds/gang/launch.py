@@ -32,6 +32,7 @@ from raygang.runtime.kinds.gang.steps import (
     role_sizes,
     settled,
 )
+from raygang.runtime.kinds.kind import NoLiveResize, NoRestartResize
 from raygang.runtime.member.actor import DONE, constructor_args, member_actor_class
 from raygang.runtime.member.context import GangContext, dense_role_ranks
 from raygang.runtime.names import NAMESPACE, NODE_ID_LABEL, member_name, pg_name
@@ -40,7 +41,7 @@ from raygang.runtime.ray_private import placement_group as ray_placement_group
 
 
 
-class GangLaunch:
+class GangLaunch(NoLiveResize, NoRestartResize):  # fixed size: ElasticLaunch resizes
     """One gang on Ray: a placement group for its minimum (all of a rigid gang), a member
     actor in each bundle. An elastic gang's members beyond its minimum come and go in
     groups of their own (`elastic.ElasticLaunch`, which also finds them again
@@ -126,6 +127,12 @@ class GangLaunch:
                 f"{self.spec.reservation_timeout_s:g}s"
             )
 
+    def _reserved(self) -> PlacementGroup:
+        """The minimum's placement group (members start only once it is reserved)."""
+        if self.pg is None:
+            raise RuntimeError(f"gang {self.gang_id}: no placement group reserved")
+        return self.pg
+
     # 2. Start, in `after` order --------------------------------------------------------
     async def start_members(self) -> None:
         """Start each role once the roles it waits for are ready; return when all are."""
@@ -174,7 +181,7 @@ class GangLaunch:
             lifetime="detached",
             max_restarts=0,  # a member never restarts alone: the gang restarts whole
             scheduling_strategy=PlacementGroupSchedulingStrategy(
-                placement_group=own or self.pg,
+                placement_group=own or self._reserved(),
                 placement_group_bundle_index=0 if own else self._bundle_index[slot.rank],
             ),
             **actor_resource_options(self.spec.bundles[slot.rank]),
@@ -260,8 +267,8 @@ class GangLaunch:
             for task in list(self._watching.values()):
                 if not task.done():
                     running.append(task)
-                elif not task.cancelled() and task.exception() is not None:
-                    raise task.exception()
+                elif not task.cancelled() and (error := task.exception()) is not None:
+                    raise error
             # A member in the world but not released yet (a live grow between its
             # `present` and its release, the barrier of `on_resize` hooks in between) is
             # still to run: the others may well have finished meanwhile.

@@ -39,6 +39,7 @@ from raygang.core.workload_specs import JobSpec
 from raygang.runtime.handoff.budget import Budget
 from raygang.runtime.handoff.train import TrainSession
 from raygang.runtime.kinds.job.submission import TERMINAL, JobClient, stop_until_ended, transient
+from raygang.runtime.kinds.kind import NoLiveResize, NoRestartResize
 from raygang.runtime.names import node_selector, ray_job_id
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ def driver_command(entrypoint: str, gcs_address: str | None) -> str:
     return f"export RAY_ADDRESS={shlex.quote(gcs_address)}; {entrypoint}"
 
 
-class JobLaunch:
+class JobLaunch(NoLiveResize, NoRestartResize):  # a job's budget has a fixed size
     """The run of a job gang (the `GangRun` port)."""
 
     def __init__(self, gang_id: str, spec: GangSpec, job: JobSpec, nodes: Sequence[str],

@@ -27,7 +27,7 @@ def adopt(host: Host, record: GangRecord, leftovers: RayLeftovers) -> TrainLaunc
     """A run whose worker group (the placement group Train made) is still there."""
     group = (record.workload or {}).get("group")
     placed = group_nodes(group) if group else None
-    if placed is None:
+    if not group or placed is None:
         return None
     surplus = {}
     if record.spec.elastic:  # its workers beyond the minimum, where Train runs them

@@ -16,9 +16,10 @@ from raygang.control.status import GangError
 from raygang.core.spec import GangSpec, MemberSlot
 from raygang.runtime.handoff.budget import Budget
 from raygang.runtime.handoff.train import TRAIN_TEARDOWN_S, TrainSession
+from raygang.runtime.kinds.kind import NoLiveResize
 
 
-class TrainLaunch:
+class TrainLaunch(NoLiveResize):  # Train restarts its worker group to resize
     """The run of a Train gang queued on its own (the `GangRun` port)."""
 
     def __init__(self, gang_id: str, spec: GangSpec, nodes: Sequence[str], lease_s: float,
