@@ -11,17 +11,17 @@ from typing import TYPE_CHECKING, Any
 
 from raygang._lazy import lazy_exports
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # (`X as X`: the Train classes are exported, lazily; see below)
     from ray.serve._private.client import ServeControllerClient
     from ray.train.v2._internal.execution.callback import (
-        ControllerCallback,
-        WorkerGroupCallback,
+        ControllerCallback as ControllerCallback,
+        WorkerGroupCallback as WorkerGroupCallback,
     )
     from ray.train.v2._internal.execution.scaling_policy import (
-        NoopDecision,
-        ResizeDecision,
-        ScalingDecision,
-        ScalingPolicy,
+        NoopDecision as NoopDecision,
+        ResizeDecision as ResizeDecision,
+        ScalingDecision as ScalingDecision,
+        ScalingPolicy as ScalingPolicy,
     )
 
 # Ray Train V2's controller calls its callbacks and its scaling policy through these classes,

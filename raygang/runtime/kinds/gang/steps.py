@@ -18,7 +18,6 @@ from ray.util.placement_group import PlacementGroup, remove_placement_group
 
 from raygang.control.status import GangError
 from raygang.control.tasks import wait_within
-from raygang.core.resources import Resources
 from raygang.core.spec import GangSpec, MemberSlot
 from raygang.runtime.names import NAMESPACE
 
