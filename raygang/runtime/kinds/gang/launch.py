@@ -230,6 +230,8 @@ class GangLaunch(NoLiveResize, NoRestartResize):  # fixed size: ElasticLaunch re
         peers = self._peers()
         for slot, began in zip(present, started):
             handle = self.handles[slot.rank]
+            if handle is None or slot not in self.present:
+                continue  # removed meanwhile (an elastic shrink): its end is not the gang's
             self._watch(slot, *(handle.__raygang_outcome__.remote() if began
                                 else handle.__raygang_run__.remote(peers)))
         return await self._outcome()
