@@ -63,8 +63,8 @@ from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer  # noqa: 
 import psutil  # noqa: E402  (Ray ships it: ray/thirdparty_files, on the path after `import ray`)
 
 import raygang  # noqa: E402
+from raygang.runtime.client.train_callback import RaygangTrain, _gang_name  # noqa: E402
 from raygang.runtime.ray_private import dashboard_url  # noqa: E402
-from raygang.runtime.train_callback import RaygangTrain, _gang_name  # noqa: E402
 from ray.util.placement_group import placement_group_table  # noqa: E402
 
 ENTRYPOINT = f"{sys.executable} -c \"import time; time.sleep(0.5)\""

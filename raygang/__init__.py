@@ -40,14 +40,14 @@ _PUBLIC = {
     "list_jobs": "raygang.api",
     "train": "raygang.api",
     "JobSpec": "raygang.core.workload_specs",
-    "RaygangTrain": "raygang.runtime.train_callback",
+    "RaygangTrain": "raygang.runtime.client.train_callback",
     "DryRunResult": "raygang.control.status",
     "DeploymentExistsError": "raygang.control.errors",
     "DeploymentSpec": "raygang.core.workload_specs",
     "QueueSpec": "raygang.core.queues",
-    "get_context": "raygang.runtime.context",
-    "GangContext": "raygang.runtime.context",
-    "World": "raygang.runtime.context",
+    "get_context": "raygang.runtime.member.context",
+    "GangContext": "raygang.runtime.member.context",
+    "World": "raygang.runtime.member.context",
     "GangStatus": "raygang.control.status",
     "MemberStatus": "raygang.control.status",
     "GangError": "raygang.control.status",
@@ -88,7 +88,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from raygang.core.resources import Resources
     from raygang.core.spec import GangSpec, RoleSpec, SpecError, Strategy
     from raygang.core.workload_specs import DeploymentSpec
-    from raygang.runtime.context import GangContext, World, get_context
+    from raygang.runtime.member.context import GangContext, World, get_context
     from raygang.control.errors import (
         DeploymentExistsError, GangCancelledError, GangFailedError, SchedulerNotRunningError,
         UnschedulableError,

@@ -22,15 +22,15 @@ from typing import Any
 
 import ray
 
+from raygang.control.api import SchedulerAPI
+from raygang.control.errors import GangCancelledError, GangFailedError
+from raygang.control.program import RoleProgram
+from raygang.control.status import ClusterStatus, DryRunResult, GangStatus, QueueStatus
 from raygang.core.gang import GangState
 from raygang.core.spec import GangSpec, RoleSpec, SpecError, gang_spec, role_spec
 from raygang.core.workload_specs import DeploymentSpec, deployment_spec, job_spec
-from raygang.control.api import SchedulerAPI
-from raygang.runtime import client
-from raygang.control.errors import GangCancelledError, GangFailedError
+from raygang.runtime.client import connection
 from raygang.runtime.names import NAMESPACE
-from raygang.control.program import RoleProgram
-from raygang.control.status import ClusterStatus, DryRunResult, GangStatus, QueueStatus
 
 # Options of a whole gang, and options of one role (the rest of the decorator's keywords).
 _GANG_OPTIONS = {
@@ -42,13 +42,13 @@ _ROLE_OPTIONS = {
     "max_concurrency", "runtime_env",
 }
 
-start = client.start
+start = connection.start
 
 
 def shutdown() -> None:
     """Cancel every unfinished gang and stop the scheduler actor."""
     _client.forget()
-    client.shutdown()
+    connection.shutdown()
 
 
 def gang_task(_target: Any = None, /, **options: Any):
@@ -360,7 +360,7 @@ def train(trainer: Any, *, queue: str | None = None, priority: int | str | None 
     gang: `trainer.fit()` with `RaygangTrain` added to its run config's callbacks. Its
     worker group waits in `queue` at `priority`, runs on the nodes raygang reserves, and
     is preempted through Train's own path (it resumes from its last checkpoint)."""
-    from raygang.runtime.train_callback import RaygangTrain
+    from raygang.runtime.client.train_callback import RaygangTrain
 
     callbacks = list(trainer.run_config.callbacks or [])
     if not any(isinstance(c, RaygangTrain) for c in callbacks):
@@ -386,7 +386,7 @@ def _raise_if_ended_badly(status: GangStatus) -> None:
 RESTART_WAIT_S = 60.0  # how long a call waits for a restarting scheduler actor
 # Started on first use; a call made while the actor restarts is made again on the
 # restarted one (which first recovers its state: see control/recovery.py).
-_client = client.SchedulerClient(start_if_missing=True, restart_wait_s=RESTART_WAIT_S)
+_client = connection.SchedulerClient(start_if_missing=True, restart_wait_s=RESTART_WAIT_S)
 
 
 # Call the scheduler (starting it if needed), naming the call by `SchedulerAPI`'s method:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from raygang.runtime.context import get_context
+from raygang.runtime.member.context import get_context
 
 
 def sleep(seconds: float = 1.0) -> dict:
@@ -53,5 +53,6 @@ def __getattr__(name: str):
                 return {"node": ray.get_runtime_context().get_node_id(),
                         "path": request.url.path}
 
-        return Echo.bind()
+        # mypy keeps a decorated class's type: serve.deployment made it a Deployment.
+        return Echo.bind()  # type: ignore[attr-defined]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

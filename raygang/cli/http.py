@@ -79,7 +79,7 @@ class ApiClient:
         return self.request("POST", path, json=body, headers=headers, attempts=attempts)
 
     def delete(self, path: str, timeout: float | None = None) -> Any:
-        kwargs = {"timeout": timeout} if timeout else {}
+        kwargs: dict[str, Any] = {"timeout": timeout} if timeout else {}
         return self.request("DELETE", path, **kwargs)
 
     def request(self, method: str, path: str, attempts: int = 1, **kwargs: Any) -> Any:
@@ -128,7 +128,7 @@ def _problem(response: httpx.Response) -> tuple[str, tuple[tuple[str, str], ...]
     except ValueError:
         body = None
     if isinstance(body, dict) and isinstance(body.get("detail"), str):
-        errors = body.get("errors") if isinstance(body.get("errors"), list) else []
+        errors = body["errors"] if isinstance(body.get("errors"), list) else []
         fields = tuple((str(e.get("field", "")), str(e.get("message", "")))
                        for e in errors if isinstance(e, dict))
         return body["detail"], fields

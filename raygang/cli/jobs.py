@@ -93,9 +93,9 @@ def submit(client: ApiClient, entrypoint: tuple[str, ...], idempotency_key: str 
     click.echo(job_id)
     if wait:
         final = watch.wait(client, job_id, render.console(), kind="job")
-        error = watch.outcome(final, kind="job")
-        if error is not None:
-            raise error
+        failed = watch.outcome(final, kind="job")
+        if failed is not None:
+            raise failed
         return
     status = client.get(f"/v1/jobs/{job_id}")
     click.echo(f"{status['state']} {watch.describe(status)}".rstrip())

@@ -8,11 +8,14 @@ import logging
 import socket
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from raygang.cli.http import EXIT_API, EXIT_UNREACHABLE, EXIT_USAGE, CliError
+
+if TYPE_CHECKING:  # imported when used: the HTTP commands never load the server
+    from raygang.server.auth import AuthConfig
 
 START_RAY = "start one with `ray start --head --num-gpus 4`"
 PROBE_TIMEOUT_S = 3.0
@@ -63,7 +66,7 @@ def connect_ray(address: str) -> None:
                        f"{START_RAY}", EXIT_UNREACHABLE) from None
 
 
-def load_auth(no_auth: bool, tokens_file: Path | None) -> Any:
+def load_auth(no_auth: bool, tokens_file: Path | None) -> AuthConfig:
     from raygang.server.auth import AuthConfig, AuthConfigError
 
     try:
@@ -113,7 +116,7 @@ def start(ray_address: str, config_paths: Sequence[Path], api: bool, host: str, 
     from raygang.runtime.names import SCHEDULER_NAME
 
     # It warns of another config in a log line; we say so in ours (only if one was asked).
-    logging.getLogger("raygang.runtime.client").setLevel(logging.ERROR)
+    logging.getLogger("raygang.runtime.client.connection").setLevel(logging.ERROR)
     try:
         handle = raygang.start(config)
         ping = ray.get(handle.ping.remote())
@@ -125,7 +128,7 @@ def start(ray_address: str, config_paths: Sequence[Path], api: bool, host: str, 
     if config is not None and ping.get("config") != config.model_dump(mode="json"):
         click.echo("note: it was already running with another config, which it keeps "
                    "(raygang.shutdown() first to change it)")
-    if api:
+    if auth is not None:  # with `api`
         from raygang.server.ingress import start_api
 
         try:

@@ -227,10 +227,11 @@ def explain(g: Mapping[str, Any], queues: list[Mapping[str, Any]] | None,
 def queue_chain(name: str, queues: list[Mapping[str, Any]]) -> RenderableType:
     """The gang's queue and its ancestors: what each uses against its quota and limit."""
     by_name = {q["name"]: q for q in queues}
-    chain = []
-    while name in by_name and name not in [q["name"] for q in chain]:
-        chain.append(by_name[name])
-        name = by_name[name].get("parent")
+    chain: list[Mapping[str, Any]] = []
+    at: str | None = name
+    while at is not None and at in by_name and at not in [q["name"] for q in chain]:
+        chain.append(by_name[at])
+        at = by_name[at].get("parent")
     if not chain:
         return Text("  (its queue is not visible to this token)")
     table = _table("QUEUE", "USAGE/QUOTA", "USAGE/LIMIT", "FAIR SHARE", "PENDING", "RUNNING",

@@ -1,7 +1,7 @@
 """What a scheduler answers, as typed protocols: the one list of its calls.
 
 `ControlPlane` implements `SchedulerAPI` (mypy checks it: `control/plane.py` ends with the
-assignment that says so); the Ray actor (`runtime/scheduler.py`) forwards each of these
+assignment that says so); the Ray actor (`runtime/scheduler/actor.py`) forwards each of these
 calls to its plane, and every caller names the call it makes by the protocol's method:
 `SchedulerClient.call(SchedulerAPI.status, gang_id)` (the Python API, blocking) and
 `SchedulerClient.aio` (the REST API, coroutines) are typed by these signatures, so a
@@ -10,7 +10,7 @@ change here is a type error at every caller, and go-to-definition lands here.
 offer exactly these calls with these parameters.
 
 `TrainAPI` is the narrower surface a Ray Train controller's callback
-(`runtime/train_callback.py`) calls, in its own process.
+(`runtime/client/train_callback.py`) calls, in its own process.
 """
 
 from __future__ import annotations

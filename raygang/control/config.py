@@ -82,7 +82,7 @@ class ScaleConfig(ScalePolicy):
 
 
 class StateConfig(BaseModel):
-    """Where the scheduler keeps what it must not lose (runtime/store.py).
+    """Where the scheduler keeps what it must not lose (control/store.py).
 
     - `gcs` (default): Ray's GCS key-value store: survives restarts of the scheduler actor,
       and of the head with GCS fault tolerance (KubeRay's external Redis).

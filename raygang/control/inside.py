@@ -1,7 +1,7 @@
 """Gangs inside a job: what a running raygang job's driver submits is placed in the job's
 budget, not queued a second time.
 
-A Ray Job is admitted with a budget of bundles (`runtime.jobs`). The `@gang_task` gangs
+A Ray Job is admitted with a budget of bundles (`runtime.kinds.job`). The `@gang_task` gangs
 and Serve deployments its driver then submits (the driver runs with `RAYGANG_JOB_ID`, and
 the client sends it as the submission's `parent`) are that job's work: they take whole
 bundles of the job's budget (`core.budget.take`), run on those bundles' nodes through the

@@ -79,7 +79,7 @@ class SchedulingLoop:
     def released(self) -> None:
         """A gang let go of what it held: look at once, and again shortly. The GCS view of
         free resources lags a placement group's removal by tens of milliseconds, and a
-        cycle counts the smaller of that view and its own (runtime/observe.py): the cycle
+        cycle counts the smaller of that view and its own (runtime/scheduler/observe.py): the cycle
         just woken may still see the GPUs taken; do not leave a waiting gang to the resync
         timer."""
         self._wake.set()

@@ -233,7 +233,7 @@ class MemoryCluster:
     def observe(self, held: Iterable[PlacedGang], draining: Collection[str]) -> ClusterSnapshot:
         """Free is what the view shows (`free(seen=True)`), but never more than the node's
         total less what `held` holds: a gang admitted and not booked yet (waiting for
-        its victims) takes its room already, as on Ray (runtime/observe.py)."""
+        its victims) takes its room already, as on Ray (runtime/scheduler/observe.py)."""
         held = tuple(held)
         coming = self._coming(held)
         nodes = []

@@ -112,7 +112,7 @@ class MemoryRun:
         self.members: list[MemoryMember] = []
         self.extra: dict[str, str] = {}  # surplus member -> its node (booked as gang/member)
         # Told to stop whole, or restarting: bodies ending now are not the outcome (as
-        # on Ray, runtime/launcher.py)
+        # on Ray, runtime/kinds/gang/launch.py)
         self._stopping_whole = False
         self._broken: MemberFailure | None = None  # a restart failed: the run fails
 

@@ -3,8 +3,8 @@
 `ControlPlane` is the whole public surface (submit, cancel, wait, status, queues, dry run,
 deployments...) as coroutines, built from the registry (the book of gangs), the journal
 (what survives a restart), the fleet (one driver per gang holding capacity) and the
-scheduling loop, over the cluster's ports. The Ray actor (`runtime/scheduler.py`) is a
-thin RPC facade over one; tests and the trace simulator use one directly, on an
+scheduling loop, over the cluster's ports. The Ray actor (`runtime/scheduler/actor.py`) is
+a thin RPC facade over one; tests and the trace simulator use one directly, on an
 in-memory cluster.
 """
 
@@ -203,7 +203,7 @@ class ControlPlane:
 
     async def deploy(self, deployment: DeploymentSpec, app: Any = None,
                      parent: str | None = None) -> str:
-        """Queue a Serve application as a gang (see `runtime.deployment`); with a `parent`
+        """Queue a Serve application as a gang (see `runtime.kinds.deployment`); with a `parent`
         job, place it inside the job's budget (as `submit`). Returns its id."""
         await self.ready()
         deployment = revalidated(deployment, DeploymentSpec, "deploy")
@@ -223,7 +223,7 @@ class ControlPlane:
             "deployment", workload=Served(deployment, app), parent=parent))
 
     async def submit_job(self, job: JobSpec, idempotency_key: str | None = None) -> str:
-        """Queue a Ray Job (see `runtime.jobs`): started through Ray's Job Submission API
+        """Queue a Ray Job (see `runtime.kinds.job`): started through Ray's Job Submission API
         once its budget is admitted and reserved. Returns its id."""
         await self.ready()
         job = revalidated(job, JobSpec, "submit_job")
@@ -232,7 +232,7 @@ class ControlPlane:
 
     async def submit_train(self, spec: GangSpec, controller: str | None,
                            idempotency_key: str | None = None) -> str:
-        """Queue a Ray Train run's worker group (`runtime.train_callback`): admitted as a
+        """Queue a Ray Train run's worker group (`runtime.client.train_callback`): admitted as a
         gang, handed over to Train once reserved. Returns its id."""
         await self.ready()
         spec = revalidated(spec, GangSpec, "submit_train")

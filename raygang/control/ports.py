@@ -1,6 +1,6 @@
 """The control plane's ports: what it needs of the cluster, and nothing more.
 
-Ray implements them in production (`raygang.runtime.cluster`: placement groups, member
+Ray implements them in production (`raygang.runtime.scheduler.cluster`: placement groups, member
 actors, Serve); `control.memory.MemoryCluster` implements them in one process without
 Ray, for the fast test tier and for replaying traces. Time comes in as a clock (wall
 seconds, for timestamps and backoffs); waiting is asyncio's, so an event loop with
@@ -62,9 +62,9 @@ class GangRun(Protocol):
                              ) -> list[dict[str, Any]]:
         """Tell the members (or only `members`, surplus members being removed); one reply
         per member once its hooks returned or the grace ran out: {"member", "rank",
-        "hooks", "error", "running"} (launcher.py). Told whole (`members` None), the gang
-        is being stopped (a halt or a `restart` follows): its bodies returning from then
-        on is not its outcome, and `run()` does not return on it."""
+        "hooks", "error", "running"} (runtime/kinds/gang/launch.py). Told whole (`members`
+        None), the gang is being stopped (a halt or a `restart` follows): its bodies
+        returning from then on is not its outcome, and `run()` does not return on it."""
 
     async def wait_bodies(self, ranks: Sequence[int], timeout: float) -> None:
         """Wait up to `timeout` for these members' bodies to return."""
@@ -112,9 +112,12 @@ class Leftovers(Protocol):
 
 
 class JobBudget(Protocol):
-    """The bundles a running job holds, as its gangs see them (`runtime.jobs.JobLaunch`)."""
+    """The bundles a running job holds, as its gangs see them
+    (`runtime.kinds.job.launch.JobLaunch`)."""
 
-    bundles: tuple[Resources, ...]
+    @property
+    def bundles(self) -> tuple[Resources, ...]:
+        """Every bundle of the budget, by index."""
 
     def never_fits(self, wanted: Sequence[Resources]) -> str | None:
         """Why `wanted` can never be placed in this budget, even with all of it free."""
@@ -218,7 +221,7 @@ class NoMetrics:
 
 
 class Scaling(Protocol):
-    """Sizing the cluster to the queue (runtime/scaling.py's `ScaleDriver`)."""
+    """Sizing the cluster to the queue (runtime/scheduler/scaling.py's `ScaleDriver`)."""
 
     requested: dict[str, Any]  # gang id -> the nodes requested for it
     draining: dict[str, float]  # node id -> when it was asked to go

@@ -91,7 +91,7 @@ class GangRecord:
     finished_at: float | None = None
     events: list[GangEvent] = field(default_factory=list)
     idempotency_key: str | None = None  # the submission's, remembered across restarts
-    fingerprint: str | None = None  # what the key was used for (runtime.idempotency)
+    fingerprint: str | None = None  # what the key was used for (control/idempotency.py)
     not_before: float | None = None  # restart backoff: not admitted before this time
     results_kept: bool = False  # its results are in the store (see StateConfig)
     wait: Wait = field(default_factory=Wait, repr=False, compare=False)

@@ -3,7 +3,7 @@
 A write returns once the record is durable in the store, so the scheduler acknowledges a
 submission, cancellation or queue change only after it is written. Two stores:
 
-- `GcsStore` (default, `runtime/gcs_store.py`: it needs Ray): Ray's GCS key-value store,
+- `GcsStore` (default, `runtime/scheduler/gcs_store.py`: it needs Ray): Ray's GCS key-value store,
   in a namespace of its own. It survives restarts of the scheduler actor; with GCS fault
   tolerance (KubeRay's external Redis) it survives a restart of the head too.
 - `SqliteStore`: a SQLite file, for a plain local setup where the head may restart without

@@ -21,7 +21,7 @@ DEFAULT_MAX_REPLICAS = 2**31 - 1
 DEFAULT_NUM_OF_HOSTS = 1
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": 10**3,
+_DECIMAL: dict[str, Decimal | int] = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": 10**3,
             "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18}
 # Container resource names that Ray counts as accelerators (as Ray's KubeRay provider does).
 _ACCELERATORS = {"nvidia.com/gpu": "GPU", "amd.com/gpu": "GPU", "google.com/tpu": "TPU"}

@@ -1,7 +1,8 @@
-"""Every name raygang gives what it creates in Ray, in one place. A restarted scheduler
-finds its members, placement groups and Ray jobs again by these names (runtime/leftovers.py
-reads what carries the prefix), and so do the client side, tests and operators (`ray list
-actors --filter namespace=raygang`).
+"""Every name raygang gives what it creates in Ray, in one place, and the label selector
+that pins what a Ray library places (Serve's replicas, Train's workers) to raygang's nodes.
+A restarted scheduler finds its members, placement groups and Ray jobs again by these names
+(runtime/scheduler/leftovers.py reads what carries the prefix), and so do the client side,
+tests and operators (`ray list actors --filter namespace=raygang`).
 
 Plain strings only: the client side (the Python API, a Ray Train controller's callback)
 imports this without importing the scheduler.
@@ -9,6 +10,7 @@ imports this without importing the scheduler.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -41,3 +43,12 @@ def hold_name(gang_id: str, index: int) -> str:
 def ray_job_id(gang_id: str, attempt: int) -> str:
     """The submission id of a raygang job's Ray job, one per attempt."""
     return f"{PREFIX}{gang_id}-{attempt}"
+
+
+def node_selector(nodes: Sequence[str]) -> dict[str, str]:
+    """The label selector confining a library's bundles to `nodes` (Ray accepts
+    `in(a,b)`): Serve's replicas, Train's workers."""
+    if not nodes:
+        raise ValueError("nodes: at least one Ray node id is needed")
+    unique = sorted(set(nodes))
+    return {NODE_ID_LABEL: unique[0] if len(unique) == 1 else f"in({','.join(unique)})"}

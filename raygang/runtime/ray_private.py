@@ -7,7 +7,35 @@ and exercised by the integration tests, so a Ray upgrade that moves one fails he
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from raygang._lazy import lazy_exports
+
+if TYPE_CHECKING:  # (`X as X`: the Train classes are exported, lazily; see below)
+    from ray.serve._private.client import ServeControllerClient
+    from ray.train.v2._internal.execution.callback import (
+        ControllerCallback as ControllerCallback,
+        WorkerGroupCallback as WorkerGroupCallback,
+    )
+    from ray.train.v2._internal.execution.scaling_policy import (
+        NoopDecision as NoopDecision,
+        ResizeDecision as ResizeDecision,
+        ScalingDecision as ScalingDecision,
+        ScalingPolicy as ScalingPolicy,
+    )
+
+# Ray Train V2's controller calls its callbacks and its scaling policy through these classes,
+# which only `ray.train.v2._internal` defines in Ray 2.60 (`RaygangTrain` subclasses them).
+# Loaded when first asked for, so that importing this module does not import Ray Train.
+_TRAIN_EXECUTION = "ray.train.v2._internal.execution"
+__getattr__ = lazy_exports(__name__, {
+    "ControllerCallback": f"{_TRAIN_EXECUTION}.callback",
+    "WorkerGroupCallback": f"{_TRAIN_EXECUTION}.callback",
+    "NoopDecision": f"{_TRAIN_EXECUTION}.scaling_policy",
+    "ResizeDecision": f"{_TRAIN_EXECUTION}.scaling_policy",
+    "ScalingDecision": f"{_TRAIN_EXECUTION}.scaling_policy",
+    "ScalingPolicy": f"{_TRAIN_EXECUTION}.scaling_policy",
+}, globals())
 
 
 def available_resources_per_node() -> dict[str, dict[str, float]]:
@@ -80,6 +108,38 @@ def canonicalize_bootstrap_address(address: str) -> str | None:
     return canonical(address)
 
 
+def node_instance_ids(gcs_address: str) -> dict[str, str]:
+    """The instance id (a KubeRay pod's name) of each node that has one, as the autoscaler
+    state in the GCS keeps it (`ray status` reads it so; `autoscaler.v2.sdk` is not public)."""
+    from ray.autoscaler.v2.sdk import get_cluster_status
+
+    status = get_cluster_status(gcs_address)
+    return {node.node_id: node.instance_id
+            for node in [*status.active_nodes, *status.idle_nodes]
+            if node.node_id and node.instance_id}
+
+
+# Ray's AutoscalingCoordinator (Ray Data's; Train's too) ----------------------------------
+def autoscaling_coordinator() -> Any:
+    """The handle of Ray's AutoscalingCoordinator actor, created if none runs: it merges
+    every requester's bundles into one `request_resources` (Ray Data and Train call it every
+    20 s, replacing any request made around it)."""
+    from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
+        get_or_create_autoscaling_coordinator,
+    )
+
+    return get_or_create_autoscaling_coordinator()
+
+
+def coordinator_low_priority() -> Any:
+    """The coordinator's `ResourceRequestPriority.LOW`."""
+    from ray.data._internal.cluster_autoscaler.base_autoscaling_coordinator import (
+        ResourceRequestPriority,
+    )
+
+    return ResourceRequestPriority.LOW
+
+
 # Ray Serve ---------------------------------------------------------------------------------
 def serve_ingress_deployment(app: Any) -> Any:
     """An Application's ingress deployment: no public accessor; `_bound_deployment` is the
@@ -110,9 +170,7 @@ def serve_run_without_waiting(app: Any, name: str, route_prefix: str,
 def serve_details() -> dict:
     """`ServeInstanceDetails` as a dict (what `serve status` and the dashboard read: each
     replica's node); the client that reads it has no public accessor."""
-    from ray.serve.context import _get_global_client
-
-    return _get_global_client().get_serve_details()
+    return _serve_client().get_serve_details()
 
 
 def serve_set_replicas(app_name: str, deployment: str, replicas: int) -> None:
@@ -122,18 +180,24 @@ def serve_set_replicas(app_name: str, deployment: str, replicas: int) -> None:
     dashboard's HTTP server and token; this needs neither."""
     import ray
     from ray.serve._private.common import DeploymentID
-    from ray.serve.context import _get_global_client
 
-    controller = _get_global_client()._controller
+    controller = _serve_client()._controller
     ray.get(controller.update_deployment_replicas.remote(
         DeploymentID(name=deployment, app_name=app_name), replicas))
 
 
 def serve_http_port() -> int:
     """The port of the running Serve's HTTP proxies (no public accessor)."""
-    from ray.serve import context
+    return _serve_client().http_config.port
 
-    return context._get_global_client().http_config.port
+
+def _serve_client() -> ServeControllerClient:
+    """The client of the running Serve controller (it raises if none runs)."""
+    from ray.serve.context import _get_global_client
+
+    client = _get_global_client()
+    assert client is not None  # None only when not asked to raise
+    return client
 
 
 # Ray Train V2's controller ---------------------------------------------------------------
@@ -207,5 +271,5 @@ def dashboard_url() -> str | None:
                                namespace=ray_constants.KV_NAMESPACE_DASHBOARD)
     if not address:
         return None
-    address = address.decode()
-    return address if address.startswith("http") else f"http://{address}"
+    url = address.decode()
+    return url if url.startswith("http") else f"http://{url}"

@@ -24,8 +24,8 @@ from ray.serve.exceptions import RayServeException
 
 from raygang.control.tasks import run_to_completion
 from raygang.core.resources import Resources
-from raygang.runtime.handoff import selector
-from raygang.runtime.launch_steps import actor_resource_options
+from raygang.runtime.names import node_selector
+from raygang.runtime.placement import actor_resource_options
 from raygang.runtime.ray_private import (
     import_attr,  # as Serve resolves `import_path`
     serve_details,
@@ -101,7 +101,7 @@ def deployment_options(
         "placement_group_strategy": None,
         "ray_actor_options": actor_resource_options(resources),
         "placement_group_bundles": [resources.to_dict()],
-        "placement_group_bundle_label_selector": [selector(nodes)],
+        "placement_group_bundle_label_selector": [node_selector(nodes)],
         "gang_scheduling_config": {
             "gang_size": replicas,
             "gang_placement_strategy": _GANG_STRATEGY[name],

@@ -1,11 +1,11 @@
 """Who calls the API (the bearer token's principal) and what it may see and use; and
 `ApiError`, the 4xx a route raises. Shared by the route groups (app.py, jobs.py)."""
 
-# No `from __future__ import annotations`: FastAPI reads `Caller`'s annotation.
+# No `from __future__ import annotations`: FastAPI reads `principal`'s annotations.
 
 from typing import Annotated
 
-from fastapi import Depends
+from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from raygang.control.api import SchedulerAPI
@@ -20,26 +20,35 @@ class ApiError(Exception):
         self.status, self.detail, self.headers = status, detail, headers
 
 
+_bearer = HTTPBearer(auto_error=False, description="a token from RAYGANG_AUTH_TOKENS_FILE")
+
+
+def principal(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Principal:
+    """The caller, authenticated by the app's `Access` (`create_app` keeps it in the app's
+    state: one process may serve several apps, each with its tokens)."""
+    access: Access = request.app.state.access
+    header = f"Bearer {credentials.credentials}" if credentials else None
+    who = access.auth.authenticate(header)
+    if who is None:
+        raise ApiError(401, "missing or unknown bearer token",
+                       {"WWW-Authenticate": 'Bearer realm="raygang"'})
+    return who
+
+
+# Who calls a route: its parameter `who: Caller` is the bearer token's principal.
+Caller = Annotated[Principal, Depends(principal)]
+
+
 class Access:
     """Who calls (the bearer token's principal, as a route dependency: `Caller`), and what
     it may see and use."""
 
     def __init__(self, auth: AuthConfig, scheduler: SchedulerAPI):
+        self.auth = auth
         self._scheduler = scheduler
-        bearer = HTTPBearer(auto_error=False,
-                            description="a token from RAYGANG_AUTH_TOKENS_FILE")
-
-        def principal(
-            credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-        ) -> Principal:
-            header = f"Bearer {credentials.credentials}" if credentials else None
-            who = auth.authenticate(header)
-            if who is None:
-                raise ApiError(401, "missing or unknown bearer token",
-                               {"WWW-Authenticate": 'Bearer realm="raygang"'})
-            return who
-
-        self.Caller = Annotated[Principal, Depends(principal)]
 
     @staticmethod
     def check_queue(who: Principal, queue: str) -> None:

@@ -7,8 +7,7 @@ a one-line `detail` (and, for invalid fields, `errors: [{field, message}]`); a 5
 the scheduler is unavailable (503) or a bug (500).
 """
 
-# No `from __future__ import annotations`: FastAPI reads the routes' annotations, which
-# name locals of create_app (the auth dependency).
+# No `from __future__ import annotations`: FastAPI reads the routes' annotations.
 
 import logging
 import time
@@ -24,11 +23,6 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 
 from raygang.control.api import SchedulerAPI
-from raygang.core.config import UnknownPriorityClass
-from raygang.core.gang import GangState
-from raygang.core.queues import QueueSpec
-from raygang.core.spec import NAME_PATTERN, SpecError, describe_errors
-from raygang.core.workload_specs import DeploymentSpec
 from raygang.control.errors import (
     DeploymentExistsError,
     GangNotFoundError,
@@ -38,8 +32,13 @@ from raygang.control.errors import (
     UnschedulableError,
 )
 from raygang.control.status import ClusterStatus, DryRunResult, GangStatus, QueueStatus
-from raygang.runtime.client import SchedulerClient, SchedulerUnavailable
-from raygang.server.access import Access, ApiError
+from raygang.core.config import UnknownPriorityClass
+from raygang.core.gang import GangState
+from raygang.core.queues import QueueSpec
+from raygang.core.spec import NAME_PATTERN, SpecError, describe_errors
+from raygang.core.workload_specs import DeploymentSpec
+from raygang.runtime.client.connection import SchedulerClient, SchedulerUnavailable
+from raygang.server.access import Access, ApiError, Caller
 from raygang.server.auth import AuthConfig
 from raygang.server.debug import debug_routes
 from raygang.server.jobs import job_routes
@@ -93,6 +92,7 @@ def create_app(
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     _install_error_handlers(app)
     access = Access(auth, scheduler)
+    app.state.access = access  # the routes' `Caller` dependency authenticates with it
     _health_routes(app, scheduler)
     _gang_routes(app, scheduler, access, clock)
     job_routes(app, scheduler, access, clock)
@@ -132,7 +132,6 @@ def _health_routes(app: FastAPI, scheduler: SchedulerAPI) -> None:
 
 def _gang_routes(app: FastAPI, scheduler: SchedulerAPI, access: Access,
                  clock: Callable[[], float]) -> None:
-    Caller = access.Caller
     check_queue, visible_gang = access.check_queue, access.visible_gang
     authorize_submission = access.authorize_submission
 
@@ -202,7 +201,6 @@ def _gang_routes(app: FastAPI, scheduler: SchedulerAPI, access: Access,
 
 
 def _deployment_routes(app: FastAPI, scheduler: SchedulerAPI, access: Access) -> None:
-    Caller = access.Caller
     authorize_submission, visible_deployment = (access.authorize_submission,
                                                 access.visible_deployment)
 
@@ -236,7 +234,6 @@ def _deployment_routes(app: FastAPI, scheduler: SchedulerAPI, access: Access) ->
 
 
 def _queue_and_cluster_routes(app: FastAPI, scheduler: SchedulerAPI, access: Access) -> None:
-    Caller = access.Caller
 
     @app.get("/v1/queues", response_model=list[QueueStatus], tags=["queues"])
     async def list_queues(who: Caller) -> list[QueueStatus]:

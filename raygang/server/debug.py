@@ -10,12 +10,11 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 from raygang.control.api import SchedulerAPI
-from raygang.server.access import Access, ApiError
+from raygang.server.access import Access, ApiError, Caller
 from raygang.server.models import Problem
 
 
 def debug_routes(app: FastAPI, scheduler: SchedulerAPI, access: Access) -> None:
-    Caller = access.Caller
 
     @app.get("/v1/debug/cycle", response_model=dict[str, Any], tags=["debug"],
              responses={403: {"model": Problem, "description": "not an admin token"}})

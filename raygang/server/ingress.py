@@ -36,7 +36,9 @@ def start_api(auth: AuthConfig, port: int | None = None, host: str = "127.0.0.1"
     """Deploy the API on Serve (starting Serve if needed) and wait until it answers;
     returns its base URL. A running API is replaced (e.g. with new tokens)."""
     serving.ensure_serve_started(port, host)
-    asyncio.run(serving.start_app(API_APP, RaygangAPI.bind(auth), route_prefix,
+    # mypy keeps a decorated class's type: serve.deployment made it a Deployment.
+    app = RaygangAPI.bind(auth)  # type: ignore[attr-defined]
+    asyncio.run(serving.start_app(API_APP, app, route_prefix,
                                   READY_TIMEOUT_S))
     proxy_port = serve_http_port()
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host

@@ -15,7 +15,7 @@ from raygang.core.gang import GangState
 from raygang.core.spec import NAME_PATTERN
 from raygang.core.workload_specs import JobSpec
 from raygang.control.status import GangStatus
-from raygang.server.access import Access, ApiError
+from raygang.server.access import Access, ApiError, Caller
 from raygang.server.models import (
     IDEMPOTENCY_KEY,
     MAX_PAGE,
@@ -28,7 +28,6 @@ from raygang.server.models import (
 
 def job_routes(app: FastAPI, scheduler: SchedulerAPI, access: Access,
                clock: Callable[[], float]) -> None:
-    Caller = access.Caller
     visible_job = access.visible_job
 
     @app.post("/v1/jobs", status_code=201, response_model=GangCreated, tags=["jobs"],

@@ -49,7 +49,7 @@ class RoleSubmission(RoleSpec):
 class GangSubmission(GangSpec):
     """`POST /v1/gangs`: a gang spec whose roles name the code they run."""
 
-    roles: tuple[RoleSubmission, ...] = Field(min_length=1)  # type: ignore[assignment]
+    roles: tuple[RoleSubmission, ...] = Field(min_length=1)
 
     def gang_spec(self) -> GangSpec:
         fields = self.model_dump(exclude={"roles"})

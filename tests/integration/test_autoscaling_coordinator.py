@@ -23,7 +23,7 @@ from ray.experimental.internal_kv import _internal_kv_get
 
 from raygang.core.resources import Resources
 from raygang.core.scale import NodeGroup, ScalePlan
-from raygang.runtime.scalers import AutoscalerScaler
+from raygang.runtime.scheduler.scalers import AutoscalerScaler
 
 GPU4 = {"CPU": 4.0, "GPU": 4.0}
 TYPES = [NodeGroup("gpu4", Resources(CPU=4, GPU=4, memory=2**30))]

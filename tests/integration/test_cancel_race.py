@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from raygang.core.gang import GangState
-from raygang.runtime.scheduler import Scheduler
+from raygang.runtime.scheduler.actor import Scheduler
 from raygang.server.models import GangSubmission
 from tests.conftest import SCHEDULER_CONFIG
 

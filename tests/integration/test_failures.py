@@ -10,7 +10,7 @@ import ray
 
 import raygang
 from raygang import GangFailedError, GangState, UnschedulableError
-from raygang.runtime.client import scheduler
+from raygang.runtime.client.connection import scheduler
 from tests.integration.helpers import wait_state
 
 

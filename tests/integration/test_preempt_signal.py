@@ -21,9 +21,9 @@ import ray
 
 import raygang
 from raygang import GangState
-from raygang.core.spec import gang_spec
-from raygang.runtime.launcher import GangLaunch
 from raygang.control.program import RoleProgram
+from raygang.core.spec import gang_spec
+from raygang.runtime.kinds.gang.launch import GangLaunch
 from tests.integration.helpers import wait_state
 
 LIMIT_S = 120  # a member never outlives a broken test for long

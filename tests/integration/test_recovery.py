@@ -81,7 +81,7 @@ def test_a_submission_is_stored_before_it_is_acknowledged(ray_cluster):
 
 
 def test_the_gcs_store_keeps_the_contract(ray_cluster):
-    from raygang.runtime.gcs_store import GcsStore
+    from raygang.runtime.scheduler.gcs_store import GcsStore
     from tests.unit.test_store import contract
 
     contract(GcsStore(namespace=f"raygang-test-{time.time_ns()}"))

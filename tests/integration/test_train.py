@@ -21,7 +21,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 
 import raygang
 from raygang import GangState
-from raygang.runtime.train_callback import RaygangTrain
+from raygang.runtime.client.train_callback import RaygangTrain
 from tests.integration.helpers import restart_scheduler, wait_state, wait_until
 
 

@@ -16,11 +16,11 @@ import time
 import pytest
 from ray import cloudpickle  # Ray's own (Ray vendors it; no dependency declares it)
 
-from raygang.runtime import context as ctx_module
-from raygang.runtime import member as member_module
-from raygang.runtime.context import GangContext
 from raygang.control.driver import still_finishing
-from raygang.runtime.member import _AsyncControl, _SyncControl
+from raygang.runtime.member import actor as member_module
+from raygang.runtime.member import context as ctx_module
+from raygang.runtime.member.actor import _AsyncControl, _SyncControl
+from raygang.runtime.member.context import GangContext
 
 
 def make_context(**fields) -> GangContext:

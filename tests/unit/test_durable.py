@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from raygang.core.gang import GangState
-from raygang.core.queues import QueueSpec
 from raygang.control.durable import dump_gang, dump_queue, load_gang, load_queue
 from raygang.control.kinds.deployment import Served
 from raygang.control.kinds.job import RayJob
-from raygang.core.workload_specs import DeploymentSpec, JobSpec
 from raygang.control.program import RoleProgram
 from raygang.control.records import GangRecord
-from raygang.runtime.leftovers import gang_of as _gang_of
 from raygang.control.status import GangError
+from raygang.core.gang import GangState
+from raygang.core.queues import QueueSpec
+from raygang.core.workload_specs import DeploymentSpec, JobSpec
+from raygang.runtime.scheduler.leftovers import gang_of as _gang_of
 from tests.unit.builders import spec
 
 

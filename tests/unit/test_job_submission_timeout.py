@@ -12,8 +12,8 @@ import pytest
 
 from raygang.control.ports import MemberFailure
 from raygang.core.workload_specs import JobSpec
-from raygang.runtime.jobclient import JobClient
-from raygang.runtime.jobs import JobLaunch
+from raygang.runtime.kinds.job.launch import JobLaunch
+from raygang.runtime.kinds.job.submission import JobClient
 
 
 def test_a_submission_never_answered_fails_the_start_at_the_startup_timeout():

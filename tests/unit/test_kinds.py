@@ -89,7 +89,7 @@ def test_a_stored_record_of_an_unknown_kind_is_refused():
 @pytest.mark.parametrize("kind", ["gang", "deployment"])
 def test_a_booking_the_cluster_cannot_show_yet_is_marked_unseen(kind):
     """Admitted (its group not placed yet), or a deployment starting (raygang's holds gone,
-    Serve's own group not placed yet): runtime/observe.py then counts its capacity as used
+    Serve's own group not placed yet): runtime/scheduler/observe.py then counts its capacity as used
     in the cluster's view too, so no gang is admitted into it (seen with a preempted gang
     re-admitted into the GPU its preemptor was handing to Serve)."""
     record = GangRecord("g-1a2b3c4d", spec("g", "1xGPU=1"), {}, 100, 3, 10.0)

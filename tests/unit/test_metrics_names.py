@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 from types import SimpleNamespace
 
+from raygang.control.records import GangRecord
+from raygang.control.status import GangEvent
 from raygang.core import QueueSpec
 from raygang.core.gang import GangState
 from raygang.core.plan import Admission, Plan, Preemption
-from raygang.runtime.metrics import NAMES, SchedulerMetrics
-from raygang.control.records import GangRecord
-from raygang.control.status import GangEvent
+from raygang.runtime.scheduler.metrics import NAMES, SchedulerMetrics
 from tests.unit.builders import spec
 
 PROMETHEUS_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")

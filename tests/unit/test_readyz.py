@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from fastapi.testclient import TestClient
 
+from raygang.runtime.client.connection import SchedulerUnavailable
 from raygang.server.app import create_app
 from raygang.server.auth import AuthConfig
-from raygang.runtime.client import SchedulerUnavailable
 
 
 class Answers:

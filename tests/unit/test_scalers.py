@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from raygang.core import Resources
 from raygang.control.config import ScaleConfig, SchedulerConfig
+from raygang.control.records import GangRecord
+from raygang.core import Resources
 from raygang.core.config import NodeType
 from raygang.core.scale import NodeGroup, ScalePlan
-from raygang.control.records import GangRecord
-from raygang.runtime.scaling import Request, ScaleDriver
-from raygang.runtime.scalers import AutoscalerScaler, KubeRayScaler, RequestOut
+from raygang.runtime.scheduler.scalers import AutoscalerScaler, KubeRayScaler, RequestOut
+from raygang.runtime.scheduler.scaling import Request, ScaleDriver
 from tests.kube_standin import KubeStandIn
 from tests.unit.builders import spec
 from tests.unit.test_kuberay_client import NAME, NS, make_client, raycluster, worker_group

@@ -42,7 +42,7 @@ def test_the_control_plane_offers_each_call_with_its_parameters(name):
 
 
 def test_the_ray_actor_forwards_every_call_to_its_plane():
-    from raygang.runtime.scheduler import Scheduler
+    from raygang.runtime.scheduler.actor import Scheduler
 
     for name in calls(SchedulerAPI):
         assert inspect.iscoroutinefunction(getattr(Scheduler, name)), name
@@ -61,7 +61,7 @@ def test_the_ray_actor_forwards_every_call_to_its_plane():
 
 
 def test_the_async_proxy_offers_the_calls_and_nothing_else():
-    from raygang.runtime.client import AsyncScheduler
+    from raygang.runtime.client.connection import AsyncScheduler
 
     made = []
 

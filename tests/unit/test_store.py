@@ -56,7 +56,7 @@ def test_sqlite_writes_from_many_tasks_at_once(tmp_path):
 
 @pytest.mark.parametrize("table", ["a/b"])
 def test_gcs_table_names_cannot_hold_a_slash(table):
-    from raygang.runtime.gcs_store import GcsStore
+    from raygang.runtime.scheduler.gcs_store import GcsStore
 
     with pytest.raises(ValueError, match="contains '/'"):
         GcsStore._key(table, "k")

@@ -51,14 +51,14 @@ class Kind:
     ray_job: bool = False  # a Ray Job: listed by `list_jobs`, has a Ray job's logs
     elastic: bool = True  # may have elastic roles (where the cluster resizes)
     # Its members stay on the nodes it was first given when it grows (Serve places a
-    # deployment's replicas there: runtime/deployment.py).
+    # deployment's replicas there: runtime/kinds/deployment/launch.py).
     keeps_its_nodes: bool = False
     # Its members run until it is stopped, not until their programs return (a Serve
     # application's replicas serve until it is undeployed).
     serves_until_stopped: bool = False
     # While it starts, its capacity passes from raygang's holds to a library's own group
     # (Serve's): booked to it, but in Ray's view neither held nor used until that group is
-    # placed (runtime/observe.py counts it as used meanwhile).
+    # placed (runtime/scheduler/observe.py counts it as used meanwhile).
     hands_off_at_start: bool = False
 
     def display(self, gang_id: str, spec_name: str) -> str:

@@ -1,6 +1,11 @@
 """The kinds of workload on Ray, by the names `control.kinds` registers them under: how
 each runs (`new_run`) and how a restarted scheduler adopts a running one (`adopt`).
-Adding a kind is a module here, one in `control.kinds`, and a line in each registry."""
+
+Each kind is a package: its `RunKind` (`KIND`, in its `__init__`) beside its launch code.
+No kind imports another; what several share is outside (`runtime.handoff`,
+`runtime.serving`, `runtime.placement`), and only the scheduler's cluster port imports
+this package (import-linter). Adding a kind is a package here, a module in
+`control.kinds`, and a line in each registry."""
 
 from __future__ import annotations
 

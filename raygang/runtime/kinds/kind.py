@@ -5,19 +5,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from raygang.control.ports import GangRun
 from raygang.control.records import GangRecord
 from raygang.control.status import MemberStatus
-from raygang.runtime.jobclient import JobClient
-from raygang.runtime.jobs import JobLaunch
-from raygang.runtime.leftovers import RayLeftovers
-from raygang.runtime.trainrun import TrainSession
+from raygang.core.spec import MemberSlot
+
+if TYPE_CHECKING:  # types only: each kind imports this module, and no kind imports another
+    from raygang.runtime.handoff.train import TrainSession
+    from raygang.runtime.kinds.job.launch import JobLaunch
+    from raygang.runtime.kinds.job.submission import JobClient
+    from raygang.runtime.scheduler.leftovers import RayLeftovers
 
 
 class Host(Protocol):
-    """What a kind's runs use of the cluster (`runtime.cluster.RayCluster`)."""
+    """What a kind's runs use of the cluster (`runtime.scheduler.cluster.RayCluster`)."""
 
     serve_http_port: int | None
     lease_s: float  # how long a hand-off waits for its library to claim the capacity
@@ -39,3 +42,26 @@ class RunKind:
     new_run: Callable[[Host, GangRecord, Sequence[str], int,
                        Callable[[MemberStatus], None]], GangRun]
     adopt: Callable[[Host, GangRecord, RayLeftovers], GangRun | None]
+
+
+class NoLiveResize:
+    """The `GangRun` calls of a live resize (`resize: live`), for a run that is not resized
+    that way: the plane resizes an elastic gang only as its spec says."""
+
+    async def add_members(self, members: Sequence[tuple[MemberSlot, str]]) -> list[str]:
+        raise NotImplementedError(f"{type(self).__name__} is not resized live")
+
+    async def remove_members(self, members: Sequence[MemberSlot]) -> list[str]:
+        raise NotImplementedError(f"{type(self).__name__} is not resized live")
+
+
+class NoRestartResize:
+    """The `GangRun` calls of a resize by restart (`resize: restart`), for a run that is not
+    resized that way."""
+
+    async def reserve_members(self, members: Sequence[tuple[MemberSlot, str]]) -> None:
+        raise NotImplementedError(f"{type(self).__name__} is not resized by a restart")
+
+    async def restart(self, world: Sequence[MemberSlot],
+                      stopped: Callable[[], None] | None = None) -> None:
+        raise NotImplementedError(f"{type(self).__name__} is not resized by a restart")

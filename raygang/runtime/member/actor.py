@@ -51,10 +51,10 @@ from typing import Any
 
 import ray
 
-from raygang.runtime import context as _ctx
+from raygang.control.program import RoleProgram
+from raygang.runtime.member import context as _ctx
 from raygang.runtime.names import CONTROL_GROUP
 from raygang.runtime.ray_private import import_attr  # as Ray Serve resolves `import_path`
-from raygang.control.program import RoleProgram
 
 CONTROL_SLOTS = 6  # watch and outcome (each once per scheduler life) + preempt + spare
 SERVING = "serving"  # marker: the member has no run(); the gang runs until cancelled
@@ -79,6 +79,13 @@ def _hook_error(hook: Callable[[], Any], exc: BaseException) -> str:
 
 
 class _SyncControl:
+    # Each member class sets the constructor's error (`__raygang_ready__` raises it) and
+    # says what its body is (None: a service, whose body is its constructor).
+    _raygang_error: BaseException | None
+
+    def _raygang_body(self) -> Callable[[], Any] | None:
+        raise NotImplementedError
+
     def _raygang_enter(self, context: _ctx.GangContext) -> None:
         context.node_id = _node_id()
         _ctx._set_context(context)
@@ -204,7 +211,7 @@ class _AsyncControl(_SyncControl):
         return _SyncControl.__raygang_ready__(self)
 
     @ray.method(num_returns=2)
-    async def __raygang_run__(self, peers: tuple[Any, ...],  # type: ignore[override]
+    async def __raygang_run__(self, peers: tuple[Any, ...],
                               world: _ctx.World | None = None) -> tuple[str, Any]:
         self._raygang_loop = asyncio.get_running_loop()
         _ctx._released(peers, world)
@@ -228,20 +235,20 @@ class _AsyncControl(_SyncControl):
         return outcome
 
     @ray.method(concurrency_group=CONTROL_GROUP)
-    async def __raygang_started__(self) -> bool:  # type: ignore[override]
+    async def __raygang_started__(self) -> bool:
         return self._raygang_started
 
     @ray.method(num_returns=2, concurrency_group=CONTROL_GROUP)
-    async def __raygang_outcome__(self) -> tuple[str, Any]:  # type: ignore[override]
+    async def __raygang_outcome__(self) -> tuple[str, Any]:
         await asyncio.to_thread(self._raygang_ended.wait)
         return self._raygang_recorded()
 
     @ray.method(concurrency_group=CONTROL_GROUP)
-    async def __raygang_watch__(self) -> None:  # type: ignore[override]
+    async def __raygang_watch__(self) -> None:
         await asyncio.Event().wait()
 
     @ray.method(concurrency_group=CONTROL_GROUP)
-    async def __raygang_preempt__(self) -> dict[str, Any]:  # type: ignore[override]
+    async def __raygang_preempt__(self) -> dict[str, Any]:
         # This runs on the control group's own loop (Ray gives each concurrency group of
         # an async actor an event loop on a thread of its own). Every hook, sync or async,
         # is run on the member's main loop instead, the one run() and the user's methods
@@ -258,7 +265,7 @@ class _AsyncControl(_SyncControl):
         return _preempt_reply(self, len(hooks), await self._raygang_hooks_on_loop(hooks))
 
     @ray.method(concurrency_group=CONTROL_GROUP)
-    async def __raygang_resize__(self, world: _ctx.World) -> dict[str, Any]:  # type: ignore[override]
+    async def __raygang_resize__(self, world: _ctx.World) -> dict[str, Any]:
         # On the member's main loop, as preemption hooks are (see __raygang_preempt__).
         hooks = self._raygang_resize_hooks(world)
         errors = await self._raygang_hooks_on_loop(hooks, world)
@@ -296,7 +303,7 @@ def _is_async_class(cls: type) -> bool:
     return any(inspect.iscoroutinefunction(m) for _, m in inspect.getmembers(cls, inspect.isfunction))
 
 
-def _class_member(user_cls: type) -> type:
+def _class_member(user_cls: type[Any]) -> type:
     control = _AsyncControl if _is_async_class(user_cls) else _SyncControl
 
     class Member(control, user_cls):  # type: ignore[misc, valid-type]
@@ -322,7 +329,7 @@ class _FunctionBody:
 
     def __init__(self, context: _ctx.GangContext, fn: Any, args: tuple, kwargs: dict):
         self._raygang_enter(context)  # type: ignore[attr-defined]
-        self._raygang_error = None
+        self._raygang_error: BaseException | None = None
         self._call = lambda: fn(*args, **kwargs)
 
     def _raygang_body(self):
@@ -390,6 +397,7 @@ def member_actor_class(program: RoleProgram):
     Cached per user class (and once for all functions): each new actor class is exported
     to the GCS and loaded by every worker that runs it, which costs a gang launch dearly.
     """
+    key: type
     if program.is_import_path:
         key = _ImportedMember
     elif program.is_class:
@@ -401,7 +409,9 @@ def member_actor_class(program: RoleProgram):
     actor_class = _actor_classes.get(key)
     if actor_class is None:
         cls = _class_member(key) if program.is_class else key
-        actor_class = ray.remote(concurrency_groups={CONTROL_GROUP: CONTROL_SLOTS})(cls)
+        # Ray's overloads of `ray.remote` leave out `concurrency_groups` (an actor option).
+        actor_class = ray.remote(  # type: ignore[call-overload]
+            concurrency_groups={CONTROL_GROUP: CONTROL_SLOTS})(cls)
         _actor_classes[key] = actor_class
     return actor_class
 

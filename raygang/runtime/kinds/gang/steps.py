@@ -1,7 +1,7 @@
 """The single steps a launch takes on Ray, each safe to repeat or to take on nothing:
 kill a member, remove a placement group, wait for groups to be ready, for killed members'
 names to be free, for a body to end; and how a member's failure and its preemption reply
-are told (`launcher.GangLaunch`, `elastic_launch.ElasticLaunch`)."""
+are told (`launch.GangLaunch`, `elastic.ElasticLaunch`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from ray.util.placement_group import PlacementGroup, remove_placement_group
 
 from raygang.control.status import GangError
 from raygang.control.tasks import wait_within
-from raygang.core.resources import Resources
 from raygang.core.spec import GangSpec, MemberSlot
 from raygang.runtime.names import NAMESPACE
 
@@ -39,22 +38,6 @@ def describe_failure(slot: MemberSlot | None, exc: BaseException) -> GangError:
         first = (getattr(exc, "error_msg", None) or str(exc)).strip().splitlines()[0]
         return GangError(member=member, rank=rank, error_type="ActorDiedError", message=first)
     return GangError(member=member, rank=rank, error_type=type(exc).__name__, message=str(exc))
-
-
-def actor_resource_options(bundle: Resources) -> dict[str, Any]:
-    """Ask, inside the bundle, for all of it (so the member sees its GPUs)."""
-    amounts = bundle.to_dict()
-    options: dict[str, Any] = {
-        "num_cpus": amounts.pop("CPU", 0),
-        "num_gpus": amounts.pop("GPU", 0),
-    }
-    memory = amounts.pop("memory", 0)
-    if memory:
-        options["memory"] = memory
-    amounts.pop("object_store_memory", None)  # reserved by the bundle; actors cannot ask
-    if amounts:
-        options["resources"] = amounts
-    return options
 
 
 def kill_member(handle: Any, name: str) -> None:

@@ -1,5 +1,5 @@
 """Everything Ray does for one admitted gang: reserve, start, barrier, run, tear down
-(resizes: `elastic_launch.py`; the single steps on Ray: `launch_steps.py`).
+(resizes: `elastic.py`; the single steps on Ray: `steps.py`).
 
 `GangLaunch` is the Ray implementation of the control plane's `GangRun` port: it only
 acts and reports (it raises `ReservationTimeout` or `MemberFailure`), and the gang's
@@ -23,9 +23,7 @@ from raygang.control.program import RoleProgram
 from raygang.control.status import GangError, MemberStatus
 from raygang.control.tasks import run_to_completion
 from raygang.core.spec import GangSpec, MemberSlot
-from raygang.runtime.context import GangContext, dense_role_ranks
-from raygang.runtime.launch_steps import (
-    actor_resource_options,
+from raygang.runtime.kinds.gang.steps import (
     describe_failure,
     kill_member,
     preempt_entry,
@@ -34,17 +32,19 @@ from raygang.runtime.launch_steps import (
     role_sizes,
     settled,
 )
-from raygang.runtime.member import DONE, constructor_args, member_actor_class
+from raygang.runtime.kinds.kind import NoLiveResize, NoRestartResize
+from raygang.runtime.member.actor import DONE, constructor_args, member_actor_class
+from raygang.runtime.member.context import GangContext, dense_role_ranks
 from raygang.runtime.names import NAMESPACE, NODE_ID_LABEL, member_name, pg_name
+from raygang.runtime.placement import SETTLE_S, actor_resource_options, wait_ready
 from raygang.runtime.ray_private import placement_group as ray_placement_group
-from raygang.runtime.settle import SETTLE_S, wait_ready
 
 
 
-class GangLaunch:
+class GangLaunch(NoLiveResize, NoRestartResize):  # fixed size: ElasticLaunch resizes
     """One gang on Ray: a placement group for its minimum (all of a rigid gang), a member
     actor in each bundle. An elastic gang's members beyond its minimum come and go in
-    groups of their own (`elastic_launch.ElasticLaunch`, which also finds them again
+    groups of their own (`elastic.ElasticLaunch`, which also finds them again
     after a restart: `member_pgs`); `present` is who is in the gang's world now."""
 
     def __init__(
@@ -127,6 +127,12 @@ class GangLaunch:
                 f"{self.spec.reservation_timeout_s:g}s"
             )
 
+    def _reserved(self) -> PlacementGroup:
+        """The minimum's placement group (members start only once it is reserved)."""
+        if self.pg is None:
+            raise RuntimeError(f"gang {self.gang_id}: no placement group reserved")
+        return self.pg
+
     # 2. Start, in `after` order --------------------------------------------------------
     async def start_members(self) -> None:
         """Start each role once the roles it waits for are ready; return when all are."""
@@ -175,7 +181,7 @@ class GangLaunch:
             lifetime="detached",
             max_restarts=0,  # a member never restarts alone: the gang restarts whole
             scheduling_strategy=PlacementGroupSchedulingStrategy(
-                placement_group=own or self.pg,
+                placement_group=own or self._reserved(),
                 placement_group_bundle_index=0 if own else self._bundle_index[slot.rank],
             ),
             **actor_resource_options(self.spec.bundles[slot.rank]),
@@ -224,6 +230,8 @@ class GangLaunch:
         peers = self._peers()
         for slot, began in zip(present, started):
             handle = self.handles[slot.rank]
+            if handle is None or slot not in self.present:
+                continue  # removed meanwhile (an elastic shrink): its end is not the gang's
             self._watch(slot, *(handle.__raygang_outcome__.remote() if began
                                 else handle.__raygang_run__.remote(peers)))
         return await self._outcome()
@@ -261,8 +269,8 @@ class GangLaunch:
             for task in list(self._watching.values()):
                 if not task.done():
                     running.append(task)
-                elif not task.cancelled() and task.exception() is not None:
-                    raise task.exception()
+                elif not task.cancelled() and (error := task.exception()) is not None:
+                    raise error
             # A member in the world but not released yet (a live grow between its
             # `present` and its release, the barrier of `on_resize` hooks in between) is
             # still to run: the others may well have finished meanwhile.

@@ -32,8 +32,8 @@ from raygang.control.tasks import run_to_completion
 from raygang.core.budget import take
 from raygang.core.resources import Resources
 from raygang.runtime.names import NODE_ID_LABEL, hold_name
+from raygang.runtime.placement import SETTLE_S, wait_ready
 from raygang.runtime.ray_private import group_nodes
-from raygang.runtime.settle import SETTLE_S, wait_ready
 
 log = logging.getLogger(__name__)
 
@@ -211,32 +211,24 @@ def holds_of(gang_id: str) -> dict[int, PlacementGroup]:
     return found
 
 
-def selector(nodes: Sequence[str]) -> dict[str, str]:
-    """The label selector confining a library's bundles to `nodes` (Ray accepts
-    `in(a,b)`): Serve's replicas, Train's workers."""
-    if not nodes:
-        raise ValueError("nodes: at least one Ray node id is needed")
-    unique = sorted(set(nodes))
-    return {NODE_ID_LABEL: unique[0] if len(unique) == 1 else f"in({','.join(unique)})"}
-
-
 def check_group(pg_id: str, nodes: Sequence[str]) -> list[str]:
     """The node of each bundle of the library's group `pg_id`, checked against the nodes
     handed over: as many bundles per node at most as were handed over there (the book
     then still holds). Raises HandoffFailed otherwise, or if the group is not placed."""
     placed = group_nodes(pg_id)
-    if placed is None or any(n is None for n in placed):
+    where = [node for node in placed or [] if node is not None]
+    if placed is None or len(where) < len(placed):
         raise HandoffFailed(f"placement group {pg_id} is not placed")
     allowed: dict[str, int] = {}
     for node in nodes:
         allowed[node] = allowed.get(node, 0) + 1
-    for node in placed:
+    for node in where:
         allowed[node] = allowed.get(node, 0) - 1
         if allowed[node] < 0:
             raise HandoffFailed(
                 f"placement group {pg_id} put more bundles on node {node[:12]} than raygang "
                 f"reserved there (reserved: {sorted(set(nodes))})")
-    return list(placed)
+    return where
 
 
 def remove_group(pg_id: str) -> None:

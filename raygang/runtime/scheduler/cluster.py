@@ -5,7 +5,7 @@
   group + member actors, for a gang; `ServeLaunch`, a Serve application on the reserved
   nodes, for a deployment; a Ray Job; a Ray Train run);
 - recovery: the `raygang-*` member actors and placement groups left in Ray
-  (`runtime.leftovers`), adopting a running gang whose parts are all there (its kind
+  (`leftovers.py`), adopting a running gang whose parts are all there (its kind
   says which parts);
 - results: object refs, fetched to keep them in the store and put back after a restart.
 """
@@ -19,7 +19,7 @@ from typing import Any
 
 import ray
 
-from raygang.control.ports import GangRun
+from raygang.control.ports import GangRun, Leftovers
 from raygang.control.records import GangRecord
 from raygang.control.status import MemberStatus
 from raygang.core.gang import GangState
@@ -27,12 +27,12 @@ from raygang.core.resources import Resources, per_node
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
 from raygang.core.spec import Resize
 from raygang.runtime import kinds
-from raygang.runtime.jobclient import JobClient
-from raygang.runtime.jobs import JobLaunch
-from raygang.runtime.leftovers import RayLeftovers
-from raygang.runtime.observe import observe, schedulable
+from raygang.runtime.handoff.train import TrainSession
+from raygang.runtime.kinds.job.launch import JobLaunch
+from raygang.runtime.kinds.job.submission import JobClient
 from raygang.runtime.ray_private import available_resources_per_node
-from raygang.runtime.trainrun import TrainSession
+from raygang.runtime.scheduler.leftovers import RayLeftovers
+from raygang.runtime.scheduler.observe import observe, schedulable
 
 log = logging.getLogger(__name__)
 FREE_POLL_S = 0.01  # how often `until_free` reads the GCS (the view lags by 10-100 ms)
@@ -84,9 +84,10 @@ class RayCluster:
     def leftovers(self, known: set[str]) -> RayLeftovers:
         return RayLeftovers(known)
 
-    def adopt(self, record: GangRecord, leftovers: RayLeftovers) -> GangRun | None:
+    def adopt(self, record: GangRecord, leftovers: Leftovers) -> GangRun | None:
         """A running gang whose parts are all still in Ray, as its kind finds them (a
         gang's members and placement group, a deployment's Serve application, ...)."""
+        assert isinstance(leftovers, RayLeftovers)  # what `self.leftovers` read
         if record.state is not GangState.RUNNING:
             return None
         return kinds.of(record.kind).adopt(self, record, leftovers)

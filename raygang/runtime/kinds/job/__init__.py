@@ -1,17 +1,20 @@
 """A Ray Job on Ray: submitted through the Job Submission API into its reserved budget
-(`runtime.jobs`); the gangs and Train runs its driver starts are placed inside it."""
+(`launch.py`); the gangs and Train runs its driver starts are placed inside it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from raygang.control.kinds.job import RayJob
 from raygang.control.records import GangRecord
 from raygang.control.status import MemberStatus
-from raygang.runtime.handoff import holds_of
-from raygang.runtime.jobs import JOB_ACTOR, JobLaunch
+from raygang.runtime.handoff.budget import holds_of
+from raygang.runtime.kinds.job.launch import JOB_ACTOR, JobLaunch
 from raygang.runtime.kinds.kind import Host, RunKind
-from raygang.runtime.leftovers import RayLeftovers
+
+if TYPE_CHECKING:  # the scheduler's recovery hands it in
+    from raygang.runtime.scheduler.leftovers import RayLeftovers
 
 
 def new_run(host: Host, record: GangRecord, nodes: Sequence[str], attempt: int,

@@ -32,11 +32,12 @@ from dataclasses import dataclass, field
 import ray
 
 from raygang.control.config import ScaleConfig
+from raygang.control.status import GroupStatus, ScalingStatus
 from raygang.core.gang import PendingGang
 from raygang.core.scale import NodeGroup, ScalePlan, plan_scale
 from raygang.core.snapshot import ClusterSnapshot, NodeState
-from raygang.control.status import GroupStatus, ScalingStatus
-from raygang.runtime.scalers import USAGE_IGNORED, Scaler, scaler_from_config
+from raygang.runtime.ray_private import node_instance_ids
+from raygang.runtime.scheduler.scalers import USAGE_IGNORED, Scaler, scaler_from_config
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +58,7 @@ def ray_nodes() -> dict[str, RayNode]:
     """Alive Ray nodes with their group and pod name (blocking: one GCS call each)."""
     instances: dict[str, str] = {}
     try:
-        from ray.autoscaler.v2.sdk import get_cluster_status
-
-        status = get_cluster_status(ray.get_runtime_context().gcs_address)
-        for node in [*status.active_nodes, *status.idle_nodes]:
-            if node.instance_id:
-                instances[node.node_id] = node.instance_id
+        instances = node_instance_ids(ray.get_runtime_context().gcs_address)
     except Exception:  # an older GCS, or no autoscaler state: groups still work, names not
         log.warning("cannot read node instance ids from the GCS", exc_info=True)
     out = {}

@@ -22,10 +22,10 @@ from raygang.control.journal import Journal
 from raygang.control.plane import ControlPlane
 from raygang.control.store import MemoryStore, SqliteStore, Store
 from raygang.core.spec import GangSpec
-from raygang.runtime.cluster import RayCluster
-from raygang.runtime.gcs_store import GcsStore
-from raygang.runtime.scaling import ScaleDriver
-from raygang.runtime.train_desk import TrainDesk
+from raygang.runtime.scheduler.cluster import RayCluster
+from raygang.runtime.scheduler.gcs_store import GcsStore
+from raygang.runtime.scheduler.scaling import ScaleDriver
+from raygang.runtime.scheduler.train_desk import TrainDesk
 
 
 def open_store(state: StateConfig) -> Store:
@@ -39,7 +39,7 @@ def open_store(state: StateConfig) -> Store:
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig, clock: Callable[[], float] = time.time):
-        from raygang.runtime.metrics import SchedulerMetrics  # made in the actor process
+        from raygang.runtime.scheduler.metrics import SchedulerMetrics  # made in the actor process
 
         scaling = (ScaleDriver(config.scaling, clock=clock)
                    if config.scaling.mode != "off" else None)
@@ -54,7 +54,7 @@ class Scheduler:
         """The control plane behind the facade (for tests that drive it by hand)."""
         return self._plane
 
-    # Ray Train runs (runtime/train_callback.py calls these) ---------------------------
+    # Ray Train runs (runtime/client/train_callback.py calls these) ---------------------------
     # Each waits for the recovered state first: a restarted scheduler must have adopted a
     # run's session before it answers for it (a watcher told "ended" stops watching).
     async def train_open(self, spec: GangSpec, parent: str | None, controller: str | None,
@@ -104,4 +104,6 @@ for _name in calls(SchedulerAPI):
 # Ray restarts it whenever it dies (its process or its node); it then recovers its state
 # from the store (control/recovery.py). Calls in flight are not retried by Ray: the
 # client retries them (the Python API's submissions carry an idempotency key).
-SchedulerActor = ray.remote(num_cpus=0, max_concurrency=10_000, max_restarts=-1)(Scheduler)
+# (Ray's overloads of `ray.remote` leave out `max_concurrency`, an actor option.)
+SchedulerActor = ray.remote(  # type: ignore[call-overload]
+    num_cpus=0, max_concurrency=10_000, max_restarts=-1)(Scheduler)

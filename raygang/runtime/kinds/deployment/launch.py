@@ -1,6 +1,6 @@
 """A Ray Serve application driven as a gang ("deployment").
 
-A hand-off gang (`handoff.py`): the core chooses a node per replica (preempting training
+A hand-off gang (`runtime.handoff`): the core chooses a node per replica (preempting training
 if it must) and raygang holds those bundles — so admission is all-or-nothing and waits
 until preempted victims are really gone. Then the budget is handed to Serve whole: the
 holds go and the app is deployed with Serve's gang scheduling pinned to exactly those
@@ -31,7 +31,7 @@ from raygang.control.tasks import run_to_completion
 from raygang.core.elastic import rebooked
 from raygang.core.spec import GangSpec, MemberSlot
 from raygang.core.workload_specs import DeploymentSpec
-from raygang.runtime.handoff import Budget
+from raygang.runtime.handoff.budget import Budget
 
 WATCH_INTERVAL_S = 2.0
 

@@ -25,6 +25,7 @@ from raygang.core.scale import NodeGroup, ScalePlan
 from raygang.kuberay.client import RayClusterClient
 from raygang.kuberay.groups import WorkerGroup
 from raygang.runtime.names import COORDINATOR_REQUESTER_ID
+from raygang.runtime.ray_private import autoscaling_coordinator, coordinator_low_priority
 
 log = logging.getLogger(__name__)
 
@@ -75,11 +76,13 @@ class KubeRayScaler:
               alive_pods: Collection[str] | None = None) -> list[str]:
         done = []
         alive = None if alive_pods is None else set(alive_pods)
-        for group in self._groups.values():  # pods deleted since: off the list (see client)
-            gone = [p for p in group.workers_to_delete if alive is not None and p not in alive]
-            if gone and group.name not in release:
-                self.client.forget_deleted_workers(group.name, alive)
-                done.append(f"{group.name}: workersToDelete -= {', '.join(gone)} (deleted)")
+        for worker in self._groups.values():  # pods deleted since: off the list (see client)
+            if alive is None:
+                break
+            gone = [p for p in worker.workers_to_delete if p not in alive]
+            if gone and worker.name not in release:
+                self.client.forget_deleted_workers(worker.name, alive)
+                done.append(f"{worker.name}: workersToDelete -= {', '.join(gone)} (deleted)")
         for name, pods in sorted(release.items()):
             after = self.client.delete_workers(name, pods)
             done.append(f"{name}: workersToDelete += {', '.join(pods)} (replicas {after.replicas})")
@@ -211,17 +214,13 @@ class CoordinatorRequest:
             raise
 
     def _send(self, actor, bundles: list[dict[str, float]]):
-        from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
-            ResourceRequestPriority,
-        )
-
         # Priority orders only the coordinator's *reservations* (which raygang never reads),
         # not what the autoscaler is asked for: every live request goes into the merge. LOW,
         # since raygang's bundles are whole nodes, busy ones too; reserving them first would
         # leave Ray Data and Train (which size themselves by their reservations) nothing.
         return actor.request_resources.remote(
             requester_id=COORDINATOR_REQUESTER_ID, resources=bundles,
-            expire_after_s=self._expire_after_s, priority=ResourceRequestPriority.LOW)
+            expire_after_s=self._expire_after_s, priority=coordinator_low_priority())
 
     def _call(self, ref) -> None:
         ray.get(ref, timeout=self._timeout_s)
@@ -231,11 +230,7 @@ class CoordinatorRequest:
         if self._coordinator is not None:
             return self._coordinator
         if create:
-            from ray.data._internal.cluster_autoscaler.default_autoscaling_coordinator import (
-                get_or_create_autoscaling_coordinator,
-            )
-
-            self._coordinator = get_or_create_autoscaling_coordinator()
+            self._coordinator = autoscaling_coordinator()
             return self._coordinator
         try:
             return ray.get_actor(_COORDINATOR[0], namespace=_COORDINATOR[1])

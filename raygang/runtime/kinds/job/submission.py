@@ -1,4 +1,4 @@
-"""Ray's Job Submission API, as raygang's job queue uses it (`jobs.JobLaunch`): submit,
+"""Ray's Job Submission API, as raygang's job queue uses it (`launch.JobLaunch`): submit,
 stop (and wait until Ray says the job ended), status from the GCS, logs."""
 
 from __future__ import annotations

@@ -1,15 +1,18 @@
-"""A Serve application on Ray: deployed on the reserved nodes (`runtime.deployment`)."""
+"""A Serve application on Ray: deployed on the reserved nodes (`launch.py`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from raygang.control.kinds.deployment import Served
 from raygang.control.records import GangRecord
 from raygang.control.status import MemberStatus
-from raygang.runtime.deployment import ServeLaunch
+from raygang.runtime.kinds.deployment.launch import ServeLaunch
 from raygang.runtime.kinds.kind import Host, RunKind
-from raygang.runtime.leftovers import RayLeftovers
+
+if TYPE_CHECKING:  # the scheduler's recovery hands it in
+    from raygang.runtime.scheduler.leftovers import RayLeftovers
 
 
 def new_run(host: Host, record: GangRecord, nodes: Sequence[str], attempt: int,

@@ -1,7 +1,7 @@
 """A Ray Job as a hand-off gang: queued by raygang, started by Ray's Job Submission API.
 
 The job waits in its queue like any gang; once admitted, its budget (`JobSpec.bundles`)
-is held on the chosen nodes (`handoff.Budget`) and only then is the entrypoint submitted
+is held on the chosen nodes (`handoff.budget.Budget`) and only then is the entrypoint submitted
 to Ray (`raygang-<gang id>-<attempt>`). The driver runs with:
 
 - `RAYGANG_JOB_ID`: its raygang id, so Ray Train runs it starts (`TrainSession`s of this
@@ -36,14 +36,17 @@ from raygang.core.budget import never_fits
 from raygang.core.resources import Resources
 from raygang.core.spec import GangSpec
 from raygang.core.workload_specs import JobSpec
-from raygang.runtime.handoff import Budget, selector
-from raygang.runtime.jobclient import TERMINAL, JobClient, stop_until_ended, transient
-from raygang.runtime.names import ray_job_id
-from raygang.runtime.trainrun import TrainSession
+from raygang.runtime.handoff.budget import Budget
+from raygang.runtime.handoff.train import TrainSession
+from raygang.runtime.kinds.job.submission import TERMINAL, JobClient, stop_until_ended, transient
+from raygang.runtime.kinds.kind import NoLiveResize, NoRestartResize
+from raygang.runtime.names import node_selector, ray_job_id
 
 log = logging.getLogger(__name__)
 POLL_S = 1.0
-TRAIN_CALLBACK = "raygang.runtime.train_callback.RaygangTrain"
+# By its public name: Train imports the module and takes the attribute (`raygang`'s lazy
+# export), so the value outlives a move of the module (the old path has a shim too).
+TRAIN_CALLBACK = "raygang.RaygangTrain"
 LOG_TAIL_CHARS = 2000
 JOB_ACTOR = "_ray_internal_job_actor_{}"  # the name Ray gives a job's supervisor actor
 
@@ -61,7 +64,7 @@ def driver_command(entrypoint: str, gcs_address: str | None) -> str:
     return f"export RAY_ADDRESS={shlex.quote(gcs_address)}; {entrypoint}"
 
 
-class JobLaunch:
+class JobLaunch(NoLiveResize, NoRestartResize):  # a job's budget has a fixed size
     """The run of a job gang (the `GangRun` port)."""
 
     def __init__(self, gang_id: str, spec: GangSpec, job: JobSpec, nodes: Sequence[str],
@@ -227,7 +230,7 @@ class JobLaunch:
             # given no resources on the head, where hundreds of them exhaust its memory
             # (ray#41241).
             entrypoint_num_cpus=0,
-            entrypoint_label_selector=selector(self.budget.nodes[:1]))
+            entrypoint_label_selector=node_selector(self.budget.nodes[:1]))
 
     async def _submit(self, **request: Any) -> None:
         try:

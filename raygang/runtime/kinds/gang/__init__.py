@@ -1,18 +1,21 @@
-"""A plain gang on Ray: one placement group and a member actor per bundle (`launcher`); an
-elastic one's surplus members in groups of their own (`elastic_launch`)."""
+"""A plain gang on Ray: one placement group and a member actor per bundle (`launch.py`); an
+elastic one's surplus members in groups of their own (`elastic.py`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from raygang.control.records import GangRecord
 from raygang.control.status import MemberStatus
-from raygang.runtime.elastic_launch import ElasticLaunch
+from raygang.runtime.kinds.gang.elastic import ElasticLaunch
+from raygang.runtime.kinds.gang.launch import GangLaunch
 from raygang.runtime.kinds.kind import Host, RunKind
-from raygang.runtime.launcher import GangLaunch
-from raygang.runtime.leftovers import RayLeftovers
 from raygang.runtime.names import member_name, pg_name
 from raygang.runtime.ray_private import group_nodes
+
+if TYPE_CHECKING:  # the scheduler's recovery hands it in
+    from raygang.runtime.scheduler.leftovers import RayLeftovers
 
 
 def _launch(record: GangRecord) -> type[GangLaunch]:

@@ -1,17 +1,20 @@
 """A Ray Train run on Ray: its reserved nodes handed over to Train's worker group, whose
-placement group raygang adopts (`runtime.trainrun`)."""
+placement group raygang adopts (`launch.py`, and `runtime.handoff.train`)."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from raygang.control.records import GangRecord
 from raygang.control.status import MemberStatus
 from raygang.runtime.kinds.kind import Host, RunKind
-from raygang.runtime.leftovers import RayLeftovers
+from raygang.runtime.kinds.train.launch import TrainLaunch
 from raygang.runtime.ray_private import group_nodes
-from raygang.runtime.trainrun import TrainLaunch
+
+if TYPE_CHECKING:  # the scheduler's recovery hands it in
+    from raygang.runtime.scheduler.leftovers import RayLeftovers
 
 
 def new_run(host: Host, record: GangRecord, nodes: Sequence[str], attempt: int,
@@ -24,7 +27,7 @@ def adopt(host: Host, record: GangRecord, leftovers: RayLeftovers) -> TrainLaunc
     """A run whose worker group (the placement group Train made) is still there."""
     group = (record.workload or {}).get("group")
     placed = group_nodes(group) if group else None
-    if placed is None:
+    if not group or placed is None:
         return None
     surplus = {}
     if record.spec.elastic:  # its workers beyond the minimum, where Train runs them

@@ -17,10 +17,10 @@ from raygang.control.plane import ControlPlane
 from raygang.control.status import MemberStatus
 from raygang.core.gang import GangState
 from raygang.core.spec import GangSpec
-from raygang.runtime.cluster import RayCluster
-from raygang.runtime.handoff import HandoffFailed
+from raygang.runtime.handoff.budget import HandoffFailed
+from raygang.runtime.handoff.train import TrainSession
 from raygang.runtime.ray_private import actor_state
-from raygang.runtime.trainrun import TrainSession
+from raygang.runtime.scheduler.cluster import RayCluster
 
 POLL_S = 0.2
 SWEEP_S = 5.0  # how often queued runs are checked for a dead controller

@@ -53,7 +53,7 @@ def start(config: SchedulerConfig | None = None):
     # Here, not at the top: the client side (a Train controller's callback, the REST API)
     # reaches a running scheduler without importing it (tests/unit/test_layers.py).
     from raygang.control.config import SchedulerConfig
-    from raygang.runtime.scheduler import SchedulerActor
+    from raygang.runtime.scheduler.actor import SchedulerActor
 
     _ensure_ray()
     asked = config

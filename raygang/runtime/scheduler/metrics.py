@@ -217,6 +217,6 @@ class SchedulerMetrics:
 
 def _self_and_ancestors(queue: str, parents: dict[str, str | None]) -> list[str]:
     chain = [queue]
-    while parents.get(chain[-1]) and len(chain) <= len(parents):  # bounded if misconfigured
-        chain.append(parents[chain[-1]])
+    while (parent := parents.get(chain[-1])) and len(chain) <= len(parents):  # bounded if
+        chain.append(parent)  # misconfigured
     return chain

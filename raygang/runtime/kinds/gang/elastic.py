@@ -1,5 +1,5 @@
 """An elastic gang on Ray (`replicas=(min, max)`): its minimum is one placement group, as
-any gang's (`launcher.GangLaunch`), and each surplus member has a group of its own (Ray
+any gang's (`launch.GangLaunch`), and each surplus member has a group of its own (Ray
 cannot resize a placement group: ray-project/ray #16403), so members come and go one at a
 time while the others run on, each resize told to every member (`resize: live`), or the
 whole gang starts again at its new size (`resize: restart`)."""
@@ -16,18 +16,18 @@ from raygang.control.ports import MemberFailure, ReservationTimeout
 from raygang.control.status import GangError
 from raygang.control.tasks import run_to_completion
 from raygang.core.spec import MemberSlot
-from raygang.runtime.context import World
-from raygang.runtime.launch_steps import (
+from raygang.runtime.kinds.gang.launch import GangLaunch
+from raygang.runtime.kinds.gang.steps import (
     kill_member,
     names_free,
     ready_within,
     remove_group,
     role_sizes,
 )
-from raygang.runtime.launcher import GangLaunch
-from raygang.runtime.member import member_actor_class
+from raygang.runtime.member.actor import member_actor_class
+from raygang.runtime.member.context import World
 from raygang.runtime.names import NODE_ID_LABEL, member_name
-from raygang.runtime.settle import SETTLE_S, wait_ready
+from raygang.runtime.placement import SETTLE_S, wait_ready
 
 log = logging.getLogger(__name__)
 
