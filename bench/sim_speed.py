@@ -73,6 +73,54 @@ def first_difference(a: object, b: object, where: str = "") -> str | None:
     return None if same else f"{where}: {a!r} against {b!r}"
 
 
+class Sampler:
+    """Which functions the main thread is in, sampled from a thread every 5 ms: the share
+    of samples with each function on the stack (inclusive) and on top (own)."""
+
+    def __init__(self, every_s: float = 0.005):
+        import threading
+
+        self.every_s, self.main = every_s, threading.main_thread().ident
+        self.inclusive: dict[str, int] = {}
+        self.own: dict[str, int] = {}
+        self.samples = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Sampler:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def _run(self) -> None:
+        while not self.stop.wait(self.every_s):
+            frame = sys._current_frames().get(self.main)
+            if frame is None:
+                continue
+            self.samples += 1
+            seen, top = set(), True
+            while frame is not None:
+                code = frame.f_code
+                where = f"{Path(code.co_filename).name}:{code.co_firstlineno}:{code.co_name}"
+                if top:
+                    self.own[where] = self.own.get(where, 0) + 1
+                    top = False
+                if where not in seen:
+                    seen.add(where)
+                    self.inclusive[where] = self.inclusive.get(where, 0) + 1
+                frame = frame.f_back
+
+    def report(self, n: int) -> None:
+        total = max(self.samples, 1)
+        for title, counts in (("inclusive", self.inclusive), ("own", self.own)):
+            print(f"  {title} ({self.samples} samples):")
+            for where, count in sorted(counts.items(), key=lambda kv: -kv[1])[:n]:
+                print(f"    {100 * count / total:5.1f}%  {where}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trace", type=Path, default=SHIPPED)
@@ -83,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--save", type=Path, help="write every policy's outcome here")
     parser.add_argument("--check", type=Path, help="compare with outcomes saved here")
     parser.add_argument("--profile", type=Path, help="cProfile each policy to PATH.POLICY")
+    parser.add_argument("--sample", type=int, default=0, metavar="N",
+                        help="print the N functions most often on the stack, sampled every "
+                        "5 ms (cheap, unlike cProfile, which inflates small calls)")
     args = parser.parse_args(argv)
     trace = load_philly(args.trace, start=args.start, days=args.days, nodes=args.nodes)
     settings = SimSettings(nodes=args.nodes)
@@ -99,6 +150,10 @@ def main(argv: list[str] | None = None) -> int:
             profiler = cProfile.Profile()
             comparison = profiler.runcall(simulate, trace, [name], settings)
             profiler.dump_stats(f"{args.profile}.{name}")
+        elif args.sample:
+            with Sampler() as sampler:
+                comparison = simulate(trace, [name], settings)
+            sampler.report(args.sample)
         else:
             comparison = simulate(trace, [name], settings)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu

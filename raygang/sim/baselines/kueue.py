@@ -175,6 +175,8 @@ class _Cycle:
 
     def _minimal(self, gang: PendingGang, request: int, candidates: list[PlacedGang],
                  borrow: bool) -> tuple[tuple[str, ...], list[PlacedGang]] | None:
+        if self._never_fits(gang, request, candidates, borrow):
+            return None  # as the walk below would find, having freed and taken back all
         targets: list[PlacedGang] = []
         undo: list = []
         nodes = None
@@ -204,6 +206,20 @@ class _Cycle:
         nodes = place(gang.bundles, gang.strategy, self.capacity)
         assert nodes is not None, "the kept victims no longer make room"
         return nodes, kept
+
+    def _never_fits(self, gang: PendingGang, request: int, candidates: list[PlacedGang],
+                    borrow: bool) -> bool:
+        """Whether the cohort's test fails even with every candidate gone: the walk then
+        frees each (on the nodes too) for nothing. Usage only falls as victims go, so
+        the least it can reach is the usage now less all the candidates hold. The usual
+        case: a queue at its nominal quota reclaiming, without borrowing, from others."""
+        cohort, queue = self.cohort, gang.queue
+        own = sum(g.total.units(GPU) for g in candidates if g.queue == queue)
+        if not borrow and cohort.usage.get(queue, 0) - own + request > cohort.nominal.get(
+                queue, 0):
+            return True
+        every = sum(g.total.units(GPU) for g in candidates)
+        return sum(cohort.usage.values()) - every + request > cohort.requestable
 
     def _remove(self, victim: PlacedGang):
         undo_nodes = self.capacity.release(victim.bundles)
