@@ -43,6 +43,10 @@ class Fleet:
         self._ending = ending
         self._spawn = spawn
         self._drivers: dict[str, GangDriver] = {}
+        # Those of elastic gangs (a gang's spec never changes): every cycle asks about
+        # them, and walking every driver for the few that are elastic cost a backlog's
+        # worth of work per cycle.
+        self._elastic: dict[str, GangDriver] = {}
         # For `settle_s` after a gang let go, the cluster's view may still show its
         # capacity used (on Ray, the GCS lags a placement group's removal by tens of
         # milliseconds): no gang is preempted on such a view (`settling`), it would stop
@@ -66,9 +70,9 @@ class Fleet:
 
     def may_grow(self) -> bool:
         """Whether some running elastic gang is below its maximum (a cycle may grow it)."""
-        return any(d.record.spec.elastic and d.record.state is GangState.RUNNING
+        return any(d.record.state is GangState.RUNNING
                    and d.record.size < d.record.spec.world_size
-                   for d in self._drivers.values())
+                   for d in self._elastic.values())
 
     def held(self) -> list[PlacedGang]:
         """What raygang's book holds: not the gangs inside a job (the job books it)."""
@@ -111,10 +115,9 @@ class Fleet:
     def note_growth(self, waits: Mapping[str, str]) -> None:
         """Each running elastic gang's reason not to grow, as of this cycle (none: it is at
         its maximum or grows)."""
-        for driver in self._drivers.values():
+        for driver in self._elastic.values():
             record = driver.record
-            if record.spec.elastic:
-                record.wait.grow_reason = waits.get(record.gang_id)
+            record.wait.grow_reason = waits.get(record.gang_id)
 
     def adopt(self, record: GangRecord, run: GangRun) -> None:
         """Take over a running gang a previous scheduler process started (recovery)."""
@@ -150,10 +153,15 @@ class Fleet:
                             changed=self._changed, ending=self._ending, spawn=self._spawn,
                             settle_s=self.settle_s)
         self._drivers[record.gang_id] = driver
+        if record.spec.elastic:
+            self._elastic[record.gang_id] = driver
+        else:  # a driver of the same id before, elastic, replaced without a release
+            self._elastic.pop(record.gang_id, None)
         return driver
 
     def _released(self, driver: GangDriver) -> None:
         if self._drivers.get(driver.record.gang_id) is driver:
             del self._drivers[driver.record.gang_id]
+            self._elastic.pop(driver.record.gang_id, None)
         self._released_at = self._clock()
         self._on_released(driver.record)

@@ -80,6 +80,7 @@ class MemoryCluster:
         # virtual-time loop's, or the real monotonic one).
         self.clock = clock or _loop_clock
         self.booked: dict[str, list[tuple[str, Resources]]] = {}  # key -> (node, bundle)s
+        self._counts: dict[str, int] = {}  # gang id -> bundles booked (its members' too)
         self._free = {n: node.total for n, node in self.nodes.items()}  # as the view shows
         self.members: dict[str, list[MemoryMember]] = {}  # gang id -> members, by rank
         self.budgets: dict[str, MemoryBudget] = {}  # job id -> the budget its gangs use
@@ -146,6 +147,8 @@ class MemoryCluster:
         for node, bundle in bundles:
             self._free[node] = self._free[node] - bundle
         self.booked[key] = list(bundles)
+        owner = key.split("/", 1)[0]
+        self._counts[owner] = self._counts.get(owner, 0) + len(bundles)
 
     def unbook(self, key: str, quiet: bool = False) -> None:
         for node, bundle in self._give_back(key):
@@ -155,6 +158,13 @@ class MemoryCluster:
 
     def _give_back(self, key: str) -> list[tuple[str, Resources]]:
         bundles = self.booked.pop(key, [])
+        if bundles:
+            owner = key.split("/", 1)[0]
+            left = self._counts[owner] - len(bundles)
+            if left:
+                self._counts[owner] = left
+            else:
+                del self._counts[owner]
         for node, bundle in bundles:
             self._free[node] = self._free[node] + bundle
         return bundles
@@ -250,10 +260,7 @@ class MemoryCluster:
     def _coming(self, held: Sequence[PlacedGang]) -> dict[str, Resources]:
         """Per node, what held gangs hold in the book and not yet in the cluster. Cheap
         when every held gang is booked whole (the common case: one count per gang)."""
-        counts: dict[str, int] = {}
-        for key, bundles in self.booked.items():
-            owner = key.split("/", 1)[0]
-            counts[owner] = counts.get(owner, 0) + len(bundles)
+        counts = self._counts  # kept as bookings come and go, not counted per view
         coming: dict[str, Resources] = {}
         for gang in held:
             if counts.get(gang.gang_id, 0) == len(gang.bundles):

@@ -212,9 +212,12 @@ class GangRecord:
     def placed_view(self) -> PlacedGang:
         """The gang as a cycle sees it while it holds capacity (made again only when what
         it reads changed: every cycle reads every held gang)."""
-        key = (self.state, self.live.stopping, self.nodes, self.started_at,
-               tuple(self.live.surplus.items()), tuple(self.live.leaving.items()))
-        if self.live.placed is None or self.live.placed[0] != key:
+        live = self.live
+        surplus, leaving = live.surplus, live.leaving  # empty but for elastic gangs
+        key = (self.state, live.stopping, self.nodes, self.started_at,
+               tuple(surplus.items()) if surplus else (),
+               tuple(leaving.items()) if leaving else ())
+        if live.placed is None or live.placed[0] != key:
             spec, kind = self.spec, kinds.of(self.kind)
             bundles = tuple(zip(self.nodes, spec.min_bundles))
             elastic = None
@@ -230,7 +233,7 @@ class GangRecord:
                                   if kind.keeps_its_nodes else None)
             unseen = self.state is GangState.ADMITTED or (
                 self.state is GangState.STARTING and kind.hands_off_at_start)
-            self.live.placed = (key, PlacedGang(
+            live.placed = (key, PlacedGang(
                 self.gang_id, self.priority, bundles,
                 queue=spec.queue, preemptible=self.preemptible,
                 running_since=self.started_at if self.state is GangState.RUNNING else None,
@@ -239,7 +242,7 @@ class GangRecord:
                 draining=self.live.stopping is not None or not self.state.holds_resources,
                 checkpoint_s=spec.checkpoint_interval_s, elastic=elastic, unseen=unseen,
             ))
-        return self.live.placed[1]
+        return live.placed[1]
 
     @property
     def held_total(self) -> Resources:

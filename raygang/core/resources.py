@@ -64,8 +64,11 @@ class Resources(Mapping[str, float]):
 
     @classmethod
     def _of_units(cls, units: dict[str, int]) -> Resources:
+        """A vector that takes `units` over (the callers build it fresh): zeros dropped."""
         self = object.__new__(cls)
-        self._units = {k: v for k, v in units.items() if v}
+        # Most vectors hold no zero: look before building another dict (the core makes
+        # millions of these per cycle-heavy replay).
+        self._units = {k: v for k, v in units.items() if v} if 0 in units.values() else units
         self._hash = None
         return self
 
@@ -134,7 +137,10 @@ class Resources(Mapping[str, float]):
     def fits_in(self, capacity: Resources) -> bool:
         """True when every amount here is available in `capacity`."""
         cap = capacity._units
-        return all(cap.get(name, 0) >= value for name, value in self._units.items())
+        for name, value in self._units.items():  # a loop, not all(...): called millions
+            if cap.get(name, 0) < value:        # of times a replay
+                return False
+        return True
 
     def __le__(self, other: Resources) -> bool:
         return self.fits_in(other)
@@ -162,6 +168,8 @@ class Resources(Mapping[str, float]):
 
     def positive(self) -> Resources:
         """Only the positive amounts (a node booked beyond its total has none free)."""
+        if not self._units or min(self._units.values()) > 0:
+            return self  # the common case: nothing to drop (immutable, so itself)
         return Resources._of_units({k: v for k, v in self._units.items() if v > 0})
 
     def shortfall(self, capacity: Resources) -> Resources:
@@ -172,6 +180,8 @@ class Resources(Mapping[str, float]):
         )
 
     def only(self, names: set[str] | frozenset[str]) -> Resources:
+        if names.issuperset(self._units):  # all of it: the vector itself (immutable)
+            return self
         return Resources._of_units({k: v for k, v in self._units.items() if k in names})
 
     def units(self, name: str) -> int:

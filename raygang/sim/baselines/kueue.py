@@ -85,19 +85,28 @@ class _Cycle:
         self.preemptions: list[Preemption] = []
         self.no_room: set = set()  # shapes that found no free nodes (until victims free some)
         self.failed: set = set()  # (shape, queue, priority) admitted by no means, for now
+        self.candidates: dict[tuple[str, int], list[PlacedGang]] = {}  # for now, too
 
     def run(self, backlog: Backlog) -> Plan:
         heads = {q: iter(line) for q, line in backlog.lines.items()}
-        offered = {q: next(it, None) for q, it in heads.items()}
+        offered = {q: g for q, it in heads.items() if (g := next(it, None)) is not None}
+        # Each head's order key, kept while the cohort's usage stays as it was: only an
+        # admission changes it (a search that finds no victims undoes what it tried), so
+        # the keys are made again after one, and otherwise only for a queue's new head.
+        keys = {q: self._order((q, g)) for q, g in offered.items()}
         while offered:
-            queue, gang = min(((q, g) for q, g in offered.items() if g is not None),
-                              key=self._order, default=(None, None))
+            queue = min(keys, key=keys.__getitem__)
+            admitted = len(self.admissions)
+            self._try(offered[queue])
+            gang = next(heads[queue], None)
             if gang is None:
-                break
-            self._try(gang)
-            offered[queue] = next(heads[queue], None)
-            if offered[queue] is None:
-                del offered[queue]
+                del offered[queue], keys[queue]
+            else:
+                offered[queue] = gang
+            if len(self.admissions) != admitted:
+                keys = {q: self._order((q, g)) for q, g in offered.items()}
+            elif gang is not None:
+                keys[queue] = self._order((queue, gang))
         return Plan(admissions=tuple(self.admissions), preemptions=tuple(self.preemptions),
                     at=self.now)
 
@@ -134,6 +143,14 @@ class _Cycle:
         return nodes
 
     def _candidates(self, gang: PendingGang) -> list[PlacedGang]:
+        # The same for every gang of a queue and priority until an admission changes who
+        # runs and who borrows (`failed` is cleared at the same moments).
+        key = (gang.queue, gang.priority)
+        if key not in self.candidates:
+            self.candidates[key] = self._find_candidates(gang)
+        return self.candidates[key]
+
+    def _find_candidates(self, gang: PendingGang) -> list[PlacedGang]:
         def admitted(g: PlacedGang) -> float:
             return g.running_since if g.running_since is not None else self.now
 
@@ -158,6 +175,8 @@ class _Cycle:
 
     def _minimal(self, gang: PendingGang, request: int, candidates: list[PlacedGang],
                  borrow: bool) -> tuple[tuple[str, ...], list[PlacedGang]] | None:
+        if self._never_fits(gang, request, candidates, borrow):
+            return None  # as the walk below would find, having freed and taken back all
         targets: list[PlacedGang] = []
         undo: list = []
         nodes = None
@@ -187,6 +206,20 @@ class _Cycle:
         nodes = place(gang.bundles, gang.strategy, self.capacity)
         assert nodes is not None, "the kept victims no longer make room"
         return nodes, kept
+
+    def _never_fits(self, gang: PendingGang, request: int, candidates: list[PlacedGang],
+                    borrow: bool) -> bool:
+        """Whether the cohort's test fails even with every candidate gone: the walk then
+        frees each (on the nodes too) for nothing. Usage only falls as victims go, so
+        the least it can reach is the usage now less all the candidates hold. The usual
+        case: a queue at its nominal quota reclaiming, without borrowing, from others."""
+        cohort, queue = self.cohort, gang.queue
+        own = sum(g.total.units(GPU) for g in candidates if g.queue == queue)
+        if not borrow and cohort.usage.get(queue, 0) - own + request > cohort.nominal.get(
+                queue, 0):
+            return True
+        every = sum(g.total.units(GPU) for g in candidates)
+        return sum(cohort.usage.values()) - every + request > cohort.requestable
 
     def _remove(self, victim: PlacedGang):
         undo_nodes = self.capacity.release(victim.bundles)
@@ -220,6 +253,7 @@ class _Cycle:
                     f"kueue: {action}ed for {gang.gang_id} of ClusterQueue {gang.queue!r}"))
             self.no_room.clear()
         self.failed.clear()  # usage changed: who borrows, who may be preempted
+        self.candidates.clear()
         waits = self.draining.take(nodes, gang.bundles, own)
         self.capacity.reserve(zip(nodes, gang.bundles))
         self.cohort.move(gang.queue, gang.total.units(GPU))
