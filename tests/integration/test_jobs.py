@@ -17,7 +17,7 @@ from ray.util.state import list_actors
 import raygang
 from raygang import GangState
 from raygang.runtime.ray_private import dashboard_url
-from tests.integration.helpers import wait_state
+from tests.integration.helpers import wait_state, wait_until
 
 PY = sys.executable
 
@@ -55,10 +55,12 @@ def test_a_job_queued_behind_another_runs_after_it_and_a_stopped_one_never_start
     third = raygang.submit_job(f"{PY} -c \"{line.format(0, str(marks))}\" third",
                                gpus=1, queue="load", name="third")
     jobs.extend([second, third])
-    status = second.status()
+    # A place in line is the last cycle's: a job submitted after it has none until the
+    # next (a cycle at most a second away; CI read one too early).
+    status = wait_until(lambda: (s := second.status()).queue_position and s, timeout=10)
     assert status.state is GangState.PENDING and status.queue_position == 1
     assert status.ray_job_id is None and "limit" in status.reason
-    assert third.status().queue_position == 2
+    assert wait_until(lambda: third.status().queue_position, timeout=10) == 2
 
     stopped = third.stop()
     assert stopped.state is GangState.CANCELLED and stopped.ray_job_id is None
