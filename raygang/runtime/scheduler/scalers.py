@@ -189,12 +189,15 @@ class CoordinatorRequest:
         elif not bundles:  # a clear: the coordinator's merge replaces what was sent directly
             self._direct = None
         try:
-            actor = self._actor(create=bool(bundles))
+            self._tell_coordinator(bundles)
         except Exception as error:
-            if bundles:  # Ray's autoscaler has them: the request is out
-                raise RequestOut(f"the autoscaling coordinator was not reached: {error!r}") \
-                    from error
+            if bundles:  # sent straight to Ray's autoscaler above (this step or an earlier one)
+                raise RequestOut(f"the autoscaling coordinator did not take the request: "
+                                 f"{error!r}") from error
             raise
+
+    def _tell_coordinator(self, bundles: list[dict[str, float]]) -> None:
+        actor = self._actor(create=bool(bundles))
         if actor is None:  # no coordinator, so no request of raygang's to cancel
             return
         try:
@@ -206,11 +209,8 @@ class CoordinatorRequest:
             except ValueError:  # a live "raygang" request of other options (an older raygang)
                 self._call(actor.cancel_request.remote(COORDINATOR_REQUESTER_ID))
                 self._call(self._send(actor, bundles))
-        except Exception as error:
+        except Exception:
             self._coordinator = self._given  # maybe killed for good: look it up again next time
-            if bundles:  # sent straight to Ray's autoscaler above (this step or an earlier one)
-                raise RequestOut(f"the autoscaling coordinator did not take the request: "
-                                 f"{error!r}") from error
             raise
 
     def _send(self, actor, bundles: list[dict[str, float]]):
