@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from raygang.control.config import SchedulerConfig
 from raygang.control.fleet import Fleet
-from raygang.control.ports import Cluster, Metrics, Scaling
+from raygang.control.ports import Cluster, Metrics, Scaling, Tallies
 from raygang.control.records import GangRecord
 from raygang.control.registry import Registry
 from raygang.control.tasks import first_set, wait_within
@@ -26,8 +26,9 @@ from raygang.core.config import PolicyConfig
 from raygang.core.cycle_dump import dump_cycle
 from raygang.core.elastic import member_id, member_of
 from raygang.core.gang import GangState
-from raygang.core.plan import Plan, Waitings
+from raygang.core.plan import Plan, WaitCode, Waitings
 from raygang.core.plan_data import plan_data
+from raygang.core.report import QueueReport, queue_report
 from raygang.core.scale import scale_candidates
 from raygang.core.schedule import schedule
 from raygang.core.snapshot import ClusterSnapshot
@@ -64,6 +65,8 @@ class SchedulingLoop:
         self.last_plan = Plan()
         self._waiting_seen: object = frozenset()
         self._started = 0.0
+        self._phase_at = 0.0  # when the cycle's last phase (observe, decide) ended
+        self.waits: dict[tuple[str, str], int] = {}  # (queue, wait code) -> gangs, last cycle
         self._metrics_at = float("-inf")  # when the gauges were last refreshed
         self.observed: tuple[float, ClusterSnapshot] | None = None
         self._noted: set[str] = set()  # pending gangs with a scale note
@@ -117,7 +120,7 @@ class SchedulingLoop:
             if now - self._metrics_at >= METRICS_REFRESH_S:
                 self._metrics_at = now
                 self._metrics.refresh(list(self._fleet), self._config().queues,
-                                      self._registry.counts())
+                                      self._registry.counts(), self._tallies())
 
     def _last_plan_changed(self) -> bool:
         """Whether the last cycle changed what waits (or admitted or preempted anything)."""
@@ -163,13 +166,16 @@ class SchedulingLoop:
         backlog = self._registry.backlog(now)
         if not backlog.lines and not self._fleet.may_grow() and not self._dumps:
             self.last_plan = Plan()
+            self.waits = {}
             return None
         self._started = self._metrics.cycle_started()
         snapshot = self.observe()
+        self._phase_at = self._metrics.phase_done("observe", self._started)
         self.observed = (now, snapshot)
         return now, snapshot, backlog, self._config().policy
 
     def _apply(self, now: float, plan: Plan, snapshot: ClusterSnapshot) -> None:
+        applying = self._metrics.phase_done("decide", self._phase_at)
         self.last_plan = plan
         self.cycles += 1
         admitted = self._still_admitted(plan, snapshot)
@@ -183,11 +189,22 @@ class SchedulingLoop:
         for growth in plan.growths:  # on settled capacity: nobody waits for it
             self._fleet.grow(growth)
         self._fleet.note_growth(plan.grow_waits)
+        waits: dict[tuple[str, str], int] = {}
         for waiting in plan.looked_at.values():
             record = self._registry.find(waiting.gang_id)
             if record is not None and record.state is GangState.PENDING:
                 record.set_waiting(waiting.code, waiting.message,
                                    plan.positions.get(waiting.gang_id))
+                key = (record.spec.queue, waiting.code.value)
+                waits[key] = waits.get(key, 0) + 1
+        # The gangs behind a blocked queue head are counted, not walked: BEHIND is what
+        # almost all of them say (one that could never fit says UNSCHEDULABLE when asked).
+        if isinstance(plan.waiting, Waitings):
+            for queue, line in plan.waiting.behind.items():
+                key = (queue, WaitCode.BEHIND.value)
+                waits[key] = waits.get(key, 0) + len(line.line) - line.start
+        self.waits = waits
+        self._metrics.phase_done("apply", applying)
         self._metrics.cycle_done(self._started, plan)
 
     def _still_admitted(self, plan: Plan, snapshot: ClusterSnapshot) -> set[str]:
@@ -309,6 +326,17 @@ class SchedulingLoop:
             return self.observed[1]
         self.observed = (self._clock(), self.observe())
         return self.observed[1]
+
+    def _tallies(self) -> Tallies:
+        return Tallies(self._registry.kind_counts(), self.waits, self._queue_report)
+
+    def _queue_report(self) -> list[QueueReport]:
+        """Usage and fair shares as of now, on the nodes the last cycle saw: metrics read
+        no cluster (with no cycle yet, no row)."""
+        if self.observed is None:
+            return []
+        snapshot = dataclasses.replace(self.observed[1], placed=tuple(self._fleet.held()))
+        return queue_report(snapshot, self._registry.pending_totals(), self._config().policy)
 
     def held_snapshot(self) -> ClusterSnapshot:
         """A recent view of the nodes with what raygang holds now (usage must be current)."""

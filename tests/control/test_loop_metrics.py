@@ -1,0 +1,51 @@
+"""What the loop hands its metrics: cycle phases in order, waits per wait code (those
+behind a blocked queue head counted without walking them), workloads per kind, and the
+queue report with fair shares."""
+
+from __future__ import annotations
+
+import asyncio
+
+from raygang.control.ports import NoMetrics, Tallies
+from raygang.core.gang import GangState as S
+
+from tests.control.harness import make_cluster, make_plane, run, submit, wait_for
+
+
+class Recorded(NoMetrics):
+    def __init__(self):
+        self.phases: list[str] = []
+        self.tallies: Tallies | None = None
+
+    def phase_done(self, phase: str, since: float) -> float:
+        self.phases.append(phase)
+        return 0.0
+
+    def refresh(self, gangs, queues, counts=None, tallies=None) -> None:
+        self.tallies = tallies
+
+
+def test_the_loop_tallies_waits_by_code_kinds_and_fair_shares():
+    async def scenario():
+        metrics = Recorded()
+        plane = make_plane(make_cluster("n0: GPU=4 CPU=8"), metrics=metrics)
+        big = await submit(plane, "big", "4xGPU=1", seconds=5)
+        await wait_for(plane, big, S.RUNNING)
+        # Three that cannot fit while `big` runs: the first blocks its queue, the other
+        # two wait behind it (no backfill by default).
+        for name in ("w1", "w2", "w3"):
+            await submit(plane, name, "2xGPU=1", seconds=0.01)
+        while plane.loop.waits.get(("default", "BEHIND"), 0) < 2:
+            await asyncio.sleep(0.01)
+        assert plane.loop.waits == {("default", "NO_FIT"): 1, ("default", "BEHIND"): 2}
+        await asyncio.sleep(1.1)  # the gauges' next refresh (once a second)
+        tallies = metrics.tallies
+        assert tallies is not None and tallies.queues is not None
+        assert tallies.kinds[S.PENDING, "gang"] == 3 and tallies.kinds[S.RUNNING, "gang"] == 1
+        (row,) = tallies.queues()
+        assert row.name == "default" and row.fair_share["GPU"] == 4
+        cycle = metrics.phases[:3]
+        assert cycle == ["observe", "decide", "apply"] and len(metrics.phases) % 3 == 0
+        await plane.shutdown()
+
+    run(scenario)
