@@ -16,6 +16,10 @@ class Recorded(NoMetrics):
     def __init__(self):
         self.phases: list[str] = []
         self.tallies: Tallies | None = None
+        self.restarts: list[str] = []
+
+    def restarted(self, record) -> None:
+        self.restarts.append(record.gang_id)
 
     def phase_done(self, phase: str, since: float) -> float:
         self.phases.append(phase)
@@ -46,6 +50,19 @@ def test_the_loop_tallies_waits_by_code_kinds_and_fair_shares():
         assert row.name == "default" and row.fair_share["GPU"] == 4
         cycle = metrics.phases[:3]
         assert cycle == ["observe", "decide", "apply"] and len(metrics.phases) % 3 == 0
+        await plane.shutdown()
+
+    run(scenario)
+
+
+def test_each_whole_gang_restart_is_told_once_and_a_final_failure_is_not_one():
+    async def scenario():
+        metrics = Recorded()
+        plane = make_plane(make_cluster("n0: CPU=4"), metrics=metrics)
+        gang_id = await submit(plane, "flaky", "2xCPU=1", seconds=1, fails_after_s=0.02,
+                               max_restarts=2)
+        assert (await plane.wait(gang_id, timeout=10)).state is S.FAILED
+        assert metrics.restarts == [gang_id, gang_id]
         await plane.shutdown()
 
     run(scenario)

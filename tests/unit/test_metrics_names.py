@@ -79,7 +79,7 @@ def test_names_follow_prometheus_conventions():
         assert PROMETHEUS_NAME.match(name) and name.startswith("raygang_"), name
         assert "gang_id" not in metric.tag_keys and "id" not in metric.tag_keys
     assert [n for n in made if n.endswith("_total")] == [
-        NAMES.admitted, NAMES.preempted, NAMES.finished, NAMES.resizes]
+        NAMES.admitted, NAMES.preempted, NAMES.finished, NAMES.resizes, NAMES.restarts]
     assert made[NAMES.wait].boundaries[-1] >= 3600  # hours
     assert made[NAMES.cycle].boundaries[0] <= 0.001  # milliseconds
 

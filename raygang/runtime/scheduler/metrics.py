@@ -15,6 +15,8 @@ front of every user metric, so Prometheus shows them as `ray_raygang_*`:
     ray_raygang_surplus_members{queue}                     gauge   (elastic gangs' members
                                                                     beyond their minimum)
     ray_raygang_gang_resizes_total{queue, direction}       counter (grow / shrink, by member)
+    ray_raygang_gang_restarts_total{queue, kind}           counter (whole-gang restarts after
+                                                                    a failure)
     ray_raygang_cycle_phase_duration_seconds{phase}        histogram (observe, decide, apply)
     ray_raygang_waiting_gangs{queue, reason}               gauge   (pending gangs by wait code)
     ray_raygang_workloads{kind, status}                    gauge   (pending / running, by kind)
@@ -96,6 +98,7 @@ NAMES = SimpleNamespace(
     cycle="raygang_admission_cycle_duration_seconds",
     surplus="raygang_surplus_members",
     resizes="raygang_gang_resizes_total",
+    restarts="raygang_gang_restarts_total",
     phase="raygang_cycle_phase_duration_seconds",
     waiting="raygang_waiting_gangs",
     workloads="raygang_workloads",
@@ -172,6 +175,9 @@ class SchedulerMetrics:
         self._resizes = metrics.Counter(
             NAMES.resizes, "Members added to (grow) or removed from (shrink) running "
             "elastic gangs, per queue", tag_keys=("queue", "direction"))
+        self._restarts = metrics.Counter(
+            NAMES.restarts, "Whole-gang restarts after a member failed or its node was "
+            "lost (within max_restarts), per queue and kind", tag_keys=("queue", "kind"))
         self._phase = metrics.Histogram(
             NAMES.phase, "Seconds each phase of a scheduling cycle took: observe (read the "
             "cluster), decide (every action of core.schedule), apply (carry out the plan)",
@@ -227,6 +233,10 @@ class SchedulerMetrics:
         for direction, n in (("grow", added), ("shrink", removed)):
             if n:
                 self._resizes.inc(n, tags={"queue": record.spec.queue, "direction": direction})
+
+    @_quiet
+    def restarted(self, record: GangRecord) -> None:
+        self._restarts.inc(tags={"queue": record.spec.queue, "kind": record.kind})
 
     def cycle_started(self) -> float:
         return self._timer()
