@@ -67,6 +67,7 @@ class SchedulingLoop:
         self._started = 0.0
         self._phase_at = 0.0  # when the cycle's last phase (observe, decide) ended
         self.waits: dict[tuple[str, str], int] = {}  # (queue, wait code) -> gangs, last cycle
+        self.waiting_since: dict[str, float] = {}  # queue -> the earliest of their `since`s
         self._metrics_at = float("-inf")  # when the gauges were last refreshed
         self.observed: tuple[float, ClusterSnapshot] | None = None
         self._noted: set[str] = set()  # pending gangs with a scale note
@@ -166,7 +167,7 @@ class SchedulingLoop:
         backlog = self._registry.backlog(now)
         if not backlog.lines and not self._fleet.may_grow() and not self._dumps:
             self.last_plan = Plan()
-            self.waits = {}
+            self.waits, self.waiting_since = {}, {}
             return None
         self._started = self._metrics.cycle_started()
         snapshot = self.observe()
@@ -190,6 +191,7 @@ class SchedulingLoop:
             self._fleet.grow(growth)
         self._fleet.note_growth(plan.grow_waits)
         waits: dict[tuple[str, str], int] = {}
+        since: dict[str, float] = {}
         for waiting in plan.looked_at.values():
             record = self._registry.find(waiting.gang_id)
             if record is not None and record.state is GangState.PENDING:
@@ -197,13 +199,16 @@ class SchedulingLoop:
                                    plan.positions.get(waiting.gang_id))
                 key = (record.spec.queue, waiting.code.value)
                 waits[key] = waits.get(key, 0) + 1
+                at = record.pending_view().pending_since
+                if at is not None:
+                    since[key[0]] = min(at, since.get(key[0], at))
         # The gangs behind a blocked queue head are counted, not walked: BEHIND is what
         # almost all of them say (one that could never fit says UNSCHEDULABLE when asked).
         if isinstance(plan.waiting, Waitings):
             for queue, line in plan.waiting.behind.items():
                 key = (queue, WaitCode.BEHIND.value)
                 waits[key] = waits.get(key, 0) + len(line.line) - line.start
-        self.waits = waits
+        self.waits, self.waiting_since = waits, since
         self._metrics.phase_done("apply", applying)
         self._metrics.cycle_done(self._started, plan)
 
@@ -328,7 +333,9 @@ class SchedulingLoop:
         return self.observed[1]
 
     def _tallies(self) -> Tallies:
-        return Tallies(self._registry.kind_counts(), self.waits, self._queue_report)
+        now = self._clock()
+        longest = {queue: max(0.0, now - at) for queue, at in self.waiting_since.items()}
+        return Tallies(self._registry.kind_counts(), self.waits, self._queue_report, longest)
 
     def _queue_report(self) -> list[QueueReport]:
         """Usage and fair shares as of now, on the nodes the last cycle saw: metrics read

@@ -193,6 +193,8 @@ class Tallies:
     waits: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (queue, wait code):
     # the pending gangs the last cycle explained
     queues: Callable[[], Sequence[QueueReport]] | None = None
+    longest_wait: Mapping[str, float] = field(default_factory=dict)  # queue -> seconds the
+    # longest-waiting gang the last cycle explained has been pending
 
 
 class Metrics(Protocol):

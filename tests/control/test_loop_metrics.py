@@ -32,7 +32,8 @@ class Recorded(NoMetrics):
 def test_the_loop_tallies_waits_by_code_kinds_and_fair_shares():
     async def scenario():
         metrics = Recorded()
-        plane = make_plane(make_cluster("n0: GPU=4 CPU=8"), metrics=metrics)
+        cluster = make_cluster("n0: GPU=4 CPU=8")
+        plane = make_plane(cluster, metrics=metrics)
         big = await submit(plane, "big", "4xGPU=1", seconds=5)
         await wait_for(plane, big, S.RUNNING)
         # Three that cannot fit while `big` runs: the first blocks its queue, the other
@@ -42,9 +43,13 @@ def test_the_loop_tallies_waits_by_code_kinds_and_fair_shares():
         while plane.loop.waits.get(("default", "BEHIND"), 0) < 2:
             await asyncio.sleep(0.01)
         assert plane.loop.waits == {("default", "NO_FIT"): 1, ("default", "BEHIND"): 2}
-        await asyncio.sleep(1.1)  # the gauges' next refresh (once a second)
+        (head,) = plane.loop.last_plan.looked_at  # w1: w2 and w3 wait behind it
+        submitted = plane.registry.get(head).submitted_at
+        await asyncio.sleep(2.1)  # two refreshes of the gauges (once a second)
         tallies = metrics.tallies
         assert tallies is not None and tallies.queues is not None
+        # The head of the line has waited since it was submitted: a second and more.
+        assert 1.0 <= tallies.longest_wait["default"] <= cluster.clock() - submitted
         assert tallies.kinds[S.PENDING, "gang"] == 3 and tallies.kinds[S.RUNNING, "gang"] == 1
         (row,) = tallies.queues()
         assert row.name == "default" and row.fair_share["GPU"] == 4

@@ -185,7 +185,7 @@ def test_tallies_set_kinds_wait_codes_guarantees_limits_and_fair_shares():
         kinds={(GangState.PENDING, "gang"): 2, (GangState.RUNNING, "deployment"): 1,
                (GangState.STARTING, "deployment"): 1, (GangState.SUCCEEDED, "job"): 7},
         waits={("a", "NO_FIT"): 1, ("a", "BEHIND"): 2},
-        queues=lambda: [row])
+        queues=lambda: [row], longest_wait={"a": 42.0})
     m.refresh([], CAPPED, {}, tallies)
     workloads = made[NAMES.workloads].values
     assert len(workloads) == 8  # four kinds, pending and running: zeros included
@@ -196,6 +196,7 @@ def test_tallies_set_kinds_wait_codes_guarantees_limits_and_fair_shares():
     assert len(waiting) == 8  # every queue, every code
     assert waiting[(("queue", "a"), ("reason", "BEHIND"))] == 2
     assert waiting[(("queue", "b"), ("reason", "LIMIT"))] == 0
+    assert made[NAMES.longest].values == {q("a"): 42.0, q("b"): 0.0}
     assert made[NAMES.fair_share].values == {
         (("queue", "a"), ("resource", "GPU")): 5.0, (("queue", "a"), ("resource", "CPU")): 8.0}
     assert made[NAMES.guarantee].values == {  # beside each resource it has a share of

@@ -19,6 +19,8 @@ front of every user metric, so Prometheus shows them as `ray_raygang_*`:
                                                                     a failure)
     ray_raygang_cycle_phase_duration_seconds{phase}        histogram (observe, decide, apply)
     ray_raygang_waiting_gangs{queue, reason}               gauge   (pending gangs by wait code)
+    ray_raygang_longest_pending_seconds{queue}             gauge   (how long the longest-waiting
+                                                                    gang has been pending)
     ray_raygang_workloads{kind, status}                    gauge   (pending / running, by kind)
     ray_raygang_queue_fair_share{queue, resource}          gauge   (this moment's fair share)
     ray_raygang_queue_guarantee{queue, resource}           gauge   (the queue's quota)
@@ -101,6 +103,7 @@ NAMES = SimpleNamespace(
     restarts="raygang_gang_restarts_total",
     phase="raygang_cycle_phase_duration_seconds",
     waiting="raygang_waiting_gangs",
+    longest="raygang_longest_pending_seconds",
     workloads="raygang_workloads",
     fair_share="raygang_queue_fair_share",
     guarantee="raygang_queue_guarantee",
@@ -185,6 +188,11 @@ class SchedulerMetrics:
         self._waiting = metrics.Gauge(
             NAMES.waiting, "Pending gangs the last cycle explained, per queue and wait code "
             "(NO_FIT, BEHIND, LIMIT, UNSCHEDULABLE)", tag_keys=("queue", "reason"))
+        self._longest = metrics.Gauge(
+            NAMES.longest, "Seconds the longest-waiting gang of a queue has been pending "
+            "(since its submission or last requeue), among those the last cycle explained: "
+            "the heads of the queue's lines and every gang it tried (the gangs behind a "
+            "blocked head, younger at their priority, are not walked)", tag_keys=("queue",))
         self._workloads = metrics.Gauge(
             NAMES.workloads, "Workloads pending or running (admitted .. running), per kind "
             "(gang, deployment, job, train)", tag_keys=("kind", "status"))
@@ -325,6 +333,8 @@ class SchedulerMetrics:
         for queue, code in self._waits_seen:
             self._waiting.set(tallies.waits.get((queue, code), 0),
                               tags={"queue": queue, "reason": code})
+        for q in queues:
+            self._longest.set(tallies.longest_wait.get(q.name, 0.0), tags={"queue": q.name})
         fair = {row.name: row.fair_share
                 for row in (tallies.queues() if tallies.queues is not None else [])}
         for q in queues:
