@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from raygang.control.config import SchedulerConfig
 from raygang.control.fleet import Fleet
+from raygang.control.history import History
 from raygang.control.ports import Cluster, Metrics, Scaling, Tallies
 from raygang.control.records import GangRecord
 from raygang.control.registry import Registry
@@ -48,7 +49,8 @@ class SchedulingLoop:
     def __init__(self, registry: Registry, fleet: Fleet, cluster: Cluster, metrics: Metrics,
                  scaling: Scaling | None, config: Callable[[], SchedulerConfig],
                  clock: Callable[[], float], decide: Decide = schedule,
-                 release_recheck_s: tuple[float, ...] = RELEASE_RECHECK_S):
+                 release_recheck_s: tuple[float, ...] = RELEASE_RECHECK_S,
+                 history: History | None = None):
         self._registry = registry
         self._fleet = fleet
         self._cluster = cluster
@@ -57,6 +59,7 @@ class SchedulingLoop:
         self._config = config
         self._clock = clock
         self._decide = decide
+        self.history = history  # None: none kept (the simulator)
         self._release_recheck_s = release_recheck_s  # () where the view never lags (sim)
         self._wake = asyncio.Event()
         self._scale_wake = asyncio.Event()
@@ -122,6 +125,9 @@ class SchedulingLoop:
                 self._metrics_at = now
                 self._metrics.refresh(list(self._fleet), self._config().queues,
                                       self._registry.counts(), self._tallies())
+            if self.history is not None and self.history.due(now):
+                self.history.sample(now, self._config().policy.queue_tree,
+                                    self._registry.counts(), self._fleet.held())
 
     def _last_plan_changed(self) -> bool:
         """Whether the last cycle changed what waits (or admitted or preempted anything)."""

@@ -28,6 +28,7 @@ from raygang.control.errors import (
     SchedulerRecoveringError,
 )
 from raygang.control.fleet import SETTLE_S, Fleet
+from raygang.control.history import History
 from raygang.control.idempotency import submission_fingerprint
 from raygang.control.inside import Inside
 from raygang.control.intake import Intake, Submission, revalidated
@@ -44,6 +45,7 @@ from raygang.control.status import (
     ClusterStatus,
     DryRunResult,
     GangStatus,
+    QueueHistory,
     QueueStatus,
 )
 from raygang.control.views import cluster_status, queue_statuses
@@ -79,7 +81,7 @@ class ControlPlane:
                  scaling: Scaling | None = None, *, decide: Decide = schedule,
                  settle_s: float = SETTLE_S,
                  release_recheck_s: tuple[float, ...] = RELEASE_RECHECK_S,
-                 ids: random.Random | None = None):
+                 ids: random.Random | None = None, history: History | None = None):
         self.config = config
         self._cluster = cluster
         self.journal = journal
@@ -95,7 +97,8 @@ class ControlPlane:
                            ending=self._ending,
                            spawn=self.tasks.spawn, settle_s=settle_s)
         self.loop = SchedulingLoop(self.registry, self.fleet, cluster, self._metrics, scaling,
-                                   lambda: self.config, clock, decide, release_recheck_s)
+                                   lambda: self.config, clock, decide, release_recheck_s,
+                                   history)
         self.inside = Inside(self.registry, self.fleet, cluster, clock,
                              lambda: self.config.resync_interval_s, self.cancel,
                              spawn=self.tasks.spawn)
@@ -303,6 +306,14 @@ class ControlPlane:
         # Usage is what raygang holds now; only the nodes (for fair shares) may be cached.
         return queue_statuses(self.loop.held_snapshot(), self.registry.pending_totals(),
                               self.config.policy)
+
+    async def history(self, queues: Collection[str] | None = None) -> QueueHistory:
+        """The queues over the last hours (empty where no history is kept)."""
+        await self.ready()
+        history = self.loop.history
+        if history is None:
+            return QueueHistory(interval_s=0.0, points=[])
+        return history.view(queues)
 
     async def cluster(self) -> ClusterStatus:
         """Nodes with their total, free and used resources, and which gang holds what."""

@@ -19,6 +19,7 @@ from ray import cloudpickle
 
 from raygang.control.api import SchedulerAPI, calls
 from raygang.control.config import SchedulerConfig, StateConfig
+from raygang.control.history import History
 from raygang.control.journal import Journal
 from raygang.control.plane import ControlPlane
 from raygang.control.store import MemoryStore, SqliteStore, Store
@@ -49,7 +50,9 @@ class Scheduler:
         cluster = RayCluster(config.serve_http_port, config.handoff_lease_s,
                              config.jobs_address)
         metrics = SchedulerMetrics(probe=functools.partial(gcs_reachable, GCS_PROBE_TIMEOUT_S))
-        self._plane = ControlPlane(config, cluster, journal, clock, metrics, scaling)
+        history = History(config.history_interval_s, config.history_kept_s)
+        self._plane = ControlPlane(config, cluster, journal, clock, metrics, scaling,
+                                   history=history)
         self._train = TrainDesk(self._plane, cluster)
 
     @property
