@@ -12,7 +12,7 @@ import asyncio
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, TypeVar
 
 from raygang.control.config import SchedulerConfig
@@ -21,6 +21,7 @@ from raygang.control.history import History
 from raygang.control.ports import Cluster, Metrics, Scaling, Tallies
 from raygang.control.records import GangRecord
 from raygang.control.registry import Registry
+from raygang.control.status import QueueHistory
 from raygang.control.tasks import first_set, wait_within
 from raygang.core.backlog import Backlog
 from raygang.core.config import PolicyConfig
@@ -350,6 +351,12 @@ class SchedulingLoop:
             return []
         snapshot = dataclasses.replace(self.observed[1], placed=tuple(self._fleet.held()))
         return queue_report(snapshot, self._registry.pending_totals(), self._config().policy)
+
+    def queue_history(self, queues: Collection[str] | None = None) -> QueueHistory:
+        """The queues over the last hours (empty where no history is kept)."""
+        if self.history is None:
+            return QueueHistory(interval_s=0.0, points=[])
+        return self.history.view(queues)
 
     def held_snapshot(self) -> ClusterSnapshot:
         """A recent view of the nodes with what raygang holds now (usage must be current)."""

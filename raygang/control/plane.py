@@ -21,12 +21,8 @@ from raygang.control import kinds, recovery
 from raygang.control.api import SchedulerAPI
 from raygang.control.config import SchedulerConfig
 from raygang.control.dry_run import what_if
-from raygang.control.errors import (
-    DeploymentExistsError,
-    GangNotFoundError,
-    ResultsLostError,
-    SchedulerRecoveringError,
-)
+from raygang.control.errors import (DeploymentExistsError, GangNotFoundError, ResultsLostError,
+                                    SchedulerRecoveringError)
 from raygang.control.fleet import SETTLE_S, Fleet
 from raygang.control.history import History
 from raygang.control.idempotency import submission_fingerprint
@@ -41,13 +37,8 @@ from raygang.control.program import RoleProgram
 from raygang.control.records import GangRecord
 from raygang.control.registry import Registry
 from raygang.control.tasks import TaskSet, first_set
-from raygang.control.status import (
-    ClusterStatus,
-    DryRunResult,
-    GangStatus,
-    QueueHistory,
-    QueueStatus,
-)
+from raygang.control.status import (ClusterStatus, DryRunResult, GangStatus, QueueHistory,
+                                    QueueStatus)
 from raygang.control.views import cluster_status, queue_statuses
 from raygang.core.gang import GangState
 from raygang.core.lifecycle import CancelledWhilePending, decide
@@ -308,12 +299,8 @@ class ControlPlane:
                               self.config.policy)
 
     async def history(self, queues: Collection[str] | None = None) -> QueueHistory:
-        """The queues over the last hours (empty where no history is kept)."""
         await self.ready()
-        history = self.loop.history
-        if history is None:
-            return QueueHistory(interval_s=0.0, points=[])
-        return history.view(queues)
+        return self.loop.queue_history(queues)
 
     async def cluster(self) -> ClusterStatus:
         """Nodes with their total, free and used resources, and which gang holds what."""
