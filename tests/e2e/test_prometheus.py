@@ -188,19 +188,19 @@ def test_every_panel_and_alert_query_returns_series_from_a_real_prometheus(prome
     queries = _panel_queries(session) + [(f"alert {a.name}", a.watched)
                                          for a in alerts.ALERTS]
     # The workload's preemptions, as the counters say them (not only that names exist).
-    stopped = {"preempt": "in_queue", "reclaim": "other_queue"}
+    stopped = {("preempt", "in_queue"), ("reclaim", "other_queue")}
     by_action = ("sum by (action, reason) (ray_raygang_preempted_gangs_total"
                  f'{{SessionName="{session}"}})')
     deadline = time.time() + DEADLINE_S
     while True:  # until every counter moved by the workload has reached Prometheus
         empty = [(where, expr) for where, expr in queries if not _series(prometheus, expr)]
-        counted = {s["metric"]["action"]: s["metric"]["reason"]
+        counted = {(s["metric"]["action"], s["metric"]["reason"])
                    for s in _series(prometheus, by_action) if float(s["value"][1]) >= 1}
-        if (not empty and stopped.items() <= counted.items()) or time.time() > deadline:
+        if (not empty and stopped <= counted) or time.time() > deadline:
             break
         time.sleep(1)
     assert not empty, "queries without series:\n" + "\n".join(f"{w}: {e}" for w, e in empty)
-    assert stopped.items() <= counted.items(), counted
+    assert stopped <= counted, counted
 
     for board in dashboards.BOARDS:
         for variable in dashboards.dashboard(board)["templating"]["list"]:
