@@ -49,7 +49,8 @@ needs the core's cycle to hand back what each action pass took (e.g. `Plan.timin
 this module would then observe a `raygang_action_duration_seconds{action}` histogram.
 
 How Ray 2.60 exports (read in `ray/_private/telemetry/open_telemetry_metric_recorder.py`,
-checked by `tests/integration/test_metrics.py`): each worker pushes its metrics to its
+checked by `tests/integration/test_metrics.py`, and through a real Prometheus by
+`tests/e2e/test_prometheus.py`): each worker pushes its metrics to its
 node's agent every `metrics_report_interval_ms` (10 s by default), so a scrape lags up to
 that long. A gauge is dropped from the endpoint when it has not been set for two report
 intervals, so `refresh()` sets every gauge on every loop iteration (at least once per
