@@ -155,3 +155,74 @@ def test_promtool_accepts_the_rules_file_and_the_prometheusrule_spec(tmp_path: P
                                capture_output=True, text=True)
         assert check.returncode == 0, check.stdout + check.stderr
         assert f"SUCCESS: {len(alerts.ALERTS)} rules found" in check.stdout
+
+
+def _annotations(alert: alerts.Alert, value: str, queue: str | None = None) -> dict[str, str]:
+    """The alert's annotations as Prometheus renders them, for the templates they use."""
+    def render(text: str) -> str:
+        for template in ("{{ $value | humanizeDuration }}", "{{ $value | humanize }}"):
+            text = text.replace(template, value)
+        return text.replace("{{ $labels.queue }}", queue or "")
+
+    return {"summary": render(alert.summary), "description": render(alert.description)}
+
+
+def _series(name: str, values: str, **labels: str) -> dict[str, str]:
+    matchers = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    return {"series": f"{name}{{{matchers}}}", "values": values}
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None,
+                    reason="promtool is not installed (Debian: apt-get install prometheus; "
+                           ".ci/run installs it)")
+def test_each_alert_fires_on_its_condition_and_not_on_a_healthy_scheduler(tmp_path: Path):
+    """`promtool test rules`: synthetic series, minute by minute, against the rules file."""
+    by_name = {a.name: a for a in alerts.ALERTS}
+    cycle = "ray_raygang_admission_cycle_duration_seconds_bucket"
+    preempted = "ray_raygang_preempted_gangs_total"
+    victim = {"queue": "a", "action": "preempt", "reason": "in_queue", "preemptor_kind": "gang"}
+    # Troubled, for 30 min: a gang pending 2,000 s; every cycle between 2.5 and 5 s (p99
+    # 4.975 s); 5 preemptions a minute (50 in 10 min); the GCS probe failing; and no
+    # ray_raygang_running_gangs at all (no scheduler).
+    troubled = [
+        _series("ray_raygang_longest_pending_seconds", "2000x30", queue="a"),
+        _series(cycle, "0x30", result="success", le="2.5"),
+        _series(cycle, "0+10x30", result="success", le="5.0"),
+        _series(cycle, "0+10x30", result="success", le="+Inf"),
+        _series(preempted, "0+5x30", **victim),
+        _series("ray_raygang_gcs_reachable", "0x30"),
+    ]
+    fired = {
+        "RaygangGangPendingTooLong": ({"queue": "a"}, "33m 20s"),
+        "RaygangAdmissionCycleSlow": ({}, "4.975"),
+        "RaygangPreemptionStorm": ({}, "50"),
+        "RaygangSchedulerDown": ({}, ""),
+        "RaygangGcsUnreachable": ({}, ""),
+    }
+    assert set(fired) == set(by_name)
+    healthy = [
+        _series("ray_raygang_longest_pending_seconds", "60x30", queue="a"),
+        _series(cycle, "0+10x30", result="success", le="0.01"),
+        _series(cycle, "0+10x30", result="success", le="+Inf"),
+        _series(preempted, "0+1x30", **victim),
+        _series("ray_raygang_gcs_reachable", "1x30"),
+        _series("ray_raygang_running_gangs", "3x30", queue="a"),
+    ]
+    spec = {
+        "rule_files": [str(MONITORING / "raygang.rules.yaml")],
+        "evaluation_interval": "1m",
+        "tests": [
+            {"interval": "1m", "input_series": troubled, "alert_rule_test": [
+                {"eval_time": "20m", "alertname": name, "exp_alerts": [{
+                    "exp_labels": {"severity": by_name[name].severity, **labels},
+                    "exp_annotations": _annotations(by_name[name], value, labels.get("queue")),
+                }]} for name, (labels, value) in fired.items()]},
+            {"interval": "1m", "input_series": healthy, "alert_rule_test": [
+                {"eval_time": "20m", "alertname": name, "exp_alerts": []} for name in fired]},
+        ],
+    }
+    path = tmp_path / "alerts_test.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    check = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True,
+                           text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
