@@ -12,22 +12,25 @@ import asyncio
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, TypeVar
 
 from raygang.control.config import SchedulerConfig
 from raygang.control.fleet import Fleet
-from raygang.control.ports import Cluster, Metrics, Scaling
+from raygang.control.history import History
+from raygang.control.ports import Cluster, Metrics, Scaling, Tallies
 from raygang.control.records import GangRecord
 from raygang.control.registry import Registry
+from raygang.control.status import QueueHistory
 from raygang.control.tasks import first_set, wait_within
 from raygang.core.backlog import Backlog
 from raygang.core.config import PolicyConfig
 from raygang.core.cycle_dump import dump_cycle
 from raygang.core.elastic import member_id, member_of
 from raygang.core.gang import GangState
-from raygang.core.plan import Plan, Waitings
+from raygang.core.plan import Plan, WaitCode, Waitings
 from raygang.core.plan_data import plan_data
+from raygang.core.report import QueueReport, queue_report
 from raygang.core.scale import scale_candidates
 from raygang.core.schedule import schedule
 from raygang.core.snapshot import ClusterSnapshot
@@ -47,7 +50,8 @@ class SchedulingLoop:
     def __init__(self, registry: Registry, fleet: Fleet, cluster: Cluster, metrics: Metrics,
                  scaling: Scaling | None, config: Callable[[], SchedulerConfig],
                  clock: Callable[[], float], decide: Decide = schedule,
-                 release_recheck_s: tuple[float, ...] = RELEASE_RECHECK_S):
+                 release_recheck_s: tuple[float, ...] = RELEASE_RECHECK_S,
+                 history: History | None = None):
         self._registry = registry
         self._fleet = fleet
         self._cluster = cluster
@@ -56,6 +60,7 @@ class SchedulingLoop:
         self._config = config
         self._clock = clock
         self._decide = decide
+        self.history = history  # None: none kept (the simulator)
         self._release_recheck_s = release_recheck_s  # () where the view never lags (sim)
         self._wake = asyncio.Event()
         self._scale_wake = asyncio.Event()
@@ -64,6 +69,9 @@ class SchedulingLoop:
         self.last_plan = Plan()
         self._waiting_seen: object = frozenset()
         self._started = 0.0
+        self._phase_at = 0.0  # when the cycle's last phase (observe, decide) ended
+        self.waits: dict[tuple[str, str], int] = {}  # (queue, wait code) -> gangs, last cycle
+        self.waiting_since: dict[str, float] = {}  # queue -> the earliest of their `since`s
         self._metrics_at = float("-inf")  # when the gauges were last refreshed
         self.observed: tuple[float, ClusterSnapshot] | None = None
         self._noted: set[str] = set()  # pending gangs with a scale note
@@ -117,7 +125,10 @@ class SchedulingLoop:
             if now - self._metrics_at >= METRICS_REFRESH_S:
                 self._metrics_at = now
                 self._metrics.refresh(list(self._fleet), self._config().queues,
-                                      self._registry.counts())
+                                      self._registry.counts(), self._tallies())
+            if self.history is not None and self.history.due(now):
+                self.history.sample(now, self._config().policy.queue_tree,
+                                    self._registry.counts(), self._fleet.held())
 
     def _last_plan_changed(self) -> bool:
         """Whether the last cycle changed what waits (or admitted or preempted anything)."""
@@ -163,13 +174,16 @@ class SchedulingLoop:
         backlog = self._registry.backlog(now)
         if not backlog.lines and not self._fleet.may_grow() and not self._dumps:
             self.last_plan = Plan()
+            self.waits, self.waiting_since = {}, {}
             return None
         self._started = self._metrics.cycle_started()
         snapshot = self.observe()
+        self._phase_at = self._metrics.phase_done("observe", self._started)
         self.observed = (now, snapshot)
         return now, snapshot, backlog, self._config().policy
 
     def _apply(self, now: float, plan: Plan, snapshot: ClusterSnapshot) -> None:
+        applying = self._metrics.phase_done("decide", self._phase_at)
         self.last_plan = plan
         self.cycles += 1
         admitted = self._still_admitted(plan, snapshot)
@@ -183,11 +197,26 @@ class SchedulingLoop:
         for growth in plan.growths:  # on settled capacity: nobody waits for it
             self._fleet.grow(growth)
         self._fleet.note_growth(plan.grow_waits)
+        waits: dict[tuple[str, str], int] = {}
+        since: dict[str, float] = {}
         for waiting in plan.looked_at.values():
             record = self._registry.find(waiting.gang_id)
             if record is not None and record.state is GangState.PENDING:
                 record.set_waiting(waiting.code, waiting.message,
                                    plan.positions.get(waiting.gang_id))
+                key = (record.spec.queue, waiting.code.value)
+                waits[key] = waits.get(key, 0) + 1
+                at = record.pending_view().pending_since
+                if at is not None:
+                    since[key[0]] = min(at, since.get(key[0], at))
+        # The gangs behind a blocked queue head are counted, not walked: BEHIND is what
+        # almost all of them say (one that could never fit says UNSCHEDULABLE when asked).
+        if isinstance(plan.waiting, Waitings):
+            for queue, line in plan.waiting.behind.items():
+                key = (queue, WaitCode.BEHIND.value)
+                waits[key] = waits.get(key, 0) + len(line.line) - line.start
+        self.waits, self.waiting_since = waits, since
+        self._metrics.phase_done("apply", applying)
         self._metrics.cycle_done(self._started, plan)
 
     def _still_admitted(self, plan: Plan, snapshot: ClusterSnapshot) -> set[str]:
@@ -309,6 +338,25 @@ class SchedulingLoop:
             return self.observed[1]
         self.observed = (self._clock(), self.observe())
         return self.observed[1]
+
+    def _tallies(self) -> Tallies:
+        now = self._clock()
+        longest = {queue: max(0.0, now - at) for queue, at in self.waiting_since.items()}
+        return Tallies(self._registry.kind_counts(), self.waits, self._queue_report, longest)
+
+    def _queue_report(self) -> list[QueueReport]:
+        """Usage and fair shares as of now, on the nodes the last cycle saw: metrics read
+        no cluster (with no cycle yet, no row)."""
+        if self.observed is None:
+            return []
+        snapshot = dataclasses.replace(self.observed[1], placed=tuple(self._fleet.held()))
+        return queue_report(snapshot, self._registry.pending_totals(), self._config().policy)
+
+    def queue_history(self, queues: Collection[str] | None = None) -> QueueHistory:
+        """The queues over the last hours (empty where no history is kept)."""
+        if self.history is None:
+            return QueueHistory(interval_s=0.0, points=[])
+        return self.history.view(queues)
 
     def held_snapshot(self) -> ClusterSnapshot:
         """A recent view of the nodes with what raygang holds now (usage must be current)."""

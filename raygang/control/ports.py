@@ -10,6 +10,7 @@ virtual time simulates it.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from raygang.control.records import GangRecord
@@ -17,6 +18,7 @@ from raygang.control.status import GangError, MemberStatus, ScalingStatus
 from raygang.core.gang import GangState, PendingGang
 from raygang.core.plan import Plan, Preemption
 from raygang.core.queues import QueueSpec
+from raygang.core.report import QueueReport
 from raygang.core.resources import Resources
 from raygang.core.scale import ScalePlan
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
@@ -181,16 +183,33 @@ class Cluster(Protocol):
         """What a job's driver printed (`ray_job_id`: one attempt's job in the cluster)."""
 
 
+@dataclass(frozen=True)
+class Tallies:
+    """What the loop counts for the gauges beyond (state, queue): what it has at hand, and
+    the queue report as a call (fair shares cost a water-fill: only metrics that export
+    them make it)."""
+
+    kinds: Mapping[tuple[GangState, str], int] = field(default_factory=dict)  # (state, kind)
+    waits: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (queue, wait code):
+    # the pending gangs the last cycle explained
+    queues: Callable[[], Sequence[QueueReport]] | None = None
+    longest_wait: Mapping[str, float] = field(default_factory=dict)  # queue -> seconds the
+    # longest-waiting gang the last cycle explained has been pending
+
+
 class Metrics(Protocol):
     def admitted(self, record: GangRecord, now: float) -> None: ...
     def preempted(self, victim: GangRecord, preemptor: GangRecord,
                   preemption: Preemption) -> None: ...
     def finished(self, record: GangRecord) -> None: ...
     def resized(self, record: GangRecord, added: int, removed: int) -> None: ...
+    def restarted(self, record: GangRecord) -> None: ...
     def cycle_started(self) -> float: ...
+    def phase_done(self, phase: str, since: float) -> float: ...
     def cycle_done(self, started: float, plan: Plan) -> None: ...
     def refresh(self, gangs: Iterable[GangRecord], queues: Sequence[QueueSpec],
-                counts: Mapping[tuple[GangState, str], int] | None = None) -> None: ...
+                counts: Mapping[tuple[GangState, str], int] | None = None,
+                tallies: Tallies | None = None) -> None: ...
 
 
 class NoMetrics:
@@ -209,14 +228,21 @@ class NoMetrics:
     def resized(self, record: GangRecord, added: int, removed: int) -> None:
         pass
 
+    def restarted(self, record: GangRecord) -> None:
+        pass
+
     def cycle_started(self) -> float:
+        return 0.0
+
+    def phase_done(self, phase: str, since: float) -> float:
         return 0.0
 
     def cycle_done(self, started: float, plan: Plan) -> None:
         pass
 
     def refresh(self, gangs: Iterable[GangRecord], queues: Sequence[QueueSpec],
-                counts: Mapping[tuple[GangState, str], int] | None = None) -> None:
+                counts: Mapping[tuple[GangState, str], int] | None = None,
+                tallies: Tallies | None = None) -> None:
         pass
 
 

@@ -31,7 +31,8 @@ from raygang.control.errors import (
     StoreError,
     UnschedulableError,
 )
-from raygang.control.status import ClusterStatus, DryRunResult, GangStatus, QueueStatus
+from raygang.control.status import (ClusterStatus, DryRunResult, GangStatus, QueueHistory,
+                                    QueueStatus)
 from raygang.core.config import UnknownPriorityClass
 from raygang.core.gang import GangState
 from raygang.core.queues import QueueSpec
@@ -239,6 +240,14 @@ def _queue_and_cluster_routes(app: FastAPI, scheduler: SchedulerAPI, access: Acc
     async def list_queues(who: Caller) -> list[QueueStatus]:
         """Quota, limit, usage, fair share and pending count of each queue it may see."""
         return [q for q in await scheduler.queues() if who.may_use_queue(q.name)]
+
+    @app.get("/v1/history", response_model=QueueHistory, tags=["queues"])
+    async def queue_history(who: Caller) -> QueueHistory:
+        """Pending and running gangs and GPUs in use against the guarantee, per queue it may
+        see, over the last hours (a ring the scheduler keeps: `history_interval_s`,
+        `history_kept_s`)."""
+        visible = who.visible_queues()
+        return await scheduler.history(None if visible is None else sorted(visible))
 
     @app.put("/v1/queues/{name}", response_model=list[QueueStatus], tags=["queues"])
     async def set_queue(
