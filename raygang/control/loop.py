@@ -4,15 +4,17 @@ It wakes on every submission, cancellation and gang completion, and at least eve
 `resync_interval_s` to notice changes it did not cause (nodes joining, other work
 ending). A cycle that fails is logged and kept as `last_error`; the loop goes on. With
 scaling on, a second loop sizes the cluster to what waits after every cycle.
+
+
+A cluster that does not answer is no view (`sight.ClusterView`): no cycle decides then.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Coroutine
 from typing import Any, TypeVar
 
 from raygang.control.config import SchedulerConfig
@@ -22,7 +24,8 @@ from raygang.control.ports import Cluster, Metrics, Scaling, Tallies
 from raygang.control.records import GangRecord
 from raygang.control.registry import Registry
 from raygang.control.status import QueueHistory
-from raygang.control.tasks import first_set, wait_within
+from raygang.control.sight import ClusterView
+from raygang.control.tasks import first_set, spawn_free, wait_within
 from raygang.core.backlog import Backlog
 from raygang.core.config import PolicyConfig
 from raygang.core.cycle_dump import dump_cycle
@@ -51,7 +54,8 @@ class SchedulingLoop:
                  scaling: Scaling | None, config: Callable[[], SchedulerConfig],
                  clock: Callable[[], float], decide: Decide = schedule,
                  release_recheck_s: tuple[float, ...] = RELEASE_RECHECK_S,
-                 history: History | None = None):
+                 history: History | None = None,
+                 spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]] = spawn_free):
         self._registry = registry
         self._fleet = fleet
         self._cluster = cluster
@@ -73,7 +77,7 @@ class SchedulingLoop:
         self.waits: dict[tuple[str, str], int] = {}  # (queue, wait code) -> gangs, last cycle
         self.waiting_since: dict[str, float] = {}  # queue -> the earliest of their `since`s
         self._metrics_at = float("-inf")  # when the gauges were last refreshed
-        self.observed: tuple[float, ClusterSnapshot] | None = None
+        self.sight = ClusterView(cluster, fleet, clock, self._draining, self.wake, spawn)
         self._noted: set[str] = set()  # pending gangs with a scale note
         self._dumps: list[asyncio.Future[dict[str, Any]]] = []  # requests for the next cycle's dump
 
@@ -121,6 +125,7 @@ class SchedulingLoop:
                 self._scale_wake.set()  # else the scale loop's own interval is soon enough
             # Ray drops a gauge not set within two report intervals (10 s each); once a
             # second is plenty, and costs what the registry counts, not every gang.
+            self.sight.probe()
             now = self._clock()
             if now - self._metrics_at >= METRICS_REFRESH_S:
                 self._metrics_at = now
@@ -156,10 +161,15 @@ class SchedulingLoop:
     async def cycle_off_loop(self) -> None:
         """One cycle; the decision runs in a thread of its own, so that the event loop
         answers calls meanwhile (a cycle over a busy cluster takes a while). It decides
-        on copies: what changes meanwhile is checked when the plan is applied."""
-        prepared = self._prepare()
-        if prepared is None:
+        on copies: what changes meanwhile is checked when the plan is applied. A cluster
+        that does not answer makes no cycle."""
+        begun = self._begin()
+        if begun is None:
             return
+        snapshot = await self.sight.observe_off_loop()
+        if snapshot is None:
+            return
+        prepared = self._prepared(*begun, snapshot)
         now, snapshot, backlog, policy = prepared
         try:
             plan = await asyncio.to_thread(self._decide, snapshot, backlog, policy, now)
@@ -170,6 +180,11 @@ class SchedulingLoop:
         await self._dump_off_loop(prepared, plan)
 
     def _prepare(self) -> Prepared | None:
+        begun = self._begin()
+        return None if begun is None else self._prepared(*begun, self.observe())
+
+    def _begin(self) -> tuple[float, Backlog] | None:
+        """A cycle's time and backlog, or None if there is nothing to decide."""
         now = self._clock()
         backlog = self._registry.backlog(now)
         if not backlog.lines and not self._fleet.may_grow() and not self._dumps:
@@ -177,9 +192,11 @@ class SchedulingLoop:
             self.waits, self.waiting_since = {}, {}
             return None
         self._started = self._metrics.cycle_started()
-        snapshot = self.observe()
+        return now, backlog
+
+    def _prepared(self, now: float, backlog: Backlog, snapshot: ClusterSnapshot) -> Prepared:
         self._phase_at = self._metrics.phase_done("observe", self._started)
-        self.observed = (now, snapshot)
+        self.sight.observed = (now, snapshot)
         return now, snapshot, backlog, self._config().policy
 
     def _apply(self, now: float, plan: Plan, snapshot: ClusterSnapshot) -> None:
@@ -326,30 +343,24 @@ class SchedulingLoop:
 
     # What the cluster looks like ------------------------------------------------------
     def observe(self) -> ClusterSnapshot:
-        draining = self.scaling.draining if self.scaling is not None else ()
-        return self._cluster.observe(self._fleet.held(), draining)
+        return self.sight.observe()
 
-    def recent_snapshot(self, max_age: float | None = None) -> ClusterSnapshot:
-        """The last cycle's view if younger than `max_age` (default: one resync interval).
-        Whether a gang could *ever* fit depends only on the nodes' totals, which change
-        slowly; a burst of submissions then costs no cluster reads each."""
-        max_age = self._config().resync_interval_s if max_age is None else max_age
-        if self.observed and self._clock() - self.observed[0] < max_age:
-            return self.observed[1]
-        self.observed = (self._clock(), self.observe())
-        return self.observed[1]
+    def _draining(self) -> Collection[str]:
+        return self.scaling.draining if self.scaling is not None else ()
 
     def _tallies(self) -> Tallies:
         now = self._clock()
         longest = {queue: max(0.0, now - at) for queue, at in self.waiting_since.items()}
-        return Tallies(self._registry.kind_counts(), self.waits, self._queue_report, longest)
+        return Tallies(self._registry.kind_counts(), self.waits, self._queue_report, longest,
+                       reachable=self.sight.unreachable is None)
 
     def _queue_report(self) -> list[QueueReport]:
         """Usage and fair shares as of now, on the nodes the last cycle saw: metrics read
         no cluster (with no cycle yet, no row)."""
-        if self.observed is None:
+        observed = self.sight.observed
+        if observed is None:
             return []
-        snapshot = dataclasses.replace(self.observed[1], placed=tuple(self._fleet.held()))
+        snapshot = self.sight.with_held(observed[1])
         return queue_report(snapshot, self._registry.pending_totals(), self._config().policy)
 
     def queue_history(self, queues: Collection[str] | None = None) -> QueueHistory:
@@ -358,9 +369,15 @@ class SchedulingLoop:
             return QueueHistory(interval_s=0.0, points=[])
         return self.history.view(queues)
 
-    def held_snapshot(self) -> ClusterSnapshot:
+    async def view(self, max_age: float | None = None) -> ClusterSnapshot:
+        """The last view if younger than `max_age` (default: one resync interval), else
+        one read now (`ClusterView.view`)."""
+        return await self.sight.view(
+            self._config().resync_interval_s if max_age is None else max_age)
+
+    async def held_view(self) -> ClusterSnapshot:
         """A recent view of the nodes with what raygang holds now (usage must be current)."""
-        return dataclasses.replace(self.recent_snapshot(), placed=tuple(self._fleet.held()))
+        return self.sight.with_held(await self.view())
 
     # Scaling the cluster --------------------------------------------------------------
     async def run_scaling(self) -> None:
@@ -370,6 +387,8 @@ class SchedulingLoop:
         assert scaling is not None
         while True:
             await self._woken(self._scale_wake)
+            if self.sight.unreachable is not None:
+                continue  # no view of the cluster: no scale decision either
             plan = self.last_plan
             waiting = scale_candidates(plan, self._registry.pending_gang,
                                        self._config().policy)

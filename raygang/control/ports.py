@@ -144,10 +144,17 @@ class Cluster(Protocol):
     """The cluster as the control plane sees it and acts on it."""
 
     resizes: frozenset[Resize]  # how its runs resize elastic gangs (none: they do not)
+    # Whether `observe` may block (Ray's GCS reads wait while the GCS is down): the loop
+    # then reads it in a thread, within a timeout of its own.
+    observe_blocks: bool
 
     def observe(self, held: Iterable[PlacedGang], draining: Collection[str]) -> ClusterSnapshot:
         """Nodes with their free resources (what `held` holds counts as used even if the
-        cluster does not show it yet; `draining` nodes have nothing free)."""
+        cluster does not show it yet; `draining` nodes have nothing free). Raises
+        `ClusterUnreachable` when the cluster does not answer."""
+
+    async def answers(self, timeout: float) -> bool:
+        """Whether the cluster answers a small read within `timeout` (never raises)."""
 
     async def until_free(self, bundles: Sequence[tuple[str, Resources]],
                          timeout: float) -> bool:
@@ -195,6 +202,7 @@ class Tallies:
     queues: Callable[[], Sequence[QueueReport]] | None = None
     longest_wait: Mapping[str, float] = field(default_factory=dict)  # queue -> seconds the
     # longest-waiting gang the last cycle explained has been pending
+    reachable: bool = True  # whether the cluster (Ray's GCS) answers (`control.sight`)
 
 
 class Metrics(Protocol):

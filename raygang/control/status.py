@@ -210,3 +210,7 @@ class ClusterStatus(BaseModel):
     total: dict[str, float]
     free: dict[str, float]
     scaling: ScalingStatus | None = None  # None when the scheduler does not scale
+    # While the cluster's control service (Ray's GCS) does not answer: since when (the
+    # scheduler's clock, as `observed_at`) and why. The nodes are then the last view.
+    unreachable_since: float | None = None
+    unreachable_reason: str | None = None

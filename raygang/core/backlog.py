@@ -77,12 +77,12 @@ class Locator:
                            for queue, line in self._lines.items()
                            for i, gang in enumerate(line)}
         where = self._index.get(gang_id)
+        if where is None:
+            return None
         # As the bisect would: a gang whose place changed since the cycle (its priority)
         # is not where the cycle saw it.
-        now = None if where is None else self._find(gang_id)
-        if now is None or now.order_key() != where[2].order_key():
-            return None
-        return where
+        now = self._find(gang_id)
+        return where if now is not None and now.order_key() == where[2].order_key() else None
 
     def _bisect(self, gang_id: str) -> tuple[str, int, PendingGang] | None:
         gang = self._find(gang_id)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from types import SimpleNamespace
 
-import asyncio
 
 from raygang.control.ports import Tallies
 from raygang.control.records import GangRecord
@@ -206,31 +205,14 @@ def test_tallies_set_kinds_wait_codes_guarantees_limits_and_fair_shares():
     assert set(made[NAMES.waiting].values.values()) == {0}
 
 
-def test_the_gcs_probe_runs_in_the_event_loop_and_a_failing_one_reads_unreachable():
+def test_the_gcs_gauge_says_what_the_loop_sees():
+    """The loop's view of the cluster (control/sight.py: its reads and probes) is the one
+    answer to whether the GCS answers: 1, then 0 during an outage."""
     made, fake = _fake_metrics()
-    clock = Clock()
-    answers = [True, False, RuntimeError("connection refused")]
-
-    async def probe():
-        answer = answers.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    m = SchedulerMetrics(fake, timer=clock, probe=probe)
-    gcs = made[NAMES.gcs].values
-    m.refresh([], QUEUES)  # outside an event loop: no probe, and nothing said yet
-    assert gcs == {}
-
-    async def refreshed() -> list[float]:
-        seen = []
-        for _ in range(3):
-            m.refresh([], QUEUES)
-            await asyncio.sleep(0)  # the probe's task runs
-            m.refresh([], QUEUES)  # not due again yet: no second probe
-            seen.append(gcs[()])
-            clock.now += 5
-        return seen
-
-    assert asyncio.run(refreshed()) == [1, 0, 0]
-    assert answers == []
+    m = SchedulerMetrics(fake)
+    m.refresh([], QUEUES)  # without the loop's tallies: nothing said yet
+    assert made[NAMES.gcs].values == {}
+    m.refresh([], QUEUES, {}, Tallies())
+    assert made[NAMES.gcs].values == {(): 1}
+    m.refresh([], QUEUES, {}, Tallies(reachable=False))
+    assert made[NAMES.gcs].values == {(): 0}

@@ -9,7 +9,6 @@ calls of `TrainAPI` go to the Train desk (`train_desk.py`) once the plane has re
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,7 +24,7 @@ from raygang.control.plane import ControlPlane
 from raygang.control.store import MemoryStore, SqliteStore, Store
 from raygang.core.spec import GangSpec
 from raygang.runtime.scheduler.cluster import RayCluster
-from raygang.runtime.scheduler.gcs_store import GcsStore, gcs_reachable
+from raygang.runtime.scheduler.gcs_store import GcsStore
 from raygang.runtime.scheduler.scaling import ScaleDriver
 from raygang.runtime.scheduler.train_desk import TrainDesk
 
@@ -41,15 +40,14 @@ def open_store(state: StateConfig) -> Store:
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig, clock: Callable[[], float] = time.time):
-        from raygang.runtime.scheduler.metrics import (  # made in the actor process
-            GCS_PROBE_TIMEOUT_S, SchedulerMetrics)
+        from raygang.runtime.scheduler.metrics import SchedulerMetrics  # in the actor
 
         scaling = (ScaleDriver(config.scaling, clock=clock)
                    if config.scaling.mode != "off" else None)
         journal = Journal(open_store(config.state), config.state, pickler=cloudpickle)
         cluster = RayCluster(config.serve_http_port, config.handoff_lease_s,
                              config.jobs_address)
-        metrics = SchedulerMetrics(probe=functools.partial(gcs_reachable, GCS_PROBE_TIMEOUT_S))
+        metrics = SchedulerMetrics()
         history = History(config.history_interval_s, config.history_kept_s)
         self._plane = ControlPlane(config, cluster, journal, clock, metrics, scaling,
                                    history=history)

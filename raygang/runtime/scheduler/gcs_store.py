@@ -56,9 +56,9 @@ class GcsStore(Store):
 
 
 async def gcs_reachable(timeout_s: float) -> bool:
-    """Whether the GCS answers a key read within `timeout_s` (the scheduler's metric
-    `raygang_gcs_reachable`): with GCS fault tolerance the workers outlive a GCS restart,
-    and this is what says it is down meanwhile. Never raises."""
+    """Whether the GCS answers a key read within `timeout_s` (`RayCluster.answers`, asked
+    by control/sight.py): with GCS fault tolerance the workers outlive a GCS restart, and
+    this is what says it is down meanwhile. Never raises."""
     try:
         await gcs_kv_client().async_internal_kv_get(
             b"probe", namespace=GCS_NAMESPACE.encode(), timeout=timeout_s)

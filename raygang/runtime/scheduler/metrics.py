@@ -25,8 +25,8 @@ front of every user metric, so Prometheus shows them as `ray_raygang_*`:
     ray_raygang_queue_fair_share{queue, resource}          gauge   (this moment's fair share)
     ray_raygang_queue_guarantee{queue, resource}           gauge   (the queue's quota)
     ray_raygang_queue_limit{queue, resource}               gauge   (its hard cap, if it has one)
-    ray_raygang_gcs_reachable                              gauge   (1: the scheduler's last
-                                                                    GCS probe answered)
+    ray_raygang_gcs_reachable                              gauge   (1: the GCS answers the
+                                                                    scheduler; control/sight.py)
 
 Ray adds its own labels to every series: Component="core_worker", NodeAddress, SessionName,
 Version, WorkerId (the scheduler actor's worker: a restarted scheduler starts new series)
@@ -63,11 +63,10 @@ logged once and ignored.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import SimpleNamespace
 from typing import Any
 
@@ -87,8 +86,6 @@ WAIT_BUCKETS = [0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 
 CYCLE_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
 # A GCS that does not answer a key read in this long is down for the scheduler: its own
 # calls time out after 30 s, which is too late to page anyone. Probed this often.
-GCS_PROBE_TIMEOUT_S = 2.0
-GCS_PROBE_EVERY_S = 5.0
 
 NAMES = SimpleNamespace(
     pending="raygang_pending_gangs",
@@ -134,19 +131,12 @@ class SchedulerMetrics:
     """The scheduler's metric objects and the few calls that update them.
 
     `metrics` is the module that makes metric objects (`ray.util.metrics` by default; a
-    fake in unit tests); `timer` measures cycle durations (monotonic seconds); `probe`
-    answers whether the GCS is reachable (runtime/scheduler/gcs_store.py's
-    `gcs_reachable`; None: the gauge is not exported)."""
+    fake in unit tests); `timer` measures cycle durations (monotonic seconds)."""
 
-    def __init__(self, metrics: Any = None, timer: Callable[[], float] = time.perf_counter,
-                 probe: Callable[[], Awaitable[bool]] | None = None):
+    def __init__(self, metrics: Any = None, timer: Callable[[], float] = time.perf_counter):
         if metrics is None:
             from ray.util import metrics  # in the actor's process, when the actor is made
         self._timer = timer
-        self._probe = probe
-        self._probing: asyncio.Task[None] | None = None
-        self._probed_at = float("-inf")
-        self._reachable: bool | None = None  # None until the first probe answered
         self._failed: set[str] = set()
         self._pending = metrics.Gauge(
             NAMES.pending, "Gangs waiting for admission, per queue", tag_keys=("queue",))
@@ -208,8 +198,9 @@ class SchedulerMetrics:
             NAMES.limit, "A queue's hard cap, per resource it caps",
             tag_keys=("queue", "resource"))
         self._gcs = metrics.Gauge(
-            NAMES.gcs, "1 if the scheduler's last GCS probe answered within "
-            f"{GCS_PROBE_TIMEOUT_S:g} s, 0 if not", tag_keys=())
+            NAMES.gcs, "1 if the cluster's GCS answers the scheduler, 0 while it does not "
+            "(its last read or probe timed out: no scheduling decision meanwhile)",
+            tag_keys=())
         self._usage_seen: set[tuple[str, str]] = set()  # reported once: 0 when released
         self._waits_seen: set[tuple[str, str]] = set()
 
@@ -279,7 +270,7 @@ class SchedulerMetrics:
         self._set_books(records, queues, counts)
         if tallies is not None:
             self._set_tallies(tallies, queues)
-        self._set_gcs()
+            self._gcs.set(1 if tallies.reachable else 0, tags={})
 
     def _set_books(self, records: Iterable[GangRecord], queues: list[QueueSpec],
                    counts: Mapping[tuple[GangState, str], int] | None) -> None:
@@ -348,30 +339,6 @@ class SchedulerMetrics:
                     self._fair_share.set(fair[q.name].get(resource, 0.0), tags=tags)
             for resource, cap in (q.limit or {}).items():
                 self._limit.set(cap, tags={"queue": q.name, "resource": resource})
-
-    def _set_gcs(self) -> None:
-        """Export the last probe's answer; start the next probe when one is due (in the
-        event loop the scheduler runs in: the probe awaits, it never blocks a cycle)."""
-        if self._reachable is not None:
-            self._gcs.set(1 if self._reachable else 0, tags={})
-        if self._probe is None or (self._probing is not None and not self._probing.done()):
-            return
-        if self._timer() - self._probed_at < GCS_PROBE_EVERY_S:
-            return
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return  # refreshed outside an event loop (a test): nothing to await in
-        self._probed_at = self._timer()
-        self._probing = loop.create_task(self._run_probe())
-
-    async def _run_probe(self) -> None:
-        assert self._probe is not None
-        try:
-            self._reachable = bool(await self._probe())
-        except Exception:  # a probe that fails says what one that answers no says
-            self._reachable = False
-        self._gcs.set(1 if self._reachable else 0, tags={})
 
 
 def _self_and_ancestors(queue: str, parents: dict[str, str | None]) -> list[str]:
