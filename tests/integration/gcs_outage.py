@@ -3,7 +3,8 @@
 
     python -m tests.integration.gcs_outage   # prints one JSON line (test_gcs_outage.py)
 
-A gang runs; the GCS is killed for OUTAGE_S; meanwhile the scheduler's event loop is
+A gang runs, and another that ends early in the outage; the GCS is killed for OUTAGE_S;
+meanwhile the scheduler's event loop is
 pinged every 0.2 s from a thread, a second gang is submitted, and the scheduler is asked
 what it sees; then the GCS is started again. Run in a subprocess: the test's own driver is
 connected to the session's cluster, and this cluster's processes need RAY_REDIS_ADDRESS.
@@ -64,7 +65,9 @@ def scenario(cluster, raygang, handle) -> dict:
 
     out: dict = {}
     running = sleeper.remote(600)
+    ending = sleeper.options(replicas=1).remote(4.0)  # ends early in the outage
     running.ready(timeout=120)
+    ending.ready(timeout=120)
     pings: list[tuple[float, float | str]] = []
     stop = threading.Event()
 
@@ -101,16 +104,20 @@ def scenario(cluster, raygang, handle) -> dict:
         time.sleep(0.1)
     out["submission_returned_after_s"] = round(submitted["returned_at"] - back_at, 2)
     second = submitted["ref"].wait(timeout=60)
-    started_at = next(e.at for e in second.events if e.to_state.value == "RUNNING")
     out["second"] = second.state.value
-    # started_at is the scheduler's wall clock; back_at this process's monotonic one
-    out["second_running_after_s"] = round(started_at - (time.time() - (time.monotonic()
-                                                                      - back_at)), 2)
+    back_wall = time.time() - (time.monotonic() - back_at)  # events: the scheduler's clock
+    for state in ("ADMITTED", "RUNNING"):
+        at = next(e.at for e in second.events if e.to_state.value == state)
+        out[f"second_{state.lower()}_after_s"] = round(at - back_wall, 2)
     stop.set()
     during = [d for t, d in pings if killed_at <= t <= back_at]
     out["pings_during"] = len(during)
     out["longest_ping_during_s"] = max((d for d in during if isinstance(d, float)), default=None)
     out["failed_pings"] = sum(1 for d in during if isinstance(d, str))
+    deadline = time.monotonic() + 30
+    while not ending.status().finished and time.monotonic() < deadline:
+        time.sleep(0.2)
+    out["ending"] = ending.status().state.value
     status = running.status()
     out["running_after"] = (status.state.value, status.restarts, status.preemptions)
     out["unreachable_after"] = ray.get(handle.ping.remote(), timeout=10)["unreachable"]
