@@ -128,7 +128,13 @@ def _health_routes(app: FastAPI, scheduler: SchedulerAPI) -> None:
             response.status_code = 503
             return Health(status="recovering",
                           detail=ping.get("last_cycle_error") or "reading the store")
-        return Health(status="ready", scheduler={k: ping[k] for k in ("gangs", "cycles")})
+        unreachable = ping.get("unreachable")
+        # Still ready: the scheduler answers and keeps what it is sent; it only decides
+        # nothing until Ray's GCS answers again (operations: When things break).
+        return Health(status="ready", scheduler={k: ping[k] for k in ("gangs", "cycles")},
+                      detail=None if not unreachable else
+                      f"Ray's GCS does not answer (since {unreachable[0]:.0f}: "
+                      f"{unreachable[1]}); no scheduling decision until it does")
 
 
 def _gang_routes(app: FastAPI, scheduler: SchedulerAPI, access: Access,

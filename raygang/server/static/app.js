@@ -451,6 +451,14 @@
   }
 
   function renderNodes(cluster) {
+    // While Ray's GCS does not answer, the scheduler decides nothing: say so, and since when
+    // (the nodes below are then the last view it had).
+    const since = cluster.unreachable_since;
+    $("unreachable").hidden = since == null;
+    $("unreachable").textContent = since == null ? "" :
+      "Ray's GCS does not answer since " + new Date(since * 1000).toLocaleTimeString() +
+      ": no scheduling decision until it does; nodes as last seen (" +
+      cluster.unreachable_reason + ")";
     const byName = (a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
     const nodes = [...cluster.nodes].sort((a, b) =>
       (b.alive - a.alive) || ((b.total.GPU || 0) - (a.total.GPU || 0)) || byName(a, b));
