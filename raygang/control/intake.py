@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from raygang.control import kinds
 from raygang.control.config import SchedulerConfig
-from raygang.control.errors import UnschedulableError
+from raygang.control.errors import ClusterUnreachable, StoreError, UnschedulableError
 from raygang.control.inside import Inside
 from raygang.control.journal import Journal
 from raygang.control.loop import SchedulingLoop
@@ -131,7 +131,11 @@ class Intake:
         A recent view may accept; only a fresh one may refuse (a node may just have
         joined), and none while the cluster does not answer (its last view may be old)."""
         policy, loop = self._config().policy, self._loop
-        reason = unschedulable_reason(spec, await loop.view(), policy)
+        try:
+            seen = await loop.view()
+        except ClusterUnreachable:
+            return  # never seen: nothing to refuse it on (a cycle says why it waits)
+        reason = unschedulable_reason(spec, seen, policy)
         if reason:
             fresh = await loop.view(max_age=0)
             reason = (None if loop.sight.unreachable is not None
@@ -146,8 +150,18 @@ class Intake:
             raise UnschedulableError(f"{kind} {spec.name!r} can never be admitted: {reason}")
 
     async def saved(self, record: GangRecord) -> str:
-        """Its id once the gang is in the store (then a cycle may admit it)."""
-        gang_id = await self._journal.saved(record, self._registry.forget_unsaved)
+        """Its id once the gang is in the store (then a cycle may admit it). A store that
+        does not take it refuses it, and says so if the GCS is known to be down (the
+        default store is the GCS's: a submission waits for it, up to the store's timeout,
+        and is never acknowledged before it is stored)."""
+        try:
+            gang_id = await self._journal.saved(record, self._registry.forget_unsaved)
+        except StoreError as error:
+            unreachable = self._loop.sight.unreachable
+            if unreachable is None:
+                raise
+            raise StoreError(f"{error}; Ray's GCS does not answer (since {unreachable[0]:.0f}: "
+                             f"{unreachable[1]}): submit it again once it does") from None
         self._registry.changed(record)  # stored: now it may be admitted
         if record.parent is not None:
             self._inside.place()

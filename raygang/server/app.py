@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from raygang.control.api import SchedulerAPI
 from raygang.control.errors import (
+    ClusterUnreachable,
     DeploymentExistsError,
     GangNotFoundError,
     IdempotencyConflictError,
@@ -330,6 +331,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         (SchedulerUnavailable, 503),
         (SchedulerRecoveringError, 503),
         (StoreError, 503),
+        (ClusterUnreachable, 503),  # a view asked for before Ray's GCS ever answered
         (ValueError, 422),  # the scheduler's own checks of a request (after pydantic's)
     )
     for kind, status in statuses:

@@ -13,7 +13,11 @@ import asyncio
 import threading
 import time
 
+import pytest
+
 from raygang.control import sight
+from raygang.control.errors import StoreError
+from raygang.control.store import MemoryStore
 from raygang.core.gang import GangState as S
 
 from tests.control.harness import make_cluster, make_plane, run, submit, wait_for
@@ -112,6 +116,39 @@ def test_a_probe_finds_an_outage_and_its_end_while_nothing_waits():
         await asyncio.sleep(sight.PROBE_EVERY_S + 1.0)
         assert (await plane.ping())["unreachable"] is None
         assert (await plane.status(running)).state is S.RUNNING
+        await plane.shutdown()
+
+    run(scenario)
+
+
+class OutageStore(MemoryStore):
+    """The GCS's key-value store, down while `down` (a write fails as a timed-out one)."""
+
+    def __init__(self):
+        super().__init__()
+        self.down = False
+
+    async def put(self, table, key, value):
+        if self.down:
+            raise TimeoutError("the GCS did not answer within 30 s")
+        await super().put(table, key, value)
+
+
+def test_a_submission_the_store_cannot_take_is_refused_saying_why_and_nothing_is_kept():
+    async def scenario():
+        cluster, store = make_cluster("n0: GPU=4"), OutageStore()
+        plane = make_plane(cluster, store)
+        cluster.outage = store.down = True
+        await asyncio.sleep(sight.PROBE_EVERY_S + 1.0)  # the probe has seen it
+        with pytest.raises(StoreError) as refused:
+            await submit(plane, "during", "GPU=1", seconds=None)
+        assert "the submission was not accepted" in str(refused.value)
+        assert "Ray's GCS does not answer" in str(refused.value)
+        assert [r.spec.name for r in plane.registry] == []  # nothing kept
+        cluster.outage = store.down = False
+        await asyncio.sleep(sight.PROBE_EVERY_S + 1.0)
+        after = await submit(plane, "after", "GPU=1", seconds=None)
+        await wait_for(plane, after, S.RUNNING)
         await plane.shutdown()
 
     run(scenario)
