@@ -1,12 +1,15 @@
-"""A GCS outage under a running scheduler, on a cluster of its own with GCS fault tolerance
-(Debian's redis-server as the GCS store; the head takes no work, as KubeRay runs it).
+"""A GCS outage, then the head replaced, under a running scheduler, on a cluster of its own
+with GCS fault tolerance (Debian's redis-server as the GCS store; the head takes no work
+and runs the scheduler, as KubeRay runs it).
 
     python -m tests.integration.gcs_outage   # prints one JSON line (test_gcs_outage.py)
 
 A gang runs, and another that ends early in the outage; the GCS is killed for OUTAGE_S;
 meanwhile the scheduler's event loop is
 pinged every 0.2 s from a thread, a second gang is submitted, and the scheduler is asked
-what it sees; then the GCS is started again. Run in a subprocess: the test's own driver is
+what it sees; then the GCS is started again. Then the head is replaced (every process of
+it killed, a new one started on the same port and Redis), with the first gang still
+running: the scheduler restarts on the new head and recovers. Run in a subprocess: the test's own driver is
 connected to the session's cluster, and this cluster's processes need RAY_REDIS_ADDRESS.
 """
 
@@ -41,18 +44,94 @@ def main() -> dict:
     import raygang
     from raygang.runtime.client.connection import scheduler
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "num_gpus": 0})
+    cluster = Cluster(initialize_head=True, head_node_args=HEAD | {
+        "gcs_server_port": free_port()})  # a replacement head takes the same port
     try:
         cluster.add_node(num_cpus=4, num_gpus=4)
         ray.init(address=cluster.address)
         cluster.wait_for_nodes()
-        raygang.start()
-        return scenario(cluster, raygang, scheduler())
+        start_on_head()
+        out = scenario(cluster, raygang, scheduler())
+        out.update(replace_head(cluster, raygang, out["running_gang"]))
+        return out
     finally:
         raygang.shutdown()
         ray.shutdown()
         cluster.shutdown()
         redis.kill()
+
+
+# The head takes no work, as KubeRay runs it, and runs the scheduler (`raygang start` on
+# the head): a custom resource only the head has pins the scheduler actor there.
+HEAD = {"num_cpus": 0, "num_gpus": 0, "resources": {"raygang-test-head": 1}}
+
+
+def start_on_head() -> None:
+    import ray
+
+    from raygang import SchedulerConfig
+    from raygang.runtime.names import NAMESPACE, SCHEDULER_NAME
+    from raygang.runtime.scheduler.actor import SchedulerActor
+
+    handle = SchedulerActor.options(name=SCHEDULER_NAME, namespace=NAMESPACE,
+                                    lifetime="detached",
+                                    resources={"raygang-test-head": 0.01}).remote(SchedulerConfig())
+    ray.get(handle.ping.remote(), timeout=60)
+
+
+def replace_head(cluster, raygang, gang_id: str) -> dict:
+    """KubeRay's head pod deletion, locally: every process of the head killed (its GCS,
+    raylet and the scheduler actor on it), a new head started on the same GCS port with
+    the same Redis; the scheduler is restarted by Ray there and recovers from its store."""
+    import ray
+
+    from raygang.runtime.client.connection import scheduler
+
+    out: dict = {}
+    running = raygang.GangRef(gang_id)
+    before = ray.get(scheduler().ping.remote(), timeout=10)["instance"]
+    ray.shutdown()  # this driver's raylet is the head's
+    port = cluster.head_node._ray_params.gcs_server_port
+    cluster.head_node.kill_all_processes(check_alive=False, allow_graceful=False, wait=True)
+    cluster.head_node = None
+    killed_at = time.monotonic()
+    cluster.add_node(**HEAD, gcs_server_port=port, wait=False)
+    ray.init(address=cluster.address)
+    out["head_up_after_s"] = round(time.monotonic() - killed_at, 1)
+    deadline = time.monotonic() + 120
+    while True:  # the Python API rides through the restart; ping until it has recovered
+        try:
+            ping = ray.get(scheduler().ping.remote(), timeout=10)
+            if ping["ready"]:
+                break
+        except Exception:  # noqa: BLE001 - not restarted yet
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    out["ready_after_head_s"] = round(time.monotonic() - killed_at - out["head_up_after_s"], 1)
+    out["scheduler_restarted"] = ping["instance"] != before
+    out["recovery"] = {k: ping["recovery"][k] for k in ("adopted", "requeued", "pending")}
+    status = running.status()
+    out["running_after_head"] = (status.state.value, status.restarts, status.preemptions,
+                                 status.events[-1].reason)
+    fresh = raygang.GangRef(_submit_one(raygang))
+    out["fresh_after_head"] = fresh.wait(timeout=60).state.value
+    running.cancel()
+    deadline = time.monotonic() + 30
+    while not running.status().finished and time.monotonic() < deadline:
+        time.sleep(0.2)
+    out["head_raygang_groups_left"] = sum(
+        1 for pg in ray.util.placement_group_table().values()
+        if pg["name"].startswith("raygang-") and pg["state"] != "REMOVED")
+    return out
+
+
+def _submit_one(raygang) -> str:
+    @raygang.gang_task(num_gpus=1)
+    def short() -> int:
+        return 1
+
+    return short.remote().gang_id
 
 
 def scenario(cluster, raygang, handle) -> dict:
@@ -121,15 +200,8 @@ def scenario(cluster, raygang, handle) -> dict:
     status = running.status()
     out["running_after"] = (status.state.value, status.restarts, status.preemptions)
     out["unreachable_after"] = ray.get(handle.ping.remote(), timeout=10)["unreachable"]
-    running.cancel()
-    deadline = time.monotonic() + 30
-    while not running.status().finished and time.monotonic() < deadline:
-        time.sleep(0.2)
-    out["ended"] = running.status().state.value
-    out["raygang_groups_left"] = sum(
-        1 for pg in ray.util.placement_group_table().values()
-        if pg["name"].startswith("raygang-") and pg["state"] != "REMOVED")
-    return out
+    out["running_gang"] = running.gang_id
+    return out  # the running gang goes on into the head's replacement
 
 
 if __name__ == "__main__":

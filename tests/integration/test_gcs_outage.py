@@ -7,7 +7,9 @@ the cluster is unreachable, the running gang stays RUNNING, never restarted, and
 that ends meanwhile is torn down without holding the loop up (its teardown waits for the
 GCS in a thread). A gang
 submitted meanwhile is accepted once the store answers again and admitted within 5 s of
-the GCS's return. Nothing is left behind."""
+the GCS's return. Then the head is replaced (KubeRay's head pod deletion): the scheduler,
+which ran there, is restarted by Ray on the new head, recovers from its store in Redis
+within 10 s and adopts the running gang (no restart). Nothing is left behind."""
 
 from __future__ import annotations
 
@@ -58,5 +60,15 @@ def test_the_running_gang_is_untouched_and_a_gang_submitted_meanwhile_runs(outag
     assert outage["second_running_after_s"] < 10.0, outage
 
 
+def test_a_replaced_head_restarts_the_scheduler_which_adopts_the_running_gang(outage):
+    assert outage["scheduler_restarted"], outage  # it ran on the head, and died with it
+    assert outage["ready_after_head_s"] < 10.0, outage  # recovered from the store (Redis)
+    assert outage["recovery"] == {"adopted": 1, "requeued": 0, "pending": 0}, outage
+    state, restarts, preemptions, last = outage["running_after_head"]
+    assert (state, restarts, preemptions) == ("RUNNING", 0, 0), outage
+    assert "adopted" in last, outage
+    assert outage["fresh_after_head"] == "SUCCEEDED", outage
+
+
 def test_nothing_is_left_behind(outage):
-    assert outage["ended"] == "CANCELLED" and outage["raygang_groups_left"] == 0, outage
+    assert outage["head_raygang_groups_left"] == 0, outage
