@@ -37,11 +37,12 @@ from raygang.core.plan import (
     Waiting,
     Waitings,
 )
-from raygang.core.pool import Candidates, Pool
+from raygang.core.preemption.pool import Candidates, Pool
 from raygang.core.reserve import Hold, elect
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
-from raygang.core.victims import VictimSearch, reclaim_protected, victim_key
+from raygang.core import preemption
+from raygang.core.preemption.victims import reclaim_protected, victim_key
 
 # An action's own narrowing of the gangs any action may stop (reclaim's protections).
 Narrow = Callable[[CycleState, list[PlacedGang]], list[PlacedGang]]
@@ -292,7 +293,7 @@ class Cycle:
         key = (action, gang.shape, gang.priority, gang.queue, gang.preemptible)
         found = None
         if key not in self.failed:
-            first = VictimSearch(gang, self.capacity, self.book, pool)
+            first = preemption.VictimSearch(gang, self.capacity, self.book, pool)
             found = first.run(candidates)
             if amounts is not None:
                 if found is not None and not amounts.allow(found[1]):

@@ -14,7 +14,7 @@ from raygang.core.fairshare import QueueBook
 from raygang.core.gang import PendingGang
 from raygang.core.plan import Growth
 from raygang.core.plan import Preemption as Stop
-from raygang.core.pool import Candidates, Pool
+from raygang.core.preemption.pool import Candidates, Pool
 from raygang.core.queues import QueueTree
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang

@@ -11,7 +11,7 @@ import functools
 from raygang.core.actions.action import Action, CycleState
 from raygang.core.excess import NONE, Amounts
 from raygang.core.gang import PendingGang
-from raygang.core.pool import Candidates, Pool
+from raygang.core.preemption.pool import Candidates, Pool
 from raygang.core.resources import Resources
 from raygang.core.snapshot import PlacedGang
 

@@ -12,7 +12,7 @@ cycle with the one rule where raygang chose differently:
   another user's above-quota GPUs but never their guaranteed quota", and cross-queue
   reclaim recovers a queue's deserved quota, not its fair share (KAI-Scheduler
   discussion #1763, GuaranteeDeservedQuota). raygang also protects what a queue runs
-  within its fair share (`core.victims.reclaim_protected`), so it takes less from queues
+  within its fair share (`core.preemption.victims.reclaim_protected`), so it takes less from queues
   that borrowed while others were idle. Here reclaim may take what a queue runs beyond
   its quota (walked most important first, as raygang walks them), from any of its gangs
   (by amount, as raygang takes it: `core.excess`).
