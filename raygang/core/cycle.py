@@ -21,7 +21,7 @@ from raygang.core.capacity import Capacity
 from raygang.core.config import PolicyConfig
 from raygang.core.draining import Draining
 from raygang.core.elastic import pieces, stops, units_first, with_remaining_units
-from raygang.core.excess import Amounts, ExcessSearch
+from raygang.core.preemption.excess import Amounts, ExcessSearch
 from raygang.core.explain import why_not
 from raygang.core.fairshare import QueueBook, QueueOrder
 from raygang.core.gang import PendingGang, Shape
@@ -280,7 +280,7 @@ class Cycle:
         unimportant as it takes), if that makes room; else remember it tried. With
         `amounts` (reclaim), no more than those per queue: where the victims found take
         more, or none were found, the search by amount looks among the amounts' own
-        candidates (core.excess)."""
+        candidates (core.preemption.excess)."""
         problem = None if gang.preemptible else self.book.borrow_problem(gang.queue, gang.total)
         if problem:  # stopping others (always preemptible gangs) never changes this
             self.limited[gang.gang_id] = problem

@@ -9,7 +9,7 @@ from typing import Protocol
 from raygang.core.backlog import Line
 from raygang.core.capacity import Capacity
 from raygang.core.draining import Draining
-from raygang.core.excess import Amounts
+from raygang.core.preemption.excess import Amounts
 from raygang.core.fairshare import QueueBook
 from raygang.core.gang import PendingGang
 from raygang.core.plan import Growth

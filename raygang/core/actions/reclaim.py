@@ -2,14 +2,14 @@
 and fair share. First the gangs the walk of each queue's gangs leaves beyond its share
 (`Cycle.reclaim_kept`), the cheapest first; where those would not make room (they may run
 on nodes where none of them helps), any of those queues' gangs it may stop, as long as
-what it takes adds up to no more than the gangs beyond would (`core.excess`)."""
+what it takes adds up to no more than the gangs beyond would (`core.preemption.excess`)."""
 
 from __future__ import annotations
 
 import functools
 
 from raygang.core.actions.action import Action, CycleState
-from raygang.core.excess import NONE, Amounts
+from raygang.core.preemption.excess import NONE, Amounts
 from raygang.core.gang import PendingGang
 from raygang.core.preemption.pool import Candidates, Pool
 from raygang.core.resources import Resources

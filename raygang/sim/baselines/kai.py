@@ -15,7 +15,7 @@ cycle with the one rule where raygang chose differently:
   within its fair share (`core.preemption.victims.reclaim_protected`), so it takes less from queues
   that borrowed while others were idle. Here reclaim may take what a queue runs beyond
   its quota (walked most important first, as raygang walks them), from any of its gangs
-  (by amount, as raygang takes it: `core.excess`).
+  (by amount, as raygang takes it: `core.preemption.excess`).
 
 Time-based fair share (`kai-tbf`, `TimeBasedFairShare`): KAI's proportion plugin divides
 the capacity beyond deserved quotas among queues by a share weight that falls with each
@@ -159,7 +159,7 @@ class _KaiCycle(Cycle):
         """The gangs each queue runs within its deserved quota: walking a queue's gangs
         most important first (non-preemptible, higher priority, longer running), those
         that keep the queue within its quota. Reclaim takes what the others add up to,
-        from any of the queue's gangs (`core.excess`), as raygang does."""
+        from any of the queue's gangs (`core.preemption.excess`), as raygang does."""
         specs = self.book.tree.specs
         kept: set[str] = set()
         by_queue: dict[str, list[PlacedGang]] = {}
