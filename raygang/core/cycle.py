@@ -20,19 +20,17 @@ from raygang.core.backlog import Backlog, Line, demand, index_in
 from raygang.core.capacity import Capacity
 from raygang.core.config import PolicyConfig
 from raygang.core.draining import Draining
-from raygang.core.elastic import pieces, stops, units_first, with_remaining_units
+from raygang.core.elastic import pieces, units_first
 from raygang.core.preemption.excess import Amounts, ExcessSearch
 from raygang.core.explain import why_not
 from raygang.core.fairshare import QueueBook, QueueOrder
 from raygang.core.gang import PendingGang, Shape
 from raygang.core.placement import EverFits, place
 from raygang.core.plan import (
-    Admission,
     Behind,
     Growth,
     Plan,
     Positions,
-    Preemption,
     WaitCode,
     Waiting,
     Waitings,
@@ -41,6 +39,7 @@ from raygang.core.preemption.pool import Candidates, Pool
 from raygang.core.reserve import Hold, elect
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
+from raygang.core.statement import Statement
 from raygang.core import preemption
 from raygang.core.preemption.victims import reclaim_protected, victim_key
 
@@ -81,17 +80,17 @@ class Cycle:
             self.draining.add(leaving)
         self.ever = EverFits(snapshot)
         self.book = QueueBook(self.tree, snapshot.placed)
-        self.admissions: list[Admission] = []
-        self.preemptions: list[Preemption] = []
-        self.admitted: set[str] = set()
+        # Every move of the cycle goes through its statement (core.statement); these name
+        # its parts, as actions and reasons read them.
+        st = self.statement = Statement(self.capacity, self.book, self.draining)
+        self.admissions, self.preemptions, self.admitted = st.admissions, st.preemptions, \
+            st.admitted
+        self.taken, self.taken_from, self.failed = st.taken, st.taken_from, st.failed
+        st.on_stop.append(self._stopped)
         # gang id -> (action, candidates) that failed it
         self.tried: dict[str, list[tuple[str, Candidates]]] = {}
         self.limited: dict[str, str] = {}  # gang id -> the limit it hit last
-        self.taken: set[str] = set()  # victims chosen this cycle
-        self.taken_from: dict[str, Resources] = {}  # queue -> what its victims held
         self.memo: dict[str, object] = {}  # what an action works out once per cycle
-        # shapes (per action) that did not fit this cycle
-        self.failed: set[tuple[object, ...]] = set()
         self.waiting: dict[str, Waiting] = {}
         self._pools: dict[str, Pool] = {}  # action -> the gangs it may stop
         self._stoppable: list[PlacedGang] | None = None
@@ -216,15 +215,14 @@ class Cycle:
             admitted = attempt(hold.gang)
             self.hold = None if admitted else hold
             return admitted
-        hold.release()
-        failed = set(self.failed)
-        self.failed.clear()
+        mark = self.statement.checkpoint()
+        self.statement.unhold(hold)
         self._pools.clear()
         if attempt(hold.gang):
+            self.statement.commit(mark)
             self.hold = None
             return True
-        hold.apply()
-        self.failed |= failed
+        self.statement.rollback(mark)  # held again (a failed attempt moved nothing else)
         return False
 
     # What actions use ---------------------------------------------------------------------
@@ -310,24 +308,13 @@ class Cycle:
         nodes, victims = found
         why = ACTIONS[action].why
         assert why is not None, f"action {action} stops gangs but says no why"
-        # A gang stopped whole loses its surplus too (less what an earlier search of this
-        # cycle took: the plan may shrink a gang, then stop it whole, for another gang).
-        for unit in with_remaining_units(victims, self._units_of, self.taken):
-            self.capacity.release(unit.bundles)
-            if unit.queue in self.tree.specs:
-                self.book.remove(unit.queue, unit.total)
-            victims.append(unit)
-        self.draining.add(victims)
-        for victim in victims:
-            self.taken.add(victim.gang_id)
-            self.taken_from[victim.queue] = self.taken_from.get(victim.queue, Resources()) \
-                + victim.total
-            for other in self._pools.values():
-                other.taken(victim)
-        self.preemptions.extend(stops(victims, gang, action, why))
-        self.failed.clear()  # freed leftovers may now fit shapes that failed before
+        self.statement.stop(gang, victims, action, why, self._units_of)
         self.admit(gang, nodes, action if victims else "allocate", victims)
         return True
+
+    def _stopped(self, victim: PlacedGang) -> None:
+        for pool in self._pools.values():
+            pool.taken(victim)
 
     def reclaim_kept(self) -> set[str]:
         """The gangs each queue runs within its share, as reclaim counts it: walking its
@@ -348,15 +335,8 @@ class Cycle:
     def admit(
         self, gang: PendingGang, nodes: tuple[str, ...], action: str, victims: list[PlacedGang]
     ) -> None:
-        own = tuple(v.gang_id for v in victims)
-        waits = self.draining.take(nodes, gang.bundles, own)
-        self.capacity.reserve(zip(nodes, gang.bundles))
-        self.book.add(gang.queue, gang.total)
-        if not gang.preemptible:
-            self.book.add_firm(gang.queue, gang.total)
-        self.admitted.add(gang.gang_id)
+        self.statement.admit(gang, nodes, action, victims)
         self.limited.pop(gang.gang_id, None)
-        self.admissions.append(Admission(gang.gang_id, nodes, action, own, waits))
 
     # Reasons ------------------------------------------------------------------------------
     def _explain(self, eager: bool) -> dict[str, Behind]:
