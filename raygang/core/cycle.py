@@ -15,7 +15,7 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 
 from raygang.core.actions import ACTIONS
-from raygang.core.actions.action import CycleState
+from raygang.core.actions.action import Action, VictimFilter
 from raygang.core.backlog import Backlog, Line, demand, index_in
 from raygang.core.capacity import Capacity
 from raygang.core.config import PolicyConfig
@@ -41,18 +41,17 @@ from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
 from raygang.core.statement import Statement
 from raygang.core import preemption
-from raygang.core.preemption.victims import reclaim_protected, victim_key
-
-# An action's own narrowing of the gangs any action may stop (reclaim's protections).
-Narrow = Callable[[CycleState, list[PlacedGang]], list[PlacedGang]]
-
+from raygang.core.preemption.victims import victim_key
 
 class Cycle:
     """One cycle's scratch state, and what actions do with it: place a gang, search for
     victims, admit. `run` offers the pending gangs to each configured action in turn."""
 
-    def __init__(self, snapshot: ClusterSnapshot, config: PolicyConfig, now: float):
+    def __init__(self, snapshot: ClusterSnapshot, config: PolicyConfig, now: float,
+                 actions: Mapping[str, Action] = ACTIONS):
+        """`actions`: what the names in `config.actions` are (a baseline's own variants)."""
         self.snapshot = snapshot
+        self.actions = actions
         self.config = config
         self.now = now
         self.tree = config.queue_tree
@@ -115,7 +114,7 @@ class Cycle:
             for queue in lines})
         self.hold = self._elect()
         for name in self.config.actions:
-            action = ACTIONS[name]
+            action = self.actions[name]
             if action.attempt is not None:
                 self._pass(functools.partial(action.attempt, self))
             if action.finish is not None:  # a pass over the running gangs (grow)
@@ -234,23 +233,26 @@ class Cycle:
         """Nodes for the gang on the free capacity now, or None."""
         return place(gang.bundles, gang.strategy, self.capacity)
 
-    def pool(self, action: str, narrow: Narrow | None = None, key: str | None = None) -> Pool:
-        """Running gangs that `action` may stop, least important first (once per cycle,
-        per `key`: the action's name unless given): preemptible, not draining, not
-        protected by a minimum runtime (their class's, or the action's own:
-        `PolicyConfig.preemption`), and, if `narrow` is given, those it keeps of them."""
+    def pool(self, action: str, narrow: VictimFilter | None = None,
+             key: str | None = None) -> Pool:
+        """Running gangs that `action` may stop, in its victim order, least important first
+        (once per cycle, per `key`: the action's name unless given): preemptible, not
+        draining, not protected by a minimum runtime (their class's, or the action's own:
+        `PolicyConfig.preemption`), and those its victim filter keeps of them (`narrow`'s,
+        if given)."""
+        rules = self.actions[action]
         key = key or action
         if key not in self._pools:
             if self._stoppable is None:  # filtered once: an action's pool is a subset
                 self._stoppable = [
                     g for g in self.pieces
                     if g.preemptible and not g.draining and not g.protected(self.now)]
-            order = self.config.preemption.reclaim_victim_order if action == "reclaim" \
-                else "newest"
+            order = rules.order(self.config.preemption)
             if order not in self._sorted:  # sorted once per order
                 self._sorted[order] = sorted(  # surplus members before any whole gang
                     self._stoppable, key=units_first(victim_key(order, self.now)))
             stoppable = self._sorted[order]
+            narrow = narrow or rules.victim_filter
             ordered = stoppable if narrow is None else narrow(self, stoppable)
             ordered, young = self._old_enough(ordered, action)
             self._pools[key] = Pool(ordered, self.capacity, self.taken, young)
@@ -260,7 +262,7 @@ class Cycle:
                     ) -> tuple[list[PlacedGang], list[tuple[PlacedGang, float]]]:
         """(those that ran the action's minimum runtime since their last start, the others
         with when they will have): KAI's reclaimMinRuntime / preemptMinRuntime."""
-        least = self.config.preemption.min_runtime_s(action)
+        least = self.actions[action].min_runtime_s(self.config.preemption)
         if least <= 0:
             return gangs, []
         now, old, young = self.now, [], []
@@ -283,7 +285,7 @@ class Cycle:
         if problem:  # stopping others (always preemptible gangs) never changes this
             self.limited[gang.gang_id] = problem
             return False
-        delay = self.config.preemption.delay_s(action)
+        delay = self.actions[action].delay_s(self.config.preemption)
         if delay > 0 and gang.pending_since is not None and self.now - gang.pending_since < delay:
             self.delayed.setdefault(gang.gang_id, []).append(
                 (action, delay, gang.pending_since + delay - self.now))
@@ -306,7 +308,7 @@ class Cycle:
             self.tried.setdefault(gang.gang_id, []).append((action, candidates))
             return False
         nodes, victims = found
-        why = ACTIONS[action].why
+        why = self.actions[action].why
         assert why is not None, f"action {action} stops gangs but says no why"
         self.statement.stop(gang, victims, action, why, self._units_of)
         self.admit(gang, nodes, action if victims else "allocate", victims)
@@ -315,13 +317,6 @@ class Cycle:
     def _stopped(self, victim: PlacedGang) -> None:
         for pool in self._pools.values():
             pool.taken(victim)
-
-    def reclaim_kept(self) -> set[str]:
-        """The gangs each queue runs within its share, as reclaim counts it: walking its
-        gangs most important first, those within its quota or its fair share
-        (`victims.reclaim_protected`; a baseline may count otherwise)."""
-        return reclaim_protected(self.book, self.pieces,
-                                 self.config.preemption.reclaim_victim_order, self.now)
 
     def frees(self, victim: PlacedGang) -> Resources:
         """What stopping `victim` takes from its queue: a gang stopped whole loses what
@@ -392,12 +387,13 @@ class Cycle:
         # Whether anyone was left to stop is looked at only here, for the few gangs that
         # end up waiting: a search's candidates can be long to walk.
         notes = "".join(
-            (ACTIONS[action].no_room or {})["none" if next(iter(candidates), None) is None
+            (self.actions[action].no_room or {})["none" if next(iter(candidates), None) is None
                                             else "some"] + self._young_note(action, candidates)
             for action, candidates in self.tried.get(gang.gang_id, ())
         )
         notes += "".join(
-            f"; it may {action} once pending {action}_delay_s {delay:g} s (in {left:.0f} s)"
+            f"; it may {action} once pending {self.actions[action].delay_key} {delay:g} s "
+            f"(in {left:.0f} s)"
             for action, delay, left in self.delayed.get(gang.gang_id, ()))
         return Waiting(gang.gang_id, WaitCode.NO_FIT, by_shape[gang.shape] + notes
                        + self._hold_note(gang))
@@ -413,8 +409,9 @@ class Cycle:
         young = [until for g, until in (pool.young if pool else ()) if candidates.would_admit(g)]
         if not young:
             return ""
-        least = self.config.preemption.min_runtime_s(action)
+        rules = self.actions[action]
+        least = rules.min_runtime_s(self.config.preemption)
         plural = "gang is" if len(young) == 1 else "gangs are"
-        return (f" ({len(young)} more {plural} protected by {action}_min_runtime_s "
+        return (f" ({len(young)} more {plural} protected by {rules.min_runtime_key} "
                 f"{least:g} s since their last start; the first may be stopped in "
                 f"{max(0.0, min(young) - self.now):.0f} s)")
