@@ -12,6 +12,7 @@ not to fit on it (`failed`, a memo that capacity decides). Moves:
 - `admit`: a gang on its nodes (waiting for the victims whose capacity it takes);
 - `stop`: the victims a search found for a gang (the search leaves them freed on the
   capacity and the book; a gang stopped whole loses what is left of its surplus too);
+- `grow`: one more member of a running elastic gang (the grow action);
 - `unhold`: what is held for the elected gang (`core.reserve`) offered to it.
 
 Between `checkpoint` and `commit` or `rollback` every move records its undo; `rollback`
@@ -124,6 +125,16 @@ class Statement:
                     step()
                 if freed is not None:
                     freed()
+            self._journal.append(undo)
+
+    def grow(self, queue: str, node: str, bundle: Resources) -> None:
+        """One more member (`bundle`) of a running elastic gang of `queue`, on `node`."""
+        unreserve = self.capacity.reserve([(node, bundle)])
+        unbook = self.book.add(queue, bundle)
+        if self._open:
+            def undo() -> None:
+                unbook()
+                unreserve()
             self._journal.append(undo)
 
     def unhold(self, hold: Hold) -> None:

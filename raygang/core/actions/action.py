@@ -18,6 +18,7 @@ from raygang.core.preemption.pool import Candidates, Pool
 from raygang.core.queues import QueueTree
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
+from raygang.core.statement import Statement
 
 
 class Preemption(Protocol):
@@ -98,6 +99,7 @@ class GrowingCycle(CycleState, Protocol):
     admitted: set[str]
     capacity: Capacity
     draining: Draining
+    statement: Statement  # its moves (grow's: `Statement.grow`)
 
     @property
     def ever(self) -> EverFits: ...
