@@ -22,12 +22,10 @@ from raygang.core.config import PolicyConfig
 from raygang.core.draining import Draining
 from raygang.core.elastic import pieces, units_first
 from raygang.core.preemption.excess import Amounts, ExcessSearch
-from raygang.core.explain import why_not
 from raygang.core.fairshare import QueueBook, QueueOrder
-from raygang.core.gang import PendingGang, Shape
+from raygang.core.gang import PendingGang
 from raygang.core.placement import EverFits, place
 from raygang.core.plan import (
-    Behind,
     Growth,
     Plan,
     Positions,
@@ -39,6 +37,7 @@ from raygang.core.preemption.pool import Candidates, Pool
 from raygang.core.reserve import Hold, elect
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
+from raygang.core.reasons import Reasons
 from raygang.core.statement import Statement
 from raygang.core import preemption
 from raygang.core.preemption.victims import victim_key
@@ -128,7 +127,7 @@ class Cycle:
             i = index_in(line, gang)
             return None if i is None else (gang.queue, i, line[i])
 
-        behind = self._explain(eager)
+        behind = Reasons(self).explain(eager)
         return Plan(
             admissions=tuple(self.admissions),
             waiting=Waitings(self.waiting, behind, locate),
@@ -318,6 +317,11 @@ class Cycle:
         for pool in self._pools.values():
             pool.taken(victim)
 
+    def young(self, action: str) -> list[tuple[PlacedGang, float]]:
+        """The gangs `action`'s minimum runtime kept from its pool, with when they may go."""
+        pool = self._pools.get(action)
+        return pool.young if pool else []
+
     def frees(self, victim: PlacedGang) -> Resources:
         """What stopping `victim` takes from its queue: a gang stopped whole loses what
         is left of its surplus too."""
@@ -332,86 +336,3 @@ class Cycle:
     ) -> None:
         self.statement.admit(gang, nodes, action, victims)
         self.limited.pop(gang.gang_id, None)
-
-    # Reasons ------------------------------------------------------------------------------
-    def _explain(self, eager: bool) -> dict[str, Behind]:
-        """A reason with numbers for every gang left pending, against the capacity left
-        after this cycle's decisions (what users see next); computed once per shape.
-        Without backfill, the gangs behind a queue's first gang that could ever fit wait
-        behind it: unless `eager`, their reasons are worked out when asked (`Behind`)."""
-        by_shape: dict[Shape, str] = {}
-        behind: dict[str, Behind] = {}
-        backfill = self.config.backfill
-        for queue, gangs in self.left.items():
-            blocker: PendingGang | None = None
-            for i, gang in enumerate(gangs):
-                if blocker is not None and not eager and i >= len(gangs.head):
-                    first = self.waiting[blocker.gang_id].message
-                    behind[queue] = Behind(gangs.tail, gangs.start + i - len(gangs.head),
-                                           functools.partial(self._behind, blocker, first),
-                                           blocker.gang_id)
-                    break
-                self.waiting[gang.gang_id] = self._reason(gang, blocker, by_shape)
-                if blocker is None and self.ever.fits(gang) and not backfill:
-                    blocker = gang
-        return behind
-
-    def _behind(self, blocker: PendingGang, first: str, gang: PendingGang) -> Waiting:
-        if not self.ever.fits(gang):
-            return self._never(gang, blocker)
-        return Waiting(
-            gang.gang_id, WaitCode.BEHIND,
-            f"waiting behind gang {blocker.gang_id} (priority {blocker.priority}, earlier "
-            f"in queue {gang.queue!r}; backfill is off), which cannot start yet: {first}",
-            behind=blocker.gang_id,
-        )
-
-    def _never(self, gang: PendingGang, blocker: PendingGang | None) -> Waiting:
-        """A gang that cannot fit even on the empty cluster; behind `blocker` in line if
-        one is blocked ahead of it (it would wait behind it once it fit)."""
-        reason = why_not(gang.bundles, gang.strategy, self.ever.empty)
-        return Waiting(gang.gang_id, WaitCode.UNSCHEDULABLE,
-                       f"cannot fit on the cluster as it is now, even empty: {reason}",
-                       behind=None if blocker is None else blocker.gang_id)
-
-    def _reason(self, gang: PendingGang, blocker: PendingGang | None,
-                by_shape: dict[Shape, str]) -> Waiting:
-        if not self.ever.fits(gang):
-            return self._never(gang, blocker)
-        if blocker is not None:
-            return self._behind(blocker, self.waiting[blocker.gang_id].message, gang)
-        if gang.gang_id in self.limited:
-            return Waiting(gang.gang_id, WaitCode.LIMIT, self.limited[gang.gang_id])
-        if gang.shape not in by_shape:
-            by_shape[gang.shape] = why_not(gang.bundles, gang.strategy, self.capacity)
-        # Whether anyone was left to stop is looked at only here, for the few gangs that
-        # end up waiting: a search's candidates can be long to walk.
-        notes = "".join(
-            (self.actions[action].no_room or {})["none" if next(iter(candidates), None) is None
-                                            else "some"] + self._young_note(action, candidates)
-            for action, candidates in self.tried.get(gang.gang_id, ())
-        )
-        notes += "".join(
-            f"; it may {action} once pending {self.actions[action].delay_key} {delay:g} s "
-            f"(in {left:.0f} s)"
-            for action, delay, left in self.delayed.get(gang.gang_id, ()))
-        return Waiting(gang.gang_id, WaitCode.NO_FIT, by_shape[gang.shape] + notes
-                       + self._hold_note(gang))
-
-    def _hold_note(self, gang: PendingGang) -> str:
-        hold = self.hold
-        sla = self.config.sla_waiting_time_s or 0.0
-        return "" if hold is None else "; " + hold.note(gang, self.now, sla)
-
-    def _young_note(self, action: str, candidates: Candidates) -> str:
-        """What the action's minimum runtime keeps it from stopping, and until when."""
-        pool = self._pools.get(action)
-        young = [until for g, until in (pool.young if pool else ()) if candidates.would_admit(g)]
-        if not young:
-            return ""
-        rules = self.actions[action]
-        least = rules.min_runtime_s(self.config.preemption)
-        plural = "gang is" if len(young) == 1 else "gangs are"
-        return (f" ({len(young)} more {plural} protected by {rules.min_runtime_key} "
-                f"{least:g} s since their last start; the first may be stopped in "
-                f"{max(0.0, min(young) - self.now):.0f} s)")
