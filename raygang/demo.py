@@ -1,5 +1,5 @@
 """Small programs that REST and CLI submissions can name by import path, e.g.
-`"entrypoint": "raygang.demo:train"`: the README's walkthrough and the tests use them.
+`"entrypoint": "raygang.demo:train"`: the docs' walkthrough (docs/interfaces.md) and the tests use them.
 
 Each is a real gang program: it reads its context, talks to its peers where it says so,
 and honours preemption.

@@ -67,7 +67,10 @@ SCHEDULER_CONFIG = raygang.SchedulerConfig(queues=[
     # Reclaim at once, as Kueue does: the defaults wait until a gang has been pending 5 min
     # and leave a gang alone for 15 min after it starts (tests/unit/test_preemption_policy.py
     # checks those rules); the tests here are about what reclaim does, in seconds.
-], preemption={"reclaim_min_runtime_s": 0, "reclaim_delay_s": 0})
+], preemption={"reclaim_min_runtime_s": 0, "reclaim_delay_s": 0},
+    # The status page's history samples every second (30 s by default) and keeps 10 min:
+    # the browser test draws a gang of a few seconds in it.
+    history_interval_s=1.0, history_kept_s=600.0)
 
 
 def _group(item) -> str:

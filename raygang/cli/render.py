@@ -7,6 +7,7 @@ import os
 import sys
 import time
 from collections import Counter
+from datetime import datetime
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -255,12 +256,21 @@ def queues_table(queues: Iterable[Mapping[str, Any]]) -> Table:
 
 
 def cluster_view(cluster: Mapping[str, Any]) -> RenderableType:
-    """The nodes, and (when raygang scales the cluster) its node groups."""
+    """The nodes, and (when raygang scales the cluster) its node groups; first, while
+    Ray's GCS does not answer, since when (nothing is decided meanwhile)."""
+    parts: list[RenderableType] = []
+    since = cluster.get("unreachable_since")
+    if since is not None:
+        at = datetime.fromtimestamp(since).strftime("%H:%M:%S")
+        parts += [Text(f"Ray's GCS does not answer since {at}: no scheduling decision until "
+                       f"it does; nodes as last seen ({cluster.get('unreachable_reason')})",
+                       style="bold red"), Text("")]
+    parts.append(cluster_table(cluster))
     scaling = cluster.get("scaling")
-    if not scaling:
-        return cluster_table(cluster)
-    return Group(cluster_table(cluster), Text(""), scaling_table(scaling),
-                 *(Text(line) for line in scaling_notes(scaling)))
+    if scaling:
+        parts += [Text(""), scaling_table(scaling),
+                  *(Text(line) for line in scaling_notes(scaling))]
+    return Group(*parts)
 
 
 def scaling_table(scaling: Mapping[str, Any]) -> Table:

@@ -19,7 +19,8 @@ from collections.abc import Collection
 from typing import Any, Protocol
 
 from raygang.control.program import RoleProgram
-from raygang.control.status import ClusterStatus, DryRunResult, GangStatus, QueueStatus
+from raygang.control.status import (ClusterStatus, DryRunResult, GangStatus, QueueHistory,
+                                    QueueStatus)
 from raygang.core.gang import GangState
 from raygang.core.queues import QueueSpec
 from raygang.core.spec import GangSpec
@@ -67,6 +68,11 @@ class SchedulerAPI(Protocol):
         ...
 
     async def queues(self) -> list[QueueStatus]: ...
+
+    async def history(self, queues: Collection[str] | None = None) -> QueueHistory:
+        """Pending, running and GPUs against guarantee per queue, over the last hours
+        (only `queues` if given)."""
+        ...
 
     async def cluster(self) -> ClusterStatus: ...
 

@@ -124,6 +124,13 @@ class SchedulerConfig(PolicyConfig):
         None, ge=1, le=65535,
         description="port of Serve's HTTP proxy if raygang starts Serve (default 8000)",
     )
+    history_interval_s: float = Field(
+        30.0, gt=0, description="how often the status page's history samples the queues"
+    )
+    history_kept_s: float = Field(
+        6 * 3600.0, gt=0, description="how far back the status page's history reaches "
+        "(a ring in the scheduler's memory: history_kept_s / history_interval_s points)"
+    )
     handoff_lease_s: float = Field(
         120.0, gt=0, description="how long a library (Ray Train) that claimed a gang's "
         "reserved nodes has to place its own group there before the gang requeues",

@@ -70,7 +70,8 @@ class GangDriver:
                  released: Callable[[GangDriver], None],
                  changed: Callable[[GangRecord], None],
                  ending: Callable[[GangRecord], Awaitable[None]] | None = None,
-                 spawn: Spawn = spawn_free, settle_s: float = 0.0):
+                 spawn: Spawn = spawn_free, settle_s: float = 0.0,
+                 restarted: Callable[[GangRecord], None] | None = None):
         self.record = record
         self.run = run
         self._cluster = cluster
@@ -81,6 +82,7 @@ class GangDriver:
         self._released = released
         self._changed = changed  # the plane re-indexes and journals a gang that changed
         self._ending = ending  # after the run is closed, before its capacity is let go
+        self._restarted = restarted  # told of each whole-gang restart (metrics count them)
         self._spawn = spawn
         self._settle_s = settle_s  # how long the cluster's view may lag a release
         self.task: asyncio.Task[None] | None = None
@@ -109,8 +111,11 @@ class GangDriver:
         """Apply the lifecycle's decision on `event` to the gang."""
         now = self._clock()
         outcome = decide(self.record.life(), event, self._policy(), now)
+        restarts = self.record.restarts
         self.record.apply(outcome, now)
         self._changed(self.record)
+        if self._restarted is not None and self.record.restarts > restarts:
+            self._restarted(self.record)
         if outcome.not_before is not None:  # a restart waits: look again when it may run
             self._wake_after(max(0.0, outcome.not_before - now))
 

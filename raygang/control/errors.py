@@ -53,5 +53,10 @@ class ResultsLostError(RuntimeError):
     """The gang succeeded, but its results were not kept across a scheduler restart."""
 
 
+class ClusterUnreachable(RuntimeError):
+    """The cluster's control service (Ray's GCS) did not answer a read: no view of the
+    cluster, so no decision (never an empty cluster, never a gang taken for dead)."""
+
+
 class StoreError(RuntimeError):
     """The durable store did not take a write: the request was not accepted."""

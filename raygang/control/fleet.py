@@ -153,7 +153,7 @@ class Fleet:
                             policy=self._policy, clock=self._clock,
                             wake_after=self._wake_after, released=self._released,
                             changed=self._changed, ending=self._ending, spawn=self._spawn,
-                            settle_s=self.settle_s)
+                            settle_s=self.settle_s, restarted=self._metrics.restarted)
         self._drivers[record.gang_id] = driver
         if record.spec.elastic:
             self._elastic[record.gang_id] = driver

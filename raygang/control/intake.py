@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from raygang.control import kinds
 from raygang.control.config import SchedulerConfig
-from raygang.control.errors import UnschedulableError
+from raygang.control.errors import ClusterUnreachable, StoreError, UnschedulableError
 from raygang.control.inside import Inside
 from raygang.control.journal import Journal
 from raygang.control.loop import SchedulingLoop
@@ -73,7 +73,10 @@ class Intake:
         queues nothing; the same key for another submission is an
         IdempotencyConflictError. Safe under concurrent retries: nothing awaits between
         the key's look-up and the gang entering the book, so the event loop runs them as
-        one step."""
+        one step. (What may refuse it is checked before: that may read the cluster.)"""
+        self._refuse_elastic(spec, submission.kind, submission.parent)
+        if submission.parent is None:  # a gang inside a job was checked against its budget
+            await self._refuse_never_admitted(spec, submission.kind)
         if idempotency_key is None or fingerprint is None:
             return await self.saved(self._enqueue(spec, submission))
         gang_id = self._registry.keys.submit(
@@ -88,11 +91,7 @@ class Intake:
         """Add the gang to the book (in this step, with no await: see `queue`); it is
         admitted only once `saved` has written it to the store."""
         kind, parent = submission.kind, submission.parent
-        self._refuse_elastic(spec, kind, parent)
-        policy = self._config().policy
-        if parent is None:  # a gang inside a job was checked against the job's budget
-            self._refuse_never_admitted(spec, kind)
-        cls = policy.priority_class(spec)
+        cls = self._config().policy.priority_class(spec)
         now = self._clock()
         record = GangRecord(
             gang_id=f"{spec.name}-{self._new_id(32)}", spec=spec,
@@ -127,13 +126,20 @@ class Intake:
                 f"({role.minimum}, {role.replicas})) are not run yet {where}: give a "
                 "fixed number of replicas")
 
-    def _refuse_never_admitted(self, spec: GangSpec, kind: str) -> None:
+    async def _refuse_never_admitted(self, spec: GangSpec, kind: str) -> None:
         """A gang no node (nor any node the cluster can add) could ever hold is refused.
         A recent view may accept; only a fresh one may refuse (a node may just have
-        joined)."""
+        joined), and none while the cluster does not answer (its last view may be old)."""
         policy, loop = self._config().policy, self._loop
-        reason = unschedulable_reason(spec, loop.recent_snapshot(), policy) and (
-            unschedulable_reason(spec, loop.recent_snapshot(max_age=0), policy))
+        try:
+            seen = await loop.view()
+        except ClusterUnreachable:
+            return  # never seen: nothing to refuse it on (a cycle says why it waits)
+        reason = unschedulable_reason(spec, seen, policy)
+        if reason:
+            fresh = await loop.view(max_age=0)
+            reason = (None if loop.sight.unreachable is not None
+                      else unschedulable_reason(spec, fresh, policy))
         scaling = loop.scaling
         if reason and scaling is not None and not policy.queue_tree.problem(spec):
             # Nodes the cluster can add count too; until their groups are read, accept
@@ -144,8 +150,18 @@ class Intake:
             raise UnschedulableError(f"{kind} {spec.name!r} can never be admitted: {reason}")
 
     async def saved(self, record: GangRecord) -> str:
-        """Its id once the gang is in the store (then a cycle may admit it)."""
-        gang_id = await self._journal.saved(record, self._registry.forget_unsaved)
+        """Its id once the gang is in the store (then a cycle may admit it). A store that
+        does not take it refuses it, and says so if the GCS is known to be down (the
+        default store is the GCS's: a submission waits for it, up to the store's timeout,
+        and is never acknowledged before it is stored)."""
+        try:
+            gang_id = await self._journal.saved(record, self._registry.forget_unsaved)
+        except StoreError as error:
+            unreachable = self._loop.sight.unreachable
+            if unreachable is None:
+                raise
+            raise StoreError(f"{error}; Ray's GCS does not answer (since {unreachable[0]:.0f}: "
+                             f"{unreachable[1]}): submit it again once it does") from None
         self._registry.changed(record)  # stored: now it may be admitted
         if record.parent is not None:
             self._inside.place()

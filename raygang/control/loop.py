@@ -4,30 +4,36 @@ It wakes on every submission, cancellation and gang completion, and at least eve
 `resync_interval_s` to notice changes it did not cause (nodes joining, other work
 ending). A cycle that fails is logged and kept as `last_error`; the loop goes on. With
 scaling on, a second loop sizes the cluster to what waits after every cycle.
+
+
+A cluster that does not answer is no view (`sight.ClusterView`): no cycle decides then.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Coroutine
 from typing import Any, TypeVar
 
 from raygang.control.config import SchedulerConfig
 from raygang.control.fleet import Fleet
-from raygang.control.ports import Cluster, Metrics, Scaling
+from raygang.control.history import History
+from raygang.control.ports import Cluster, Metrics, Scaling, Tallies
 from raygang.control.records import GangRecord
 from raygang.control.registry import Registry
-from raygang.control.tasks import first_set, wait_within
+from raygang.control.status import QueueHistory
+from raygang.control.sight import ClusterView
+from raygang.control.tasks import first_set, spawn_free, wait_within
 from raygang.core.backlog import Backlog
 from raygang.core.config import PolicyConfig
 from raygang.core.cycle_dump import dump_cycle
 from raygang.core.elastic import member_id, member_of
 from raygang.core.gang import GangState
-from raygang.core.plan import Plan, Waitings
+from raygang.core.plan import Plan, WaitCode, Waitings
 from raygang.core.plan_data import plan_data
+from raygang.core.report import QueueReport, queue_report
 from raygang.core.scale import scale_candidates
 from raygang.core.schedule import schedule
 from raygang.core.snapshot import ClusterSnapshot
@@ -47,7 +53,9 @@ class SchedulingLoop:
     def __init__(self, registry: Registry, fleet: Fleet, cluster: Cluster, metrics: Metrics,
                  scaling: Scaling | None, config: Callable[[], SchedulerConfig],
                  clock: Callable[[], float], decide: Decide = schedule,
-                 release_recheck_s: tuple[float, ...] = RELEASE_RECHECK_S):
+                 release_recheck_s: tuple[float, ...] = RELEASE_RECHECK_S,
+                 history: History | None = None,
+                 spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]] = spawn_free):
         self._registry = registry
         self._fleet = fleet
         self._cluster = cluster
@@ -56,6 +64,7 @@ class SchedulingLoop:
         self._config = config
         self._clock = clock
         self._decide = decide
+        self.history = history  # None: none kept (the simulator)
         self._release_recheck_s = release_recheck_s  # () where the view never lags (sim)
         self._wake = asyncio.Event()
         self._scale_wake = asyncio.Event()
@@ -64,8 +73,11 @@ class SchedulingLoop:
         self.last_plan = Plan()
         self._waiting_seen: object = frozenset()
         self._started = 0.0
+        self._phase_at = 0.0  # when the cycle's last phase (observe, decide) ended
+        self.waits: dict[tuple[str, str], int] = {}  # (queue, wait code) -> gangs, last cycle
+        self.waiting_since: dict[str, float] = {}  # queue -> the earliest of their `since`s
         self._metrics_at = float("-inf")  # when the gauges were last refreshed
-        self.observed: tuple[float, ClusterSnapshot] | None = None
+        self.sight = ClusterView(cluster, fleet, clock, self._draining, self.wake, spawn)
         self._noted: set[str] = set()  # pending gangs with a scale note
         self._dumps: list[asyncio.Future[dict[str, Any]]] = []  # requests for the next cycle's dump
 
@@ -113,11 +125,15 @@ class SchedulingLoop:
                 self._scale_wake.set()  # else the scale loop's own interval is soon enough
             # Ray drops a gauge not set within two report intervals (10 s each); once a
             # second is plenty, and costs what the registry counts, not every gang.
+            self.sight.probe()
             now = self._clock()
             if now - self._metrics_at >= METRICS_REFRESH_S:
                 self._metrics_at = now
                 self._metrics.refresh(list(self._fleet), self._config().queues,
-                                      self._registry.counts())
+                                      self._registry.counts(), self._tallies())
+            if self.history is not None and self.history.due(now):
+                self.history.sample(now, self._config().policy.queue_tree,
+                                    self._registry.counts(), self._fleet.held())
 
     def _last_plan_changed(self) -> bool:
         """Whether the last cycle changed what waits (or admitted or preempted anything)."""
@@ -145,10 +161,15 @@ class SchedulingLoop:
     async def cycle_off_loop(self) -> None:
         """One cycle; the decision runs in a thread of its own, so that the event loop
         answers calls meanwhile (a cycle over a busy cluster takes a while). It decides
-        on copies: what changes meanwhile is checked when the plan is applied."""
-        prepared = self._prepare()
-        if prepared is None:
+        on copies: what changes meanwhile is checked when the plan is applied. A cluster
+        that does not answer makes no cycle."""
+        begun = self._begin()
+        if begun is None:
             return
+        snapshot = await self.sight.observe_off_loop()
+        if snapshot is None:
+            return
+        prepared = self._prepared(*begun, snapshot)
         now, snapshot, backlog, policy = prepared
         try:
             plan = await asyncio.to_thread(self._decide, snapshot, backlog, policy, now)
@@ -159,17 +180,27 @@ class SchedulingLoop:
         await self._dump_off_loop(prepared, plan)
 
     def _prepare(self) -> Prepared | None:
+        begun = self._begin()
+        return None if begun is None else self._prepared(*begun, self.observe())
+
+    def _begin(self) -> tuple[float, Backlog] | None:
+        """A cycle's time and backlog, or None if there is nothing to decide."""
         now = self._clock()
         backlog = self._registry.backlog(now)
         if not backlog.lines and not self._fleet.may_grow() and not self._dumps:
             self.last_plan = Plan()
+            self.waits, self.waiting_since = {}, {}
             return None
         self._started = self._metrics.cycle_started()
-        snapshot = self.observe()
-        self.observed = (now, snapshot)
+        return now, backlog
+
+    def _prepared(self, now: float, backlog: Backlog, snapshot: ClusterSnapshot) -> Prepared:
+        self._phase_at = self._metrics.phase_done("observe", self._started)
+        self.sight.observed = (now, snapshot)
         return now, snapshot, backlog, self._config().policy
 
     def _apply(self, now: float, plan: Plan, snapshot: ClusterSnapshot) -> None:
+        applying = self._metrics.phase_done("decide", self._phase_at)
         self.last_plan = plan
         self.cycles += 1
         admitted = self._still_admitted(plan, snapshot)
@@ -183,11 +214,26 @@ class SchedulingLoop:
         for growth in plan.growths:  # on settled capacity: nobody waits for it
             self._fleet.grow(growth)
         self._fleet.note_growth(plan.grow_waits)
+        waits: dict[tuple[str, str], int] = {}
+        since: dict[str, float] = {}
         for waiting in plan.looked_at.values():
             record = self._registry.find(waiting.gang_id)
             if record is not None and record.state is GangState.PENDING:
                 record.set_waiting(waiting.code, waiting.message,
                                    plan.positions.get(waiting.gang_id))
+                key = (record.spec.queue, waiting.code.value)
+                waits[key] = waits.get(key, 0) + 1
+                at = record.pending_view().pending_since
+                if at is not None:
+                    since[key[0]] = min(at, since.get(key[0], at))
+        # The gangs behind a blocked queue head are counted, not walked: BEHIND is what
+        # almost all of them say (one that could never fit says UNSCHEDULABLE when asked).
+        if isinstance(plan.waiting, Waitings):
+            for queue, line in plan.waiting.behind.items():
+                key = (queue, WaitCode.BEHIND.value)
+                waits[key] = waits.get(key, 0) + len(line.line) - line.start
+        self.waits, self.waiting_since = waits, since
+        self._metrics.phase_done("apply", applying)
         self._metrics.cycle_done(self._started, plan)
 
     def _still_admitted(self, plan: Plan, snapshot: ClusterSnapshot) -> set[str]:
@@ -297,22 +343,41 @@ class SchedulingLoop:
 
     # What the cluster looks like ------------------------------------------------------
     def observe(self) -> ClusterSnapshot:
-        draining = self.scaling.draining if self.scaling is not None else ()
-        return self._cluster.observe(self._fleet.held(), draining)
+        return self.sight.observe()
 
-    def recent_snapshot(self, max_age: float | None = None) -> ClusterSnapshot:
-        """The last cycle's view if younger than `max_age` (default: one resync interval).
-        Whether a gang could *ever* fit depends only on the nodes' totals, which change
-        slowly; a burst of submissions then costs no cluster reads each."""
-        max_age = self._config().resync_interval_s if max_age is None else max_age
-        if self.observed and self._clock() - self.observed[0] < max_age:
-            return self.observed[1]
-        self.observed = (self._clock(), self.observe())
-        return self.observed[1]
+    def _draining(self) -> Collection[str]:
+        return self.scaling.draining if self.scaling is not None else ()
 
-    def held_snapshot(self) -> ClusterSnapshot:
+    def _tallies(self) -> Tallies:
+        now = self._clock()
+        longest = {queue: max(0.0, now - at) for queue, at in self.waiting_since.items()}
+        return Tallies(self._registry.kind_counts(), self.waits, self._queue_report, longest,
+                       reachable=self.sight.unreachable is None)
+
+    def _queue_report(self) -> list[QueueReport]:
+        """Usage and fair shares as of now, on the nodes the last cycle saw: metrics read
+        no cluster (with no cycle yet, no row)."""
+        observed = self.sight.observed
+        if observed is None:
+            return []
+        snapshot = self.sight.with_held(observed[1])
+        return queue_report(snapshot, self._registry.pending_totals(), self._config().policy)
+
+    def queue_history(self, queues: Collection[str] | None = None) -> QueueHistory:
+        """The queues over the last hours (empty where no history is kept)."""
+        if self.history is None:
+            return QueueHistory(interval_s=0.0, points=[])
+        return self.history.view(queues)
+
+    async def view(self, max_age: float | None = None) -> ClusterSnapshot:
+        """The last view if younger than `max_age` (default: one resync interval), else
+        one read now (`ClusterView.view`)."""
+        return await self.sight.view(
+            self._config().resync_interval_s if max_age is None else max_age)
+
+    async def held_view(self) -> ClusterSnapshot:
         """A recent view of the nodes with what raygang holds now (usage must be current)."""
-        return dataclasses.replace(self.recent_snapshot(), placed=tuple(self._fleet.held()))
+        return self.sight.with_held(await self.view())
 
     # Scaling the cluster --------------------------------------------------------------
     async def run_scaling(self) -> None:
@@ -322,6 +387,8 @@ class SchedulingLoop:
         assert scaling is not None
         while True:
             await self._woken(self._scale_wake)
+            if self.sight.unreachable is not None:
+                continue  # no view of the cluster: no scale decision either
             plan = self.last_plan
             waiting = scale_candidates(plan, self._registry.pending_gang,
                                        self._config().policy)

@@ -38,6 +38,7 @@ from raygang.control.memory_run import (
     MemoryRun,
     programs_of,
 )
+from raygang.control.errors import ClusterUnreachable
 from raygang.control.ports import GangRun
 from raygang.control.records import GangRecord
 from raygang.control.status import MemberStatus
@@ -71,6 +72,7 @@ class MemoryCluster:
 
     # runs add and remove an elastic gang's surplus members, or restart it whole
     resizes: frozenset[Resize] = frozenset({Resize.LIVE, Resize.RESTART})
+    observe_blocks = False  # read in place: the cycle's interleaving stays as it was
 
     def __init__(self, nodes: Iterable[tuple[str, Resources]],
                  clock: Callable[[], float] | None = None, seed: int | None = None,
@@ -93,6 +95,7 @@ class MemoryCluster:
         # placed only on a later retry of the GCS (`Cluster.until_free`).
         self.view_lag_s = view_lag_s
         self.asked_early: list[str] = []
+        self.outage = False  # a test's GCS outage: `observe` raises ClusterUnreachable
         # Called when a gang starts running: the scheduler's view changed without an event
         # of its own (a resync on Ray finds it; the simulator wakes its loop at once).
         self.on_change: Callable[[], None] = lambda: None
@@ -240,10 +243,15 @@ class MemoryCluster:
             await asyncio.sleep(self._rng.uniform(0.0, self._jitter_s))
 
     # The port ---------------------------------------------------------------------------
+    async def answers(self, timeout: float) -> bool:
+        return not self.outage
+
     def observe(self, held: Iterable[PlacedGang], draining: Collection[str]) -> ClusterSnapshot:
         """Free is what the view shows (`free(seen=True)`), but never more than the node's
         total less what `held` holds: a gang admitted and not booked yet (waiting for
         its victims) takes its room already, as on Ray (runtime/scheduler/observe.py)."""
+        if self.outage:
+            raise ClusterUnreachable("the cluster does not answer (a test's outage)")
         held = tuple(held)
         coming = self._coming(held)
         nodes = []

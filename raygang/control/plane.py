@@ -21,13 +21,10 @@ from raygang.control import kinds, recovery
 from raygang.control.api import SchedulerAPI
 from raygang.control.config import SchedulerConfig
 from raygang.control.dry_run import what_if
-from raygang.control.errors import (
-    DeploymentExistsError,
-    GangNotFoundError,
-    ResultsLostError,
-    SchedulerRecoveringError,
-)
+from raygang.control.errors import (DeploymentExistsError, GangNotFoundError, ResultsLostError,
+                                    SchedulerRecoveringError)
 from raygang.control.fleet import SETTLE_S, Fleet
+from raygang.control.history import History
 from raygang.control.idempotency import submission_fingerprint
 from raygang.control.inside import Inside
 from raygang.control.intake import Intake, Submission, revalidated
@@ -40,12 +37,8 @@ from raygang.control.program import RoleProgram
 from raygang.control.records import GangRecord
 from raygang.control.registry import Registry
 from raygang.control.tasks import TaskSet, first_set
-from raygang.control.status import (
-    ClusterStatus,
-    DryRunResult,
-    GangStatus,
-    QueueStatus,
-)
+from raygang.control.status import (ClusterStatus, DryRunResult, GangStatus, QueueHistory,
+                                    QueueStatus)
 from raygang.control.views import cluster_status, queue_statuses
 from raygang.core.gang import GangState
 from raygang.core.lifecycle import CancelledWhilePending, decide
@@ -79,7 +72,7 @@ class ControlPlane:
                  scaling: Scaling | None = None, *, decide: Decide = schedule,
                  settle_s: float = SETTLE_S,
                  release_recheck_s: tuple[float, ...] = RELEASE_RECHECK_S,
-                 ids: random.Random | None = None):
+                 ids: random.Random | None = None, history: History | None = None):
         self.config = config
         self._cluster = cluster
         self.journal = journal
@@ -95,7 +88,8 @@ class ControlPlane:
                            ending=self._ending,
                            spawn=self.tasks.spawn, settle_s=settle_s)
         self.loop = SchedulingLoop(self.registry, self.fleet, cluster, self._metrics, scaling,
-                                   lambda: self.config, clock, decide, release_recheck_s)
+                                   lambda: self.config, clock, decide, release_recheck_s,
+                                   history, spawn=self.tasks.spawn)
         self.inside = Inside(self.registry, self.fleet, cluster, clock,
                              lambda: self.config.resync_interval_s, self.cancel,
                              spawn=self.tasks.spawn)
@@ -174,6 +168,7 @@ class ControlPlane:
             "gangs": len(self.registry),
             "cycles": self.loop.cycles,
             "last_cycle_error": self.loop.last_error,
+            "unreachable": self.loop.sight.unreachable,  # (since, why): control/sight.py
         }
 
     async def submit(self, spec: GangSpec, programs: dict[str, RoleProgram],
@@ -301,22 +296,27 @@ class ControlPlane:
         """The queue tree with usage and fair shares as of now."""
         await self.ready()
         # Usage is what raygang holds now; only the nodes (for fair shares) may be cached.
-        return queue_statuses(self.loop.held_snapshot(), self.registry.pending_totals(),
+        return queue_statuses(await self.loop.held_view(), self.registry.pending_totals(),
                               self.config.policy)
+
+    async def history(self, queues: Collection[str] | None = None) -> QueueHistory:
+        await self.ready()
+        return self.loop.queue_history(queues)
 
     async def cluster(self) -> ClusterStatus:
         """Nodes with their total, free and used resources, and which gang holds what."""
         await self.ready()
-        snapshot = self.loop.recent_snapshot(max_age=CLUSTER_VIEW_MAX_AGE_S)
-        observed = self.loop.observed[0] if self.loop.observed else self._clock()
+        snapshot = await self.loop.view(max_age=CLUSTER_VIEW_MAX_AGE_S)
+        observed = self.loop.sight.observed[0] if self.loop.sight.observed else self._clock()
         scaling = self.loop.scaling
         return cluster_status(snapshot, list(self.fleet), observed,
-                              scaling.status() if scaling is not None else None)
+                              scaling.status() if scaling is not None else None,
+                              self.loop.sight.unreachable)
 
     async def dry_run(self, spec: GangSpec) -> DryRunResult:
         """What a cycle would do with `spec` submitted now, without doing any of it."""
         await self.ready()
-        return what_if(spec, self.loop.recent_snapshot(max_age=0), self.registry,
+        return what_if(spec, await self.loop.view(max_age=0), self.registry,
                        self.config.policy, self._clock())
 
     async def debug_cycle(self, timeout_s: float = DUMP_WAIT_S) -> dict[str, Any]:

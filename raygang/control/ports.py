@@ -10,6 +10,7 @@ virtual time simulates it.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from raygang.control.records import GangRecord
@@ -17,6 +18,7 @@ from raygang.control.status import GangError, MemberStatus, ScalingStatus
 from raygang.core.gang import GangState, PendingGang
 from raygang.core.plan import Plan, Preemption
 from raygang.core.queues import QueueSpec
+from raygang.core.report import QueueReport
 from raygang.core.resources import Resources
 from raygang.core.scale import ScalePlan
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
@@ -142,10 +144,17 @@ class Cluster(Protocol):
     """The cluster as the control plane sees it and acts on it."""
 
     resizes: frozenset[Resize]  # how its runs resize elastic gangs (none: they do not)
+    # Whether `observe` may block (Ray's GCS reads wait while the GCS is down): the loop
+    # then reads it in a thread, within a timeout of its own.
+    observe_blocks: bool
 
     def observe(self, held: Iterable[PlacedGang], draining: Collection[str]) -> ClusterSnapshot:
         """Nodes with their free resources (what `held` holds counts as used even if the
-        cluster does not show it yet; `draining` nodes have nothing free)."""
+        cluster does not show it yet; `draining` nodes have nothing free). Raises
+        `ClusterUnreachable` when the cluster does not answer."""
+
+    async def answers(self, timeout: float) -> bool:
+        """Whether the cluster answers a small read within `timeout` (never raises)."""
 
     async def until_free(self, bundles: Sequence[tuple[str, Resources]],
                          timeout: float) -> bool:
@@ -181,16 +190,34 @@ class Cluster(Protocol):
         """What a job's driver printed (`ray_job_id`: one attempt's job in the cluster)."""
 
 
+@dataclass(frozen=True)
+class Tallies:
+    """What the loop counts for the gauges beyond (state, queue): what it has at hand, and
+    the queue report as a call (fair shares cost a water-fill: only metrics that export
+    them make it)."""
+
+    kinds: Mapping[tuple[GangState, str], int] = field(default_factory=dict)  # (state, kind)
+    waits: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (queue, wait code):
+    # the pending gangs the last cycle explained
+    queues: Callable[[], Sequence[QueueReport]] | None = None
+    longest_wait: Mapping[str, float] = field(default_factory=dict)  # queue -> seconds the
+    # longest-waiting gang the last cycle explained has been pending
+    reachable: bool = True  # whether the cluster (Ray's GCS) answers (`control.sight`)
+
+
 class Metrics(Protocol):
     def admitted(self, record: GangRecord, now: float) -> None: ...
     def preempted(self, victim: GangRecord, preemptor: GangRecord,
                   preemption: Preemption) -> None: ...
     def finished(self, record: GangRecord) -> None: ...
     def resized(self, record: GangRecord, added: int, removed: int) -> None: ...
+    def restarted(self, record: GangRecord) -> None: ...
     def cycle_started(self) -> float: ...
+    def phase_done(self, phase: str, since: float) -> float: ...
     def cycle_done(self, started: float, plan: Plan) -> None: ...
     def refresh(self, gangs: Iterable[GangRecord], queues: Sequence[QueueSpec],
-                counts: Mapping[tuple[GangState, str], int] | None = None) -> None: ...
+                counts: Mapping[tuple[GangState, str], int] | None = None,
+                tallies: Tallies | None = None) -> None: ...
 
 
 class NoMetrics:
@@ -209,14 +236,21 @@ class NoMetrics:
     def resized(self, record: GangRecord, added: int, removed: int) -> None:
         pass
 
+    def restarted(self, record: GangRecord) -> None:
+        pass
+
     def cycle_started(self) -> float:
+        return 0.0
+
+    def phase_done(self, phase: str, since: float) -> float:
         return 0.0
 
     def cycle_done(self, started: float, plan: Plan) -> None:
         pass
 
     def refresh(self, gangs: Iterable[GangRecord], queues: Sequence[QueueSpec],
-                counts: Mapping[tuple[GangState, str], int] | None = None) -> None:
+                counts: Mapping[tuple[GangState, str], int] | None = None,
+                tallies: Tallies | None = None) -> None:
         pass
 
 

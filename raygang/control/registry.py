@@ -47,6 +47,7 @@ class Registry:
         self._by_state: dict[GangState, _Ids] = {}
         self._by_queue: dict[str, _Ids] = {}
         self._counts: collections.Counter[tuple[GangState, str]] = collections.Counter()
+        self._kinds: collections.Counter[tuple[GangState, str]] = collections.Counter()
         self._state: dict[str, GangState] = {}  # gang id -> the state it is indexed under
         self._where: dict[str, str] = {}  # gang id -> "line" | "backoff" | "inside" (pending)
         self._children: dict[str, set[str]] = {}  # job id -> unfinished gangs inside it
@@ -127,6 +128,10 @@ class Registry:
     def counts(self) -> collections.Counter[tuple[GangState, str]]:
         """How many gangs there are of each (state, queue)."""
         return collections.Counter(self._counts)
+
+    def kind_counts(self) -> collections.Counter[tuple[GangState, str]]:
+        """How many gangs there are of each (state, kind)."""
+        return collections.Counter(self._kinds)
 
     def page(self, state: GangState | None, queues: Collection[str] | None, offset: int,
              limit: int, newest_first: bool = False) -> tuple[list[GangRecord], int]:
@@ -211,8 +216,10 @@ class Registry:
             if was is not None:
                 _remove(self._by_state[was], (record.seq, gang_id))
                 self._counts[was, queue] -= 1
+                self._kinds[was, record.kind] -= 1
             bisect.insort(self._by_state.setdefault(record.state, []), (record.seq, gang_id))
             self._counts[record.state, queue] += 1
+            self._kinds[record.state, record.kind] += 1
             self._state[gang_id] = record.state
         if record.state.finished:
             self._drop_child(record)
@@ -288,6 +295,7 @@ class Registry:
         if state is not None:
             _remove(self._by_state[state], (record.seq, gang_id))
             self._counts[state, queue] -= 1
+            self._kinds[state, record.kind] -= 1
         _remove(self._by_queue[queue], (record.seq, gang_id))
         del self._gangs[gang_id]
         self._jobs.pop(gang_id, None)

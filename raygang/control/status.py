@@ -124,6 +124,34 @@ class QueueStatus(BaseModel):
     running: int
 
 
+class QueueSample(BaseModel):
+    """A queue at one moment: its gangs pending and holding resources, its GPUs in use
+    and its GPU guarantee (quota)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    pending: int
+    running: int
+    gpus: float
+    guarantee: float
+
+
+class HistoryPoint(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    at: float  # the scheduler's clock (Unix seconds on Ray)
+    queues: dict[str, QueueSample]
+
+
+class QueueHistory(BaseModel):
+    """The queues over the last hours, one point every `interval_s`, oldest first."""
+
+    model_config = ConfigDict(frozen=True)
+
+    interval_s: float
+    points: list[HistoryPoint]
+
+
 class HeldBundle(BaseModel):
     """One gang's bundle on a node (member `rank` of the gang)."""
 
@@ -182,3 +210,7 @@ class ClusterStatus(BaseModel):
     total: dict[str, float]
     free: dict[str, float]
     scaling: ScalingStatus | None = None  # None when the scheduler does not scale
+    # While the cluster's control service (Ray's GCS) does not answer: since when (the
+    # scheduler's clock, as `observed_at`) and why. The nodes are then the last view.
+    unreachable_since: float | None = None
+    unreachable_reason: str | None = None

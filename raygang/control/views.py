@@ -28,7 +28,8 @@ def queue_statuses(snapshot: ClusterSnapshot, pending: Mapping[str, Mapping[Reso
 
 
 def cluster_status(snapshot: ClusterSnapshot, holding: Iterable[GangRecord], observed_at: float,
-                   scaling: ScalingStatus | None) -> ClusterStatus:
+                   scaling: ScalingStatus | None,
+                   unreachable: tuple[float, str] | None = None) -> ClusterStatus:
     """Nodes with their total, free and used resources, and which gang holds what."""
     held: dict[str, list[HeldBundle]] = {}
     for record in holding:
@@ -52,4 +53,6 @@ def cluster_status(snapshot: ClusterSnapshot, holding: Iterable[GangRecord], obs
         total=sum((n.total for n in alive), Resources()).to_dict(),
         free=sum((n.free.positive() for n in alive), Resources()).to_dict(),
         scaling=scaling,
+        unreachable_since=unreachable[0] if unreachable else None,
+        unreachable_reason=unreachable[1] if unreachable else None,
     )

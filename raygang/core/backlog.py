@@ -53,6 +53,46 @@ def index_in(line: Sequence[PendingGang], gang: PendingGang) -> int | None:
     return i if i < len(line) and line[i].gang_id == gang.gang_id else None
 
 
+class Locator:
+    """Where a pending gang stands in a cycle's lines: (its queue, its index there, the
+    gang as the cycle saw it), or None. A few lookups bisect the sorted line; past
+    `INDEX_AFTER` of them (a list of every gang's status asks for each), one pass indexes
+    every gang in line, so a list of n statuses costs O(n), not O(n log n) twice over."""
+
+    INDEX_AFTER = 64
+
+    def __init__(self, lines: Mapping[str, Sequence[PendingGang]],
+                 find: Callable[[str], PendingGang | None]):
+        self._lines = lines
+        self._find = find
+        self._asked = 0
+        self._index: dict[str, tuple[str, int, PendingGang]] | None = None
+
+    def __call__(self, gang_id: str) -> tuple[str, int, PendingGang] | None:
+        if self._index is None:
+            self._asked += 1
+            if self._asked <= self.INDEX_AFTER:
+                return self._bisect(gang_id)
+            self._index = {gang.gang_id: (queue, i, gang)
+                           for queue, line in self._lines.items()
+                           for i, gang in enumerate(line)}
+        where = self._index.get(gang_id)
+        if where is None:
+            return None
+        # As the bisect would: a gang whose place changed since the cycle (its priority)
+        # is not where the cycle saw it.
+        now = self._find(gang_id)
+        return where if now is not None and now.order_key() == where[2].order_key() else None
+
+    def _bisect(self, gang_id: str) -> tuple[str, int, PendingGang] | None:
+        gang = self._find(gang_id)
+        line = None if gang is None else self._lines.get(gang.queue)
+        if gang is None or line is None:
+            return None
+        i = index_in(line, gang)
+        return None if i is None else (gang.queue, i, line[i])
+
+
 class Line:
     """A queue's gangs still undecided during a cycle: `head` (gangs a pass looked at and
     did not admit) then `tail[start:]` (the line as given, not looked at yet), so that a

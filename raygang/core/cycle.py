@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from raygang.core.actions import ACTIONS
 from raygang.core.actions.action import Action, VictimFilter
-from raygang.core.backlog import Backlog, Line, demand, index_in
+from raygang.core.backlog import Backlog, Line, Locator, demand
 from raygang.core.capacity import Capacity
 from raygang.core.config import PolicyConfig
 from raygang.core.draining import Draining
@@ -119,14 +119,7 @@ class Cycle:
             if action.finish is not None:  # a pass over the running gangs (grow)
                 action.finish(self)
 
-        def locate(gang_id: str) -> tuple[str, int, PendingGang] | None:
-            gang = backlog.find(gang_id)
-            line = None if gang is None else lines.get(gang.queue)
-            if gang is None or line is None:
-                return None
-            i = index_in(line, gang)
-            return None if i is None else (gang.queue, i, line[i])
-
+        locate = Locator(lines, backlog.find)
         behind = Reasons(self).explain(eager)
         return Plan(
             admissions=tuple(self.admissions),

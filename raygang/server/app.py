@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from raygang.control.api import SchedulerAPI
 from raygang.control.errors import (
+    ClusterUnreachable,
     DeploymentExistsError,
     GangNotFoundError,
     IdempotencyConflictError,
@@ -31,7 +32,8 @@ from raygang.control.errors import (
     StoreError,
     UnschedulableError,
 )
-from raygang.control.status import ClusterStatus, DryRunResult, GangStatus, QueueStatus
+from raygang.control.status import (ClusterStatus, DryRunResult, GangStatus, QueueHistory,
+                                    QueueStatus)
 from raygang.core.config import UnknownPriorityClass
 from raygang.core.gang import GangState
 from raygang.core.queues import QueueSpec
@@ -127,7 +129,13 @@ def _health_routes(app: FastAPI, scheduler: SchedulerAPI) -> None:
             response.status_code = 503
             return Health(status="recovering",
                           detail=ping.get("last_cycle_error") or "reading the store")
-        return Health(status="ready", scheduler={k: ping[k] for k in ("gangs", "cycles")})
+        unreachable = ping.get("unreachable")
+        # Still ready: the scheduler answers and keeps what it is sent; it only decides
+        # nothing until Ray's GCS answers again (operations: When things break).
+        return Health(status="ready", scheduler={k: ping[k] for k in ("gangs", "cycles")},
+                      detail=None if not unreachable else
+                      f"Ray's GCS does not answer (since {unreachable[0]:.0f}: "
+                      f"{unreachable[1]}); no scheduling decision until it does")
 
 
 def _gang_routes(app: FastAPI, scheduler: SchedulerAPI, access: Access,
@@ -240,6 +248,14 @@ def _queue_and_cluster_routes(app: FastAPI, scheduler: SchedulerAPI, access: Acc
         """Quota, limit, usage, fair share and pending count of each queue it may see."""
         return [q for q in await scheduler.queues() if who.may_use_queue(q.name)]
 
+    @app.get("/v1/history", response_model=QueueHistory, tags=["queues"])
+    async def queue_history(who: Caller) -> QueueHistory:
+        """Pending and running gangs and GPUs in use against the guarantee, per queue it may
+        see, over the last hours (a ring the scheduler keeps: `history_interval_s`,
+        `history_kept_s`)."""
+        visible = who.visible_queues()
+        return await scheduler.history(None if visible is None else sorted(visible))
+
     @app.put("/v1/queues/{name}", response_model=list[QueueStatus], tags=["queues"])
     async def set_queue(
         name: Annotated[str, PathParam(pattern=NAME_PATTERN)], queue: QueueSpec, who: Caller
@@ -315,6 +331,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         (SchedulerUnavailable, 503),
         (SchedulerRecoveringError, 503),
         (StoreError, 503),
+        (ClusterUnreachable, 503),  # a view asked for before Ray's GCS ever answered
         (ValueError, 422),  # the scheduler's own checks of a request (after pydantic's)
     )
     for kind, status in statuses:

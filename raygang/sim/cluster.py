@@ -75,7 +75,7 @@ class SimRun:
         self.on_member_ready = on_member_ready
         # An elastic job runs `size` of its `full` members; its work (`duration_s`, at full
         # size) progresses at size/full per second: linear scaling, and a live resize
-        # loses nothing (the simulator's assumptions, said in the README).
+        # loses nothing (the simulator's assumptions, said in docs/simulator.md).
         self.full = spec.world_size
         self.size = len(spec.min_slots)
         self.each = self.log.job.gpus_per_member

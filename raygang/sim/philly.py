@@ -4,7 +4,7 @@ authors' node count per virtual cluster, mapped onto raygang's words.
     timestamp,duration,num_gpus,gpu_time,cluster      (philly_jobs_sep_oct.csv.gz)
     vc,node num                                       (philly_vc_nodes.csv)
 
-The mapping (stated in the README): each Philly virtual cluster (VC) is a tenant and
+The mapping (stated in docs/simulator.md): each Philly virtual cluster (VC) is a tenant and
 becomes a queue; its quota is its share of the simulated cluster in proportion to its
 node count in `philly_vc_nodes.csv`, in whole nodes (largest remainder, so the quotas add
 up to the cluster and match a static partition of it). A job is `training` (preemptible)

@@ -29,10 +29,11 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from raygang.control.config import SchedulerConfig
+from raygang.control.history import History
 from raygang.control.journal import Journal
 from raygang.control.memory import MemoryCluster, MemoryProgram
 from raygang.control.plane import ControlPlane
-from raygang.control.ports import Scaling
+from raygang.control.ports import Metrics, Scaling
 from raygang.control.program import RoleProgram
 from raygang.control.store import MemoryStore
 from raygang.control.virtual import VirtualClock, VirtualTimeLoop
@@ -122,12 +123,14 @@ def make_cluster(*lines: str, seed: int | None = None, clock=None,
 
 
 def make_plane(cluster: MemoryCluster, store: MemoryStore | None = None,
-               scaling: Scaling | None = None, **config: object) -> ControlPlane:
+               scaling: Scaling | None = None, metrics: Metrics | None = None,
+               history: History | None = None, **config: object) -> ControlPlane:
     cfg = SchedulerConfig(**{**FAST, **config})
     journal = Journal(store if store is not None else MemoryStore(), cfg.state)
     seed = _seed.get()
-    plane = ControlPlane(cfg, cluster, journal, cluster.clock, scaling=scaling,
-                         ids=random.Random(seed) if seed is not None else None)
+    plane = ControlPlane(cfg, cluster, journal, cluster.clock, metrics, scaling=scaling,
+                         ids=random.Random(seed) if seed is not None else None,
+                         history=history)
     planes = _planes.get()
     if planes is not None:
         planes.append(plane)

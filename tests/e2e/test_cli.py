@@ -237,7 +237,7 @@ def test_deploy_and_undeploy_errors(api_server, tmp_path):
 
 
 def test_deploy_and_undeploy_a_serve_application(api_server, ray_cluster, http_port):
-    """The example spec, as the README tells users to run it (Serve on the module's port)."""
+    """The example spec, as docs/interfaces.md tells users to run it (Serve on the module's port)."""
     spec = Path(__file__).parents[2] / "examples" / "specs" / "chat.yaml"
     out = ok(run_cli("deploy", str(spec), api=api_server)).strip()
     assert out.startswith("deployment chat: gang chat-"), out

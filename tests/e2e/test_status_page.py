@@ -1,7 +1,8 @@
 """The status page at `/`, in a real (headless) Chromium against the real API server: a gang
 submitted over REST shows up, goes RUNNING with its queue's usage and its GPU slots drawn,
-then SUCCEEDED; the page loads nothing from outside the server; without a token it asks
-for one; Ray jobs are listed with their state, queue position, Ray job id and command."""
+then SUCCEEDED, and is drawn in its queue's history and on its own timeline; the page
+loads nothing from outside the server; without a token it asks for one; Ray jobs are
+listed with their state, queue position, Ray job id and command."""
 
 from __future__ import annotations
 
@@ -61,6 +62,24 @@ return {
   slot_nodes: slots.map((s) => s.closest('.node').dataset.nodeId),
   error: banner.hidden ? null : banner.textContent,
 };
+"""
+
+# team-a's history chart: the values of each series, as the page drew them.
+HISTORY_JS = """
+const card = document.querySelector('[data-history-queue="team-a"]');
+if (!card) return null;
+const values = (chart, series) => card
+  .querySelector(`svg[data-chart="${chart}"] polyline[data-series="${series}"]`)
+  .dataset.values.split(' ').filter((v) => v !== '').map(Number);
+return {points: Number(card.dataset.points), running: values('gangs', 'running'),
+        gpus: values('gpus', 'gpus'), guarantee: values('gpus', 'guarantee')};
+"""
+
+# A gang's timeline: its segments in order, with the state and how long it lasted.
+TIMELINE_JS = """
+const row = document.querySelector(`tr[data-gang-id="${CSS.escape(arguments[0])}"]`);
+return [...row.querySelectorAll('details.history[open] .timeline .seg')]
+  .map((s) => ({state: s.dataset.state, seconds: Number(s.dataset.seconds)}));
 """
 
 
@@ -164,6 +183,23 @@ def test_page_follows_a_gang_from_submission_to_success(ray_cluster, api_server,
         assert [s.split(" ", 1)[1].split(":")[0] for s in steps] == [
             "- \u2192 PENDING", "PENDING \u2192 ADMITTED", "ADMITTED \u2192 RESERVED",
             "RESERVED \u2192 STARTING", "STARTING \u2192 RUNNING", "RUNNING \u2192 SUCCEEDED"], steps
+
+        # Drawn again from scratch: the history of team-a's queue shows the gang's run (GPUs
+        # in use reached its guarantee of 2, one gang running), and the gang's timeline
+        # has one segment per state, each as long as the state lasted.
+        browser.refresh()
+        history = wait_for(browser, "team-a's history", lambda d: d.execute_script(HISTORY_JS))
+        assert history["points"] >= 2, history
+        assert 2 in history["gpus"] and set(history["guarantee"]) == {2}, history
+        assert 1 in history["running"] and 0 in history["running"], history
+        wait_for(browser, f"gang {gang_id}'s row", lambda d: d.find_elements(
+            "css selector", summary)).pop().click()
+        segments = browser.execute_script(TIMELINE_JS, gang_id)
+        assert [s["state"] for s in segments] == [
+            "PENDING", "ADMITTED", "RESERVED", "STARTING", "RUNNING", "SUCCEEDED"], segments
+        running_s = next(s["seconds"] for s in segments if s["state"] == "RUNNING")
+        assert running_s >= 3.5 and max(s["seconds"] for s in segments) == running_s, segments
+        assert browser.save_screenshot(str(ARTIFACTS / "status_page_history.png"))
 
         # Everything the page loaded came from the server itself: no CDN, fonts or URLs.
         loaded = browser.execute_script(

@@ -85,7 +85,8 @@ def poll(check: Callable[[Samples], bool], what: str) -> Samples:
         time.sleep(1)
 
 
-_OURS = {"queue", "resource", "reason", "preemptor_kind", "state", "result", "le"}
+_OURS = {"queue", "resource", "action", "reason", "preemptor_kind", "state", "result", "le",
+         "phase", "kind", "status"}
 
 
 def _series(samples: Samples, name: str, **labels: str) -> dict[tuple, float]:
@@ -143,7 +144,8 @@ def test_scheduler_metrics_are_scraped_from_ray(ray_cluster):
 
 def test_a_preemption_is_counted_by_reason(ray_cluster):
     preempted = "ray_raygang_preempted_gangs_total"
-    labels = {"queue": "default", "reason": "preempt", "preemptor_kind": "gang"}
+    labels = {"queue": "default", "action": "preempt", "reason": "in_queue",
+              "preemptor_kind": "gang"}
     before = _series(scrape(), preempted, **labels)
 
     hog = Hog.remote()

@@ -366,4 +366,4 @@ def test_launcher_signal_preempt_waits_at_most_the_grace(ray_cluster, worker_nod
     try:
         asyncio.run(scenario())
     finally:
-        launch.teardown()
+        asyncio.run(launch.teardown())

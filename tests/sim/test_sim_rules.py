@@ -202,7 +202,7 @@ def test_a_job_shrunk_by_a_restart_frees_its_surplus_before_it_starts_again():
     by_name = {log.job.name: log for log in result.jobs.values()}
     assert by_name["b"].first_start == 3600 and by_name["e"].stops == []
     # Admitted at its minimum, it grows at once (a restart at 0 s: admission does not
-    # take the surplus that fits, README "Elastic jobs"), is shrunk for b, grows back.
+    # take the surplus that fits, docs/simulator.md "Elastic jobs"), is shrunk for b, grows back.
     assert by_name["e"].resize_restarts == 3
 
 

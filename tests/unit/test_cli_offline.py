@@ -66,7 +66,11 @@ def test_cluster_shows_the_node_groups_when_raygang_scales():
            "0 -> 2\n" in text, text
     del cluster["scaling"]
     console.print(render.cluster_view(cluster))
-    assert "GROUP" not in console.export_text()
+    text = console.export_text()
+    assert "GROUP" not in text and "GCS" not in text
+    cluster.update(unreachable_since=0.0, unreachable_reason="a small read did not answer")
+    console.print(render.cluster_view(cluster))
+    assert "Ray's GCS does not answer since " in console.export_text()
 
 
 def run_main(capsys, *args: str) -> tuple[int, str, str]:

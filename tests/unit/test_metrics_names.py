@@ -5,16 +5,21 @@ from __future__ import annotations
 import re
 from types import SimpleNamespace
 
+
+from raygang.control.ports import Tallies
 from raygang.control.records import GangRecord
 from raygang.control.status import GangEvent
 from raygang.core import QueueSpec
 from raygang.core.gang import GangState
 from raygang.core.plan import Admission, Plan, Preemption
+from raygang.core.report import QueueReport
+from raygang.core.resources import Resources
 from raygang.runtime.scheduler.metrics import NAMES, SchedulerMetrics
 from tests.unit.builders import spec
 
 PROMETHEUS_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 QUEUES = [QueueSpec(name="org"), QueueSpec(name="team-a", parent="org"), QueueSpec(name="b")]
+CAPPED = [QueueSpec(name="a", quota={"GPU": 4}, limit={"GPU": 6}), QueueSpec(name="b")]
 
 
 class FakeMetric:
@@ -73,7 +78,7 @@ def test_names_follow_prometheus_conventions():
         assert PROMETHEUS_NAME.match(name) and name.startswith("raygang_"), name
         assert "gang_id" not in metric.tag_keys and "id" not in metric.tag_keys
     assert [n for n in made if n.endswith("_total")] == [
-        NAMES.admitted, NAMES.preempted, NAMES.finished, NAMES.resizes]
+        NAMES.admitted, NAMES.preempted, NAMES.finished, NAMES.resizes, NAMES.restarts]
     assert made[NAMES.wait].boundaries[-1] >= 3600  # hours
     assert made[NAMES.cycle].boundaries[0] <= 0.001  # milliseconds
 
@@ -97,14 +102,25 @@ def test_preemption_and_cycle_are_counted_with_bounded_labels():
     victim = _record("v", "1xGPU=1", "b")
     llm = _record("s", "1xGPU=1", "team-a", kind="deployment")
     m.preempted(victim, llm, Preemption("v", "s", "reclaim", "over its share"))
+    m.preempted(victim, _record("t", "1xGPU=1", "b"), Preemption("v", "t", "preempt", "low"))
     assert made[NAMES.preempted].values == {
-        (("preemptor_kind", "deployment"), ("queue", "b"), ("reason", "reclaim")): 1}
+        (("action", "reclaim"), ("preemptor_kind", "deployment"), ("queue", "b"),
+         ("reason", "other_queue")): 1,
+        (("action", "preempt"), ("preemptor_kind", "gang"), ("queue", "b"),
+         ("reason", "in_queue")): 1}
     started = m.cycle_started()
     clock.now += 0.25
     m.cycle_done(started, Plan(admissions=(Admission("s", ("n1",)),)))
     m.cycle_done(m.cycle_started(), Plan())
     assert made[NAMES.cycle].observed == [
         (0.25, (("result", "success"),)), (0.0, (("result", "inadmissible"),))]
+    at = m.cycle_started()
+    clock.now += 0.5
+    at = m.phase_done("observe", at)
+    clock.now += 0.125
+    m.phase_done("decide", at)
+    assert made[NAMES.phase].observed == [(0.5, (("phase", "observe"),)),
+                                          (0.125, (("phase", "decide"),))]
 
 
 def q(name):
@@ -155,3 +171,48 @@ def test_an_elastic_gang_counts_what_it_holds_its_surplus_and_its_resizes():
     m.resized(r, 0, 2)
     assert made[NAMES.resizes].values == {
         (("direction", "grow"), ("queue", "b")): 1, (("direction", "shrink"), ("queue", "b")): 2}
+
+
+def test_tallies_set_kinds_wait_codes_guarantees_limits_and_fair_shares():
+    made, fake = _fake_metrics()
+    m = SchedulerMetrics(fake)
+    row = QueueReport(name="a", parent=None, leaf=True, weight=1.0, quota=Resources(GPU=4),
+                      limit=Resources(GPU=6), usage=Resources(GPU=2),
+                      fair_share={"GPU": 5.0, "CPU": 8.0}, share_ratio=0.4, pending=3,
+                      running=1)
+    tallies = Tallies(
+        kinds={(GangState.PENDING, "gang"): 2, (GangState.RUNNING, "deployment"): 1,
+               (GangState.STARTING, "deployment"): 1, (GangState.SUCCEEDED, "job"): 7},
+        waits={("a", "NO_FIT"): 1, ("a", "BEHIND"): 2},
+        queues=lambda: [row], longest_wait={"a": 42.0})
+    m.refresh([], CAPPED, {}, tallies)
+    workloads = made[NAMES.workloads].values
+    assert len(workloads) == 8  # four kinds, pending and running: zeros included
+    assert workloads[(("kind", "gang"), ("status", "pending"))] == 2
+    assert workloads[(("kind", "deployment"), ("status", "running"))] == 2
+    assert workloads[(("kind", "job"), ("status", "running"))] == 0  # finished: neither
+    waiting = made[NAMES.waiting].values
+    assert len(waiting) == 8  # every queue, every code
+    assert waiting[(("queue", "a"), ("reason", "BEHIND"))] == 2
+    assert waiting[(("queue", "b"), ("reason", "LIMIT"))] == 0
+    assert made[NAMES.longest].values == {q("a"): 42.0, q("b"): 0.0}
+    assert made[NAMES.fair_share].values == {
+        (("queue", "a"), ("resource", "GPU")): 5.0, (("queue", "a"), ("resource", "CPU")): 8.0}
+    assert made[NAMES.guarantee].values == {  # beside each resource it has a share of
+        (("queue", "a"), ("resource", "GPU")): 4, (("queue", "a"), ("resource", "CPU")): 0}
+    assert made[NAMES.limit].values == {(("queue", "a"), ("resource", "GPU")): 6}
+    m.refresh([], CAPPED, {}, Tallies(queues=lambda: [row]))  # the next cycle: none wait
+    assert set(made[NAMES.waiting].values.values()) == {0}
+
+
+def test_the_gcs_gauge_says_what_the_loop_sees():
+    """The loop's view of the cluster (control/sight.py: its reads and probes) is the one
+    answer to whether the GCS answers: 1, then 0 during an outage."""
+    made, fake = _fake_metrics()
+    m = SchedulerMetrics(fake)
+    m.refresh([], QUEUES)  # without the loop's tallies: nothing said yet
+    assert made[NAMES.gcs].values == {}
+    m.refresh([], QUEUES, {}, Tallies())
+    assert made[NAMES.gcs].values == {(): 1}
+    m.refresh([], QUEUES, {}, Tallies(reachable=False))
+    assert made[NAMES.gcs].values == {(): 0}

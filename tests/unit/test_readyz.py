@@ -56,3 +56,22 @@ def test_readyz_is_503_while_the_scheduler_does_not_answer():
     assert scheduler.pings == 1  # asked, not assumed
     healthz = client.get("/healthz")
     assert healthz.status_code == 200 and scheduler.pings == 1  # liveness never asks it
+
+
+def test_readyz_stays_ready_and_says_so_while_rays_gcs_does_not_answer():
+    """The scheduler answers and keeps what it is sent during a GCS outage; it decides
+    nothing meanwhile, and /readyz says since when."""
+    scheduler = Answers(ready=True)
+    client = TestClient(create_app(scheduler=scheduler, auth=AuthConfig.disabled()))
+    assert client.get("/readyz").json()["detail"] is None
+    unreachable = (1795845575.7, "a small read did not answer within 2 s")
+
+    async def ping() -> dict:
+        return {"ready": True, "gangs": 3, "cycles": 7, "unreachable": unreachable}
+
+    scheduler.ping = ping
+    answer = client.get("/readyz")
+    assert answer.status_code == 200 and answer.json()["status"] == "ready"
+    assert answer.json()["detail"] == (
+        "Ray's GCS does not answer (since 1795845576: a small read did not answer within "
+        "2 s); no scheduling decision until it does")

@@ -127,7 +127,7 @@ def _case(seed: int):
 
 
 def _amounts(snapshot, pending, config) -> dict[str, Resources] | None:
-    """The README's rule, by brute force: what reclaim may take from each other queue,
+    """The rule docs/concepts.md states, by brute force: what reclaim may take from each other queue,
     the gangs beyond its quota and fair share (its walk, most important first) that
     reclaim may stop now, in the resources its quota names (all, where it names none);
     None if y may not reclaim at all (it would go beyond its quota)."""

@@ -52,6 +52,6 @@ def test_list_shows_a_size_column_where_a_gang_is_elastic():
     rows = {line.split()[0]: line.split() for line in out.splitlines()
             if line.startswith(("dp-1", "rigid-1"))}
     assert rows["dp-1"][4:6] == ["3", "(2-4)"] and rows["rigid-1"][4] == "4", rows
-    # Rigid gangs alone: the columns the README shows, no SIZE.
+    # Rigid gangs alone: the columns of `raygang list` (docs/interfaces.md), no SIZE.
     out = _text(render.gangs_table({"now": 10.0, "total": 1, "items": [rigid]}))
     assert "SIZE" not in out

@@ -18,6 +18,7 @@ from ray import cloudpickle
 
 from raygang.control.api import SchedulerAPI, calls
 from raygang.control.config import SchedulerConfig, StateConfig
+from raygang.control.history import History
 from raygang.control.journal import Journal
 from raygang.control.plane import ControlPlane
 from raygang.control.store import MemoryStore, SqliteStore, Store
@@ -39,14 +40,17 @@ def open_store(state: StateConfig) -> Store:
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig, clock: Callable[[], float] = time.time):
-        from raygang.runtime.scheduler.metrics import SchedulerMetrics  # made in the actor process
+        from raygang.runtime.scheduler.metrics import SchedulerMetrics  # in the actor
 
         scaling = (ScaleDriver(config.scaling, clock=clock)
                    if config.scaling.mode != "off" else None)
         journal = Journal(open_store(config.state), config.state, pickler=cloudpickle)
         cluster = RayCluster(config.serve_http_port, config.handoff_lease_s,
                              config.jobs_address)
-        self._plane = ControlPlane(config, cluster, journal, clock, SchedulerMetrics(), scaling)
+        metrics = SchedulerMetrics()
+        history = History(config.history_interval_s, config.history_kept_s)
+        self._plane = ControlPlane(config, cluster, journal, clock, metrics, scaling,
+                                   history=history)
         self._train = TrainDesk(self._plane, cluster)
 
     @property

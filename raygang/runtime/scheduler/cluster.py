@@ -18,7 +18,9 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 import ray
+from ray.exceptions import GetTimeoutError, RpcError
 
+from raygang.control.errors import ClusterUnreachable
 from raygang.control.ports import GangRun, Leftovers
 from raygang.control.records import GangRecord
 from raygang.control.status import MemberStatus
@@ -31,16 +33,22 @@ from raygang.runtime.handoff.train import TrainSession
 from raygang.runtime.kinds.job.launch import JobLaunch
 from raygang.runtime.kinds.job.submission import JobClient
 from raygang.runtime.ray_private import available_resources_per_node
+from raygang.runtime.scheduler.gcs_store import gcs_reachable
 from raygang.runtime.scheduler.leftovers import RayLeftovers
 from raygang.runtime.scheduler.observe import observe, schedulable
 
 log = logging.getLogger(__name__)
+# What a GCS read raises when the GCS does not answer. Within Ray's reconnect timeout
+# (gcs_rpc_server_reconnect_timeout_s, 60 s by default) a read mostly waits instead:
+# the loop's own timeout (control/loop.py) covers that.
+GCS_DOWN = (RpcError, GetTimeoutError, ConnectionError, TimeoutError)
 FREE_POLL_S = 0.01  # how often `until_free` reads the GCS (the view lags by 10-100 ms)
 
 
 class RayCluster:
     # GangLaunch adds and removes an elastic gang's surplus members, or restarts it whole
     resizes = frozenset({Resize.LIVE, Resize.RESTART})
+    observe_blocks = True  # GCS reads wait while the GCS is down (the loop reads in a thread)
 
     def __init__(self, serve_http_port: int | None, lease_s: float = 120.0,
                  jobs_address: str | None = None):
@@ -52,7 +60,13 @@ class RayCluster:
         self.launches: dict[str, JobLaunch] = {}  # running jobs (Train runs find budgets)
 
     def observe(self, held: Iterable[PlacedGang], draining: Collection[str]) -> ClusterSnapshot:
-        return observe(held, draining)
+        try:
+            return observe(held, draining)
+        except GCS_DOWN as error:
+            raise ClusterUnreachable(f"Ray's GCS did not answer: {error}") from error
+
+    async def answers(self, timeout: float) -> bool:
+        return await gcs_reachable(timeout)
 
     async def until_free(self, bundles: Sequence[tuple[str, Resources]],
                          timeout: float) -> bool:

@@ -53,3 +53,15 @@ class GcsStore(Store):
         values = await self._client.async_internal_kv_multi_get(
             keys, namespace=self._namespace, timeout=self._timeout)
         return {k[len(prefix):].decode(): v for k, v in values.items() if v is not None}
+
+
+async def gcs_reachable(timeout_s: float) -> bool:
+    """Whether the GCS answers a key read within `timeout_s` (`RayCluster.answers`, asked
+    by control/sight.py): with GCS fault tolerance the workers outlive a GCS restart, and
+    this is what says it is down meanwhile. Never raises."""
+    try:
+        await gcs_kv_client().async_internal_kv_get(
+            b"probe", namespace=GCS_NAMESPACE.encode(), timeout=timeout_s)
+    except Exception:  # a timeout, a refused connection, a client in a bad state: not
+        return False  # reachable, whatever the cause
+    return True

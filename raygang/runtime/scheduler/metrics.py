@@ -8,26 +8,49 @@ front of every user metric, so Prometheus shows them as `ray_raygang_*`:
     ray_raygang_running_gangs{queue}                       gauge   (admitted .. running)
     ray_raygang_queue_resource_usage{queue, resource}      gauge   (leaf and parent queues)
     ray_raygang_admitted_gangs_total{queue}                counter
-    ray_raygang_preempted_gangs_total{queue, reason, preemptor_kind}   counter
+    ray_raygang_preempted_gangs_total{queue, action, reason, preemptor_kind}   counter
     ray_raygang_gangs_finished_total{queue, state}         counter
     ray_raygang_admission_wait_time_seconds{queue}         histogram (_bucket, _count, _sum)
     ray_raygang_admission_cycle_duration_seconds{result}   histogram (_bucket, _count, _sum)
     ray_raygang_surplus_members{queue}                     gauge   (elastic gangs' members
                                                                     beyond their minimum)
     ray_raygang_gang_resizes_total{queue, direction}       counter (grow / shrink, by member)
+    ray_raygang_gang_restarts_total{queue, kind}           counter (whole-gang restarts after
+                                                                    a failure)
+    ray_raygang_cycle_phase_duration_seconds{phase}        histogram (observe, decide, apply)
+    ray_raygang_waiting_gangs{queue, reason}               gauge   (pending gangs by wait code)
+    ray_raygang_longest_pending_seconds{queue}             gauge   (how long the longest-waiting
+                                                                    gang has been pending)
+    ray_raygang_workloads{kind, status}                    gauge   (pending / running, by kind)
+    ray_raygang_queue_fair_share{queue, resource}          gauge   (this moment's fair share)
+    ray_raygang_queue_guarantee{queue, resource}           gauge   (the queue's quota)
+    ray_raygang_queue_limit{queue, resource}               gauge   (its hard cap, if it has one)
+    ray_raygang_gcs_reachable                              gauge   (1: the GCS answers the
+                                                                    scheduler; control/sight.py)
 
 Ray adds its own labels to every series: Component="core_worker", NodeAddress, SessionName,
 Version, WorkerId (the scheduler actor's worker: a restarted scheduler starts new series)
 and, with OpenTelemetry on (the 2.60 default), otel_scope_*.
 
 Labels are bounded: queue names come from the configuration, resource names from the
-cluster's nodes (a gang asking for any other is refused at submission), `reason` is the
-preemption action (`preempt` or `reclaim`), `preemptor_kind` is `gang` or `deployment`,
-`state` a finished GangState, `result` `success` (the cycle admitted a gang) or
-`inadmissible`. Never a gang id.
+cluster's nodes (a gang asking for any other is refused at submission) or the queues'
+quotas and limits; a preemption's `action` is the core's action that stopped the victim
+(`preempt`: lower priority, `reclaim`: its queue over its share, `shrink`: surplus of an
+elastic gang) and its `reason` where the victim was, as Kueue's `reason` says it
+(`in_queue`: the preemptor's own queue, `other_queue`); `kind` and `preemptor_kind` a
+workload kind (`gang`, `deployment`, `job`, `train`); a waiting gang's `reason` a wait code
+(`NO_FIT`, `BEHIND`, `LIMIT`, `UNSCHEDULABLE`); `state` a finished GangState; `result`
+`success` (the cycle admitted a gang) or `inadmissible`; `phase` `observe`, `decide` or
+`apply`. Never a gang id.
+
+Not here yet: the time each action of a cycle takes (KAI's per-action latency). The
+actions run inside `core.schedule`, which times nothing; `decide` is their sum. Per action
+needs the core's cycle to hand back what each action pass took (e.g. `Plan.timings`);
+this module would then observe a `raygang_action_duration_seconds{action}` histogram.
 
 How Ray 2.60 exports (read in `ray/_private/telemetry/open_telemetry_metric_recorder.py`,
-checked by `tests/integration/test_metrics.py`): each worker pushes its metrics to its
+checked by `tests/integration/test_metrics.py`, and through a real Prometheus by
+`tests/e2e/test_prometheus.py`): each worker pushes its metrics to its
 node's agent every `metrics_report_interval_ms` (10 s by default), so a scrape lags up to
 that long. A gauge is dropped from the endpoint when it has not been set for two report
 intervals, so `refresh()` sets every gauge on every loop iteration (at least once per
@@ -47,10 +70,12 @@ from collections.abc import Callable, Iterable, Mapping
 from types import SimpleNamespace
 from typing import Any
 
-from raygang.core.gang import GangState
-from raygang.core.plan import Plan, Preemption
-from raygang.core.queues import QueueSpec
+from raygang.control import kinds
+from raygang.control.ports import Tallies
 from raygang.control.records import GangRecord
+from raygang.core.gang import GangState
+from raygang.core.plan import Plan, Preemption, WaitCode
+from raygang.core.queues import QueueSpec
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +84,8 @@ WAIT_BUCKETS = [0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 
                 28800, 86400]
 # A cycle is milliseconds of work plus GCS calls to observe the cluster.
 CYCLE_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10]
+# A GCS that does not answer a key read in this long is down for the scheduler: its own
+# calls time out after 30 s, which is too late to page anyone. Probed this often.
 
 NAMES = SimpleNamespace(
     pending="raygang_pending_gangs",
@@ -71,6 +98,15 @@ NAMES = SimpleNamespace(
     cycle="raygang_admission_cycle_duration_seconds",
     surplus="raygang_surplus_members",
     resizes="raygang_gang_resizes_total",
+    restarts="raygang_gang_restarts_total",
+    phase="raygang_cycle_phase_duration_seconds",
+    waiting="raygang_waiting_gangs",
+    longest="raygang_longest_pending_seconds",
+    workloads="raygang_workloads",
+    fair_share="raygang_queue_fair_share",
+    guarantee="raygang_queue_guarantee",
+    limit="raygang_queue_limit",
+    gcs="raygang_gcs_reachable",
 )
 
 
@@ -114,9 +150,10 @@ class SchedulerMetrics:
             NAMES.admitted, "Admissions (a requeued gang counts again), per queue",
             tag_keys=("queue",))
         self._preempted = metrics.Counter(
-            NAMES.preempted, "Gangs told to stop so that another fits, per victim's queue "
-            "and action (preempt: lower priority; reclaim: queue over its share)",
-            tag_keys=("queue", "reason", "preemptor_kind"))
+            NAMES.preempted, "Gangs told to stop so that another fits, per victim's queue, "
+            "action (preempt: lower priority; reclaim: queue over its share; shrink: "
+            "elastic surplus) and reason (in_queue: the preemptor's queue; other_queue)",
+            tag_keys=("queue", "action", "reason", "preemptor_kind"))
         self._finished = metrics.Counter(
             NAMES.finished, "Gangs that ended, per queue and final state",
             tag_keys=("queue", "state"))
@@ -132,7 +169,40 @@ class SchedulerMetrics:
         self._resizes = metrics.Counter(
             NAMES.resizes, "Members added to (grow) or removed from (shrink) running "
             "elastic gangs, per queue", tag_keys=("queue", "direction"))
+        self._restarts = metrics.Counter(
+            NAMES.restarts, "Whole-gang restarts after a member failed or its node was "
+            "lost (within max_restarts), per queue and kind", tag_keys=("queue", "kind"))
+        self._phase = metrics.Histogram(
+            NAMES.phase, "Seconds each phase of a scheduling cycle took: observe (read the "
+            "cluster), decide (every action of core.schedule), apply (carry out the plan)",
+            boundaries=CYCLE_BUCKETS, tag_keys=("phase",))
+        self._waiting = metrics.Gauge(
+            NAMES.waiting, "Pending gangs the last cycle explained, per queue and wait code "
+            "(NO_FIT, BEHIND, LIMIT, UNSCHEDULABLE)", tag_keys=("queue", "reason"))
+        self._longest = metrics.Gauge(
+            NAMES.longest, "Seconds the longest-waiting gang of a queue has been pending "
+            "(since its submission or last requeue), among those the last cycle explained: "
+            "the heads of the queue's lines and every gang it tried (the gangs behind a "
+            "blocked head, younger at their priority, are not walked)", tag_keys=("queue",))
+        self._workloads = metrics.Gauge(
+            NAMES.workloads, "Workloads pending or running (admitted .. running), per kind "
+            "(gang, deployment, job, train)", tag_keys=("kind", "status"))
+        self._fair_share = metrics.Gauge(
+            NAMES.fair_share, "What a queue would hold now if every queue got its fair "
+            "share (quota first, the rest by weight), per resource",
+            tag_keys=("queue", "resource"))
+        self._guarantee = metrics.Gauge(
+            NAMES.guarantee, "A queue's guaranteed resources (its quota), per resource",
+            tag_keys=("queue", "resource"))
+        self._limit = metrics.Gauge(
+            NAMES.limit, "A queue's hard cap, per resource it caps",
+            tag_keys=("queue", "resource"))
+        self._gcs = metrics.Gauge(
+            NAMES.gcs, "1 if the cluster's GCS answers the scheduler, 0 while it does not "
+            "(its last read or probe timed out: no scheduling decision meanwhile)",
+            tag_keys=())
         self._usage_seen: set[tuple[str, str]] = set()  # reported once: 0 when released
+        self._waits_seen: set[tuple[str, str]] = set()
 
     # Events ---------------------------------------------------------------------------
     @_quiet
@@ -147,9 +217,10 @@ class SchedulerMetrics:
     @_quiet
     def preempted(self, victim: GangRecord, preemptor: GangRecord,
                   preemption: Preemption) -> None:
+        same = victim.spec.queue == preemptor.spec.queue
         self._preempted.inc(tags={
-            "queue": victim.spec.queue, "reason": preemption.action,
-            "preemptor_kind": preemptor.kind,
+            "queue": victim.spec.queue, "action": preemption.action,
+            "reason": "in_queue" if same else "other_queue", "preemptor_kind": preemptor.kind,
         })
 
     @_quiet
@@ -163,8 +234,23 @@ class SchedulerMetrics:
             if n:
                 self._resizes.inc(n, tags={"queue": record.spec.queue, "direction": direction})
 
+    @_quiet
+    def restarted(self, record: GangRecord) -> None:
+        self._restarts.inc(tags={"queue": record.spec.queue, "kind": record.kind})
+
     def cycle_started(self) -> float:
         return self._timer()
+
+    def phase_done(self, phase: str, since: float) -> float:
+        """Observe the phase that began at `since` (a timer reading); returns now, when
+        the next phase begins."""
+        now = self._timer()
+        self._observe_phase(phase, now - since)
+        return now
+
+    @_quiet
+    def _observe_phase(self, phase: str, seconds: float) -> None:
+        self._phase.observe(max(0.0, seconds), tags={"phase": phase})
 
     @_quiet
     def cycle_done(self, started: float, plan: Plan) -> None:
@@ -174,11 +260,20 @@ class SchedulerMetrics:
     # Gauges, from the book --------------------------------------------------------------
     @_quiet
     def refresh(self, records: Iterable[GangRecord], queues: Iterable[QueueSpec],
-                counts: Mapping[tuple[GangState, str], int] | None = None) -> None:
+                counts: Mapping[tuple[GangState, str], int] | None = None,
+                tallies: Tallies | None = None) -> None:
         """Set every gauge from the gangs as they are now; zero for queues with none.
         With `counts` (gangs per state and queue, as the registry keeps them), `records`
-        need only hold the gangs that hold resources: no walk over every gang."""
+        need only hold the gangs that hold resources: no walk over every gang; with
+        `tallies`, the gauges by kind, by wait code and of fair shares too."""
         queues = list(queues)
+        self._set_books(records, queues, counts)
+        if tallies is not None:
+            self._set_tallies(tallies, queues)
+            self._gcs.set(1 if tallies.reachable else 0, tags={})
+
+    def _set_books(self, records: Iterable[GangRecord], queues: list[QueueSpec],
+                   counts: Mapping[tuple[GangState, str], int] | None) -> None:
         pending = {q.name: 0 for q in queues}
         running = dict(pending)
         surplus = dict(pending)
@@ -213,6 +308,37 @@ class SchedulerMetrics:
         for queue, resource in self._usage_seen:
             value = usage.get((queue, resource), 0.0)
             self._usage.set(value, tags={"queue": queue, "resource": resource})
+
+    def _set_tallies(self, tallies: Tallies, queues: list[QueueSpec]) -> None:
+        by_kind = {(kind, status): 0 for kind in kinds.KINDS for status in ("pending",
+                                                                            "running")}
+        for (state, kind), n in tallies.kinds.items():
+            status = ("pending" if state is GangState.PENDING
+                      else "running" if state.holds_resources else None)
+            if status is not None and (kind, status) in by_kind:
+                by_kind[kind, status] += n
+        for (kind, status), n in by_kind.items():
+            self._workloads.set(n, tags={"kind": kind, "status": status})
+        # Every queue says every code (0 included): a panel stacks them without holes.
+        self._waits_seen |= {(q.name, c.value) for q in queues for c in WaitCode}
+        self._waits_seen |= tallies.waits.keys()
+        for queue, code in self._waits_seen:
+            self._waiting.set(tallies.waits.get((queue, code), 0),
+                              tags={"queue": queue, "reason": code})
+        for q in queues:
+            self._longest.set(tallies.longest_wait.get(q.name, 0.0), tags={"queue": q.name})
+        fair = {row.name: row.fair_share
+                for row in (tallies.queues() if tallies.queues is not None else [])}
+        for q in queues:
+            named = (set(q.quota) | set(fair.get(q.name, {}))
+                     | {r for name, r in self._usage_seen if name == q.name})
+            for resource in named:
+                tags = {"queue": q.name, "resource": resource}
+                self._guarantee.set(q.quota.get(resource, 0), tags=tags)
+                if q.name in fair:
+                    self._fair_share.set(fair[q.name].get(resource, 0.0), tags=tags)
+            for resource, cap in (q.limit or {}).items():
+                self._limit.set(cap, tags={"queue": q.name, "resource": resource})
 
 
 def _self_and_ancestors(queue: str, parents: dict[str, str | None]) -> list[str]:

@@ -1,10 +1,13 @@
 // The raygang status page: polls /v1/queues, /v1/gangs, /v1/jobs and /v1/cluster every
-// 2 s and draws them. Plain DOM, no dependencies, nothing loaded from outside this server.
+// 2 s and draws them, and /v1/history (the queues over the last hours) every 15 s. Plain
+// DOM, no dependencies, nothing loaded from outside this server.
 // Every text from the API goes in through textContent (via el()), never as markup.
 "use strict";
 
 (function () {
   const REFRESH_MS = 2000;
+  const HISTORY_MS = 15000;  // the scheduler samples every 30 s by default: no need for more
+  const SVG = "http://www.w3.org/2000/svg";
   const TOKEN_KEY = "raygang.token";
   const FINISHED = new Set(["SUCCEEDED", "FAILED", "CANCELLED"]);
   const EPS = 1e-6;
@@ -13,6 +16,7 @@
   let timer = null;
   const openHistories = new Set();  // gang ids whose history is unfolded
   let inFlight = false;
+  let historyAt = 0;  // when /v1/history was last drawn (Date.now())
 
   class AuthError extends Error {}
 
@@ -68,6 +72,10 @@
       renderGangs(gangs);
       renderJobs(jobs);
       renderNodes(cluster);
+      if (Date.now() - historyAt >= HISTORY_MS) {
+        renderHistory(await getJson("/v1/history"));
+        historyAt = Date.now();
+      }
       showError(null);
       $("token-form").hidden = true;
       $("forget-token").hidden = !readToken();
@@ -257,7 +265,7 @@
       el("td", { class: "state" }, el("span", { class: "pill state-" + g.state }, g.state)),
       el("td", { class: "position num" }, position),
       el("td", { class: "age num", title: submitted }, age(now - g.submitted_at)),
-      el("td", { class: "reason" }, g.reason || "", historyOf(g)));
+      el("td", { class: "reason" }, g.reason || "", historyOf(g, now)));
   }
 
   // Ray Jobs: a job is also a gang (its row above); here with its Ray job and command.
@@ -283,18 +291,96 @@
 
   // Every state change of the gang (time since submission, from -> to, why): folded; a
   // gang whose history is open stays open across refreshes.
-  function historyOf(g) {
+  function historyOf(g, now) {
     const events = g.events || [];
     const items = events.map((e) => el("li", {},
       el("span", { class: "mono" }, "+" + (e.at - g.submitted_at).toFixed(2) + "s"), " ",
       (e.from_state || "-") + " \u2192 " + e.to_state, e.reason ? ": " + e.reason : ""));
     const details = el("details", { class: "history" },
-      el("summary", {}, "history (" + events.length + ")"), el("ol", {}, ...items));
+      el("summary", {}, "history (" + events.length + ")"), timeline(g, now),
+      el("ol", {}, ...items));
     details.open = openHistories.has(g.gang_id);
     details.addEventListener("toggle", () => {
       if (details.open) openHistories.add(g.gang_id); else openHistories.delete(g.gang_id);
     });
     return details;
+  }
+
+  // The gang's states laid end to end, each as long as it lasted (the last one until now,
+  // or a sliver once the gang has finished).
+  function timeline(g, now) {
+    const events = g.events || [];
+    const end = FINISHED.has(g.state) && events.length ? events[events.length - 1].at : now;
+    const span = Math.max(end - g.submitted_at, EPS);
+    const segs = events.map((e, i) => {
+      const until = i + 1 < events.length ? events[i + 1].at : end;
+      const seconds = Math.max(0, until - e.at);
+      return el("span", {
+        class: "seg state-" + e.to_state,
+        title: e.to_state + " for " + seconds.toFixed(2) + "s" + (e.reason ? ": " + e.reason : ""),
+        data: { state: e.to_state, seconds: seconds.toFixed(3) },
+        style: { "flex-grow": String(seconds / span) },
+      });
+    });
+    return el("div", { class: "timeline", data: { span: span.toFixed(3) } }, ...segs);
+  }
+
+  // History ---------------------------------------------------------------------------
+  // One card per queue: gangs pending and running, and GPUs in use against the guarantee,
+  // as lines over the ring's time span.
+  function renderHistory(history) {
+    const points = history.points;
+    const names = [...new Set(points.flatMap((p) => Object.keys(p.queues)))];
+    const spanS = points.length ? points[points.length - 1].at - points[0].at : 0;
+    $("history-span").textContent = points.length
+      ? "(last " + age(spanS) + ", a point every " + age(history.interval_s) + ")"
+      : "(no samples yet)";
+    $("history-list").replaceChildren(...names.map((name) => {
+      const samples = points.filter((p) => p.queues[name])
+        .map((p) => Object.assign({ at: p.at }, p.queues[name]));
+      return el("div", { class: "card history-queue",
+                         data: { historyQueue: name, points: String(samples.length) } },
+        el("div", { class: "card-head" }, el("span", { class: "title" }, name)),
+        chart("gangs", samples, ["pending", "running"]),
+        legend(["pending", "running"], samples),
+        chart("gpus", samples, ["gpus", "guarantee"]),
+        legend(["gpus", "guarantee"], samples));
+    }));
+  }
+
+  const WORDS = { pending: "pending", running: "running", gpus: "GPUs in use",
+                  guarantee: "GPU guarantee" };
+
+  function legend(series, samples) {
+    const last = samples[samples.length - 1] || {};
+    return el("div", { class: "legend" }, ...series.map((s) =>
+      el("span", { class: "key " + s }, WORDS[s] + " " + amount("GPU", last[s] || 0))));
+  }
+
+  function svgEl(tag, attrs) {
+    const node = document.createElementNS(SVG, tag);
+    for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
+    return node;
+  }
+
+  // Lines of `series` over time, on one scale from 0 to the largest value drawn.
+  function chart(kind, samples, series) {
+    const W = 300, H = 80;
+    const svg = svgEl("svg", { viewBox: "0 0 " + W + " " + H, preserveAspectRatio: "none",
+                               class: "chart", "data-chart": kind });
+    const t0 = samples.length ? samples[0].at : 0;
+    const t1 = samples.length ? samples[samples.length - 1].at : 0;
+    const top = Math.max(1, ...samples.flatMap((p) => series.map((s) => p[s])));
+    const x = (at) => (t1 > t0 ? ((at - t0) / (t1 - t0)) * W : W);
+    const y = (v) => H - 2 - (v / top) * (H - 4);
+    svg.append(svgEl("line", { x1: 0, y1: H - 1, x2: W, y2: H - 1, class: "axis" }));
+    for (const s of series) {
+      svg.append(svgEl("polyline", {
+        class: s, "data-series": s, "data-values": samples.map((p) => p[s]).join(" "),
+        points: samples.map((p) => x(p.at).toFixed(1) + "," + y(p[s]).toFixed(1)).join(" "),
+      }));
+    }
+    return svg;
   }
 
   // Nodes -----------------------------------------------------------------------------
@@ -365,6 +451,14 @@
   }
 
   function renderNodes(cluster) {
+    // While Ray's GCS does not answer, the scheduler decides nothing: say so, and since when
+    // (the nodes below are then the last view it had).
+    const since = cluster.unreachable_since;
+    $("unreachable").hidden = since == null;
+    $("unreachable").textContent = since == null ? "" :
+      "Ray's GCS does not answer since " + new Date(since * 1000).toLocaleTimeString() +
+      ": no scheduling decision until it does; nodes as last seen (" +
+      cluster.unreachable_reason + ")";
     const byName = (a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
     const nodes = [...cluster.nodes].sort((a, b) =>
       (b.alive - a.alive) || ((b.total.GPU || 0) - (a.total.GPU || 0)) || byName(a, b));

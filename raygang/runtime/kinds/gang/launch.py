@@ -378,16 +378,26 @@ class GangLaunch(NoLiveResize, NoRestartResize):  # fixed size: ElasticLaunch re
         if unsettled:
             await run_to_completion(asyncio.gather(*(wait_ready(pg, SETTLE_S)
                                                      for pg in unsettled)))
-        self.teardown()
+        await run_to_completion(self.teardown())
 
-    def teardown(self) -> None:
-        """Kill every member and remove the placement group. Never raises."""
+    async def teardown(self) -> None:
+        """Kill every member and remove the placement groups. Never raises. What it removes
+        is taken off the launch first (nothing else acts on it meanwhile); the removal
+        runs in a thread: each step is a GCS call, which waits out a GCS outage, and must
+        not hold the scheduler's event loop up meanwhile."""
         for task in self._tasks:
             task.cancel()
-        for slot in self.spec.slots:
-            kill_member(self.handles[slot.rank], member_name(self.gang_id, slot))
+        members = [(self.handles[s.rank], member_name(self.gang_id, s)) for s in self.spec.slots]
+        groups = [(pg, member_name(self.gang_id, self.spec.slots_by_name[name]))
+                  for name, pg in self.member_pgs.items()] + [(self.pg, pg_name(self.gang_id))]
         self.handles = [None] * len(self.handles)
-        for name, pg in self.member_pgs.items():
-            remove_group(pg, member_name(self.gang_id, self.spec.slots_by_name[name]))
-        remove_group(self.pg, pg_name(self.gang_id))
         self.pg, self.member_pgs = None, {}
+        await asyncio.to_thread(_remove, members, groups)
+
+
+def _remove(members: Sequence[tuple[Any, str]],
+            groups: Sequence[tuple[PlacementGroup | None, str]]) -> None:
+    for handle, name in members:
+        kill_member(handle, name)
+    for group, name in groups:
+        remove_group(group, name)

@@ -1,0 +1,154 @@
+"""A cluster that does not answer (Ray's GCS down or restarting) is no view, never an empty
+cluster (no Ray; tests/integration/test_gcs_outage.py kills a real GCS).
+
+While it does not answer, no cycle decides: nothing is admitted, preempted or taken for
+dead, the gangs running stay RUNNING, the plane answers calls and says since when the
+cluster is unreachable. The first cycle after it answers again decides as usual. A read
+that blocks (as Ray's GCS reads do) runs in a thread within CLUSTER_READ_TIMEOUT_S
+(control/sight.py); a probe finds an outage, and its end, while no cycle reads."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from raygang.control import sight
+from raygang.control.errors import StoreError
+from raygang.control.store import MemoryStore
+from raygang.core.gang import GangState as S
+
+from tests.control.harness import make_cluster, make_plane, run, submit, wait_for
+
+
+def test_no_decision_while_the_cluster_does_not_answer_and_one_as_soon_as_it_does():
+    async def scenario():
+        cluster = make_cluster("n0: GPU=4")
+        plane = make_plane(cluster)
+        running = await submit(plane, "running", "2xGPU=1", seconds=None)
+        await wait_for(plane, running, S.RUNNING)
+
+        cluster.outage = True
+        outage_at = plane._clock()
+        waiting = await submit(plane, "waiting", "GPU=2", seconds=None)
+        urgent = await submit(plane, "urgent", "4xGPU=1", seconds=None, priority="inference")
+        await asyncio.sleep(3.0)  # many resync intervals (0.05 s)
+        assert (await plane.status(waiting)).state is S.PENDING
+        assert (await plane.status(urgent)).state is S.PENDING  # and preempted no one
+        status = await plane.status(running)
+        assert status.state is S.RUNNING and status.preemptions == 0
+        ping = await plane.ping()
+        since, why = ping["unreachable"]
+        assert outage_at <= since < outage_at + 0.2 and "does not answer" in why
+        view = await plane.cluster()
+        assert view.unreachable_since == since and view.nodes  # the last view, not empty
+        # A cancel is a decision of the user's: it is carried out meanwhile.
+        assert (await plane.cancel(waiting)).state is S.CANCELLED
+
+        cluster.outage = False
+        back_at = plane._clock()
+        status = await wait_for(plane, urgent, S.RUNNING)
+        assert status.started_at - back_at < 1.0
+        assert (await plane.status(running)).preemptions == 1
+        assert (await plane.ping())["unreachable"] is None
+        assert (await plane.cluster()).unreachable_since is None
+        await plane.shutdown()
+
+    run(scenario)
+
+
+def test_a_blocking_read_runs_in_a_thread_and_the_plane_answers_meanwhile(monkeypatch):
+    """In real time (the virtual-time loop runs threads inline), with a short timeout."""
+    monkeypatch.setattr(sight, "CLUSTER_READ_TIMEOUT_S", 0.3)
+
+    async def scenario():
+        cluster = make_cluster("n0: GPU=4", seed=None)
+        cluster.observe_blocks = True
+        plane = make_plane(cluster)
+        first = await submit(plane, "first", "GPU=1", seconds=None)
+        await wait_for(plane, first, S.RUNNING)
+
+        answers = threading.Event()  # the GCS: down until set
+        reads: list[int] = []
+        observe = cluster.observe
+
+        def blocking_observe(held, draining):
+            reads.append(1)
+            answers.wait(30)
+            return observe(held, draining)
+
+        cluster.observe = blocking_observe
+        await asyncio.sleep(0.2)  # the last view grows old: the next submission reads
+        started = time.monotonic()
+        waiting = await submit(plane, "waiting", "GPU=1", seconds=None)
+        assert time.monotonic() - started < 1.0  # accepted on the last view, not blocked
+        await asyncio.sleep(1.0)
+        # The loop was not blocked: the plane answers at once, the gang waits, and one
+        # read hangs (not a thread per cycle).
+        started = time.monotonic()
+        assert (await plane.status(waiting)).state is S.PENDING
+        assert (await plane.ping())["unreachable"] is not None
+        assert time.monotonic() - started < 0.1
+        assert len(reads) == 1
+
+        answers.set()  # the GCS is back: the hanging read returns and wakes the loop
+        await wait_for(plane, waiting, S.RUNNING)
+        assert (await plane.ping())["unreachable"] is None
+        await plane.shutdown()
+        await plane.close(1.0)
+
+    asyncio.run(asyncio.wait_for(scenario(), 20))
+
+
+def test_a_probe_finds_an_outage_and_its_end_while_nothing_waits():
+    async def scenario():
+        cluster = make_cluster("n0: GPU=4")
+        plane = make_plane(cluster)
+        running = await submit(plane, "running", "GPU=1", seconds=None)
+        await wait_for(plane, running, S.RUNNING)  # nothing waits: no cycle reads
+        cluster.outage = True
+        await asyncio.sleep(sight.PROBE_EVERY_S + 1.0)
+        unreachable = (await plane.ping())["unreachable"]
+        assert unreachable is not None and "small read" in unreachable[1]
+        cluster.outage = False
+        await asyncio.sleep(sight.PROBE_EVERY_S + 1.0)
+        assert (await plane.ping())["unreachable"] is None
+        assert (await plane.status(running)).state is S.RUNNING
+        await plane.shutdown()
+
+    run(scenario)
+
+
+class OutageStore(MemoryStore):
+    """The GCS's key-value store, down while `down` (a write fails as a timed-out one)."""
+
+    def __init__(self):
+        super().__init__()
+        self.down = False
+
+    async def put(self, table, key, value):
+        if self.down:
+            raise TimeoutError("the GCS did not answer within 30 s")
+        await super().put(table, key, value)
+
+
+def test_a_submission_the_store_cannot_take_is_refused_saying_why_and_nothing_is_kept():
+    async def scenario():
+        cluster, store = make_cluster("n0: GPU=4"), OutageStore()
+        plane = make_plane(cluster, store)
+        cluster.outage = store.down = True
+        await asyncio.sleep(sight.PROBE_EVERY_S + 1.0)  # the probe has seen it
+        with pytest.raises(StoreError) as refused:
+            await submit(plane, "during", "GPU=1", seconds=None)
+        assert "the submission was not accepted" in str(refused.value)
+        assert "Ray's GCS does not answer" in str(refused.value)
+        assert [r.spec.name for r in plane.registry] == []  # nothing kept
+        cluster.outage = store.down = False
+        await asyncio.sleep(sight.PROBE_EVERY_S + 1.0)
+        after = await submit(plane, "after", "GPU=1", seconds=None)
+        await wait_for(plane, after, S.RUNNING)
+        await plane.shutdown()
+
+    run(scenario)

@@ -1,0 +1,137 @@
+"""A GCS outage under a running scheduler, on a cluster of its own with GCS fault tolerance
+(Debian's redis-server as the GCS store; the head takes no work, as KubeRay runs it).
+
+    python -m tests.integration.gcs_outage   # prints one JSON line (test_gcs_outage.py)
+
+A gang runs, and another that ends early in the outage; the GCS is killed for OUTAGE_S;
+meanwhile the scheduler's event loop is
+pinged every 0.2 s from a thread, a second gang is submitted, and the scheduler is asked
+what it sees; then the GCS is started again. Run in a subprocess: the test's own driver is
+connected to the session's cluster, and this cluster's processes need RAY_REDIS_ADDRESS.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+OUTAGE_S = 9.0  # longer than the loop's read timeout (5 s), far below Ray's reconnect (60 s)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main() -> dict:
+    port = free_port()
+    redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                              "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    os.environ.update(RAY_REDIS_ADDRESS=f"127.0.0.1:{port}", RAY_AUTH_MODE="disabled",
+                      RAY_external_storage_namespace=f"raygang-test-{port}")
+    import ray
+    from ray.cluster_utils import Cluster
+
+    import raygang
+    from raygang.runtime.client.connection import scheduler
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "num_gpus": 0})
+    try:
+        cluster.add_node(num_cpus=4, num_gpus=4)
+        ray.init(address=cluster.address)
+        cluster.wait_for_nodes()
+        raygang.start()
+        return scenario(cluster, raygang, scheduler())
+    finally:
+        raygang.shutdown()
+        ray.shutdown()
+        cluster.shutdown()
+        redis.kill()
+
+
+def scenario(cluster, raygang, handle) -> dict:
+    import ray
+
+    @raygang.gang_task(replicas=2, num_gpus=1)
+    def sleeper(seconds: float) -> float:
+        time.sleep(seconds)
+        return seconds
+
+    out: dict = {}
+    running = sleeper.remote(600)
+    ending = sleeper.options(replicas=1).remote(4.0)  # ends early in the outage
+    running.ready(timeout=120)
+    ending.ready(timeout=120)
+    pings: list[tuple[float, float | str]] = []
+    stop = threading.Event()
+
+    def pinger() -> None:
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                ray.get(handle.ping.remote(), timeout=60)
+                pings.append((started, time.monotonic() - started))
+            except Exception as error:  # noqa: BLE001 - counted as a failed ping
+                pings.append((started, type(error).__name__))
+            time.sleep(0.2)
+
+    threading.Thread(target=pinger, daemon=True).start()
+    time.sleep(1.0)
+    killed_at = time.monotonic()
+    cluster.head_node.kill_gcs_server()
+    submitted: dict = {}
+
+    def submit() -> None:
+        submitted["ref"] = sleeper.remote(1)
+        submitted["returned_at"] = time.monotonic()
+
+    threading.Thread(target=submit, daemon=True).start()
+    time.sleep(OUTAGE_S - 1.0)
+    seen = ray.get(handle.ping.remote(), timeout=10)
+    out["unreachable_during"] = seen["unreachable"]
+    out["running_during"] = ray.get(handle.status.remote(running.gang_id), timeout=10).state.value
+    time.sleep(1.0)
+    cluster.head_node.start_gcs_server()
+    back_at = time.monotonic()
+    deadline = back_at + 60
+    while "ref" not in submitted and time.monotonic() < deadline:
+        time.sleep(0.1)
+    out["submission_returned_after_s"] = round(submitted["returned_at"] - back_at, 2)
+    second = submitted["ref"].wait(timeout=60)
+    out["second"] = second.state.value
+    back_wall = time.time() - (time.monotonic() - back_at)  # events: the scheduler's clock
+    for state in ("ADMITTED", "RUNNING"):
+        at = next(e.at for e in second.events if e.to_state.value == state)
+        out[f"second_{state.lower()}_after_s"] = round(at - back_wall, 2)
+    stop.set()
+    during = [d for t, d in pings if killed_at <= t <= back_at]
+    out["pings_during"] = len(during)
+    out["longest_ping_during_s"] = max((d for d in during if isinstance(d, float)), default=None)
+    out["failed_pings"] = sum(1 for d in during if isinstance(d, str))
+    deadline = time.monotonic() + 30
+    while not ending.status().finished and time.monotonic() < deadline:
+        time.sleep(0.2)
+    out["ending"] = ending.status().state.value
+    status = running.status()
+    out["running_after"] = (status.state.value, status.restarts, status.preemptions)
+    out["unreachable_after"] = ray.get(handle.ping.remote(), timeout=10)["unreachable"]
+    running.cancel()
+    deadline = time.monotonic() + 30
+    while not running.status().finished and time.monotonic() < deadline:
+        time.sleep(0.2)
+    out["ended"] = running.status().state.value
+    out["raygang_groups_left"] = sum(
+        1 for pg in ray.util.placement_group_table().values()
+        if pg["name"].startswith("raygang-") and pg["state"] != "REMOVED")
+    return out
+
+
+if __name__ == "__main__":
+    print(json.dumps(main()), flush=True)
+    sys.exit(0)
