@@ -27,15 +27,13 @@ as raygang first did it) must reach the very same plan; the ratio is reported.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import gc
-import importlib
 import random
 import statistics
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
@@ -54,9 +52,8 @@ from raygang.core import (  # noqa: E402
     gang_spec,
     schedule,
 )
-from raygang.core import elastic  # noqa: E402
-from raygang.core.fairshare import QueueBook  # noqa: E402
-from raygang.core.victims import VictimSearch, reclaim_protected  # noqa: E402
+from raygang.core.preemption.plain import searching_plainly  # noqa: E402
+from raygang.core.preemption.check import check  # noqa: E402
 
 TARGET_CYCLE_S = 2.0
 TARGET_DECISIONS_PER_S = 5_000
@@ -215,191 +212,6 @@ def workload(nodes: int, running: int, pending: int, seed: int
     return queues, load, snapshot, synthetic_pending(pending, sorted(load), rng, config)
 
 
-# Checks -----------------------------------------------------------------------------------
-
-def reclaimable(book: QueueBook, pieces: Sequence[PlacedGang], config: PolicyConfig,
-                now: float) -> dict[str, Resources]:
-    """What reclaim may take from each queue in a cycle: of the gangs the walk leaves
-    beyond the queue's quota and fair share, those it may stop, in the resources the
-    queue's quota names (all, where it names none)."""
-    kept = reclaim_protected(book, pieces, config.preemption.reclaim_victim_order, now)
-    least = config.preemption.min_runtime_s("reclaim")
-    amounts: dict[str, Resources] = {}
-    for g in pieces:
-        if g.gang_id in kept or not g.preemptible or g.draining or g.protected(now) or (
-                least > 0 and (g.running_since is None or now - g.running_since < least)):
-            continue
-        amounts[g.queue] = amounts.get(g.queue, Resources()) + counted(g, config)
-    return amounts
-
-
-def counted(gang: PlacedGang, config: PolicyConfig) -> Resources:
-    """What a gang holds of the resources its queue's quota names (all, if none)."""
-    spec = config.queue_tree.specs.get(gang.queue)
-    return gang.total.only(frozenset(spec.quota)) if spec and spec.quota else gang.total
-
-
-def check(plan: Plan, snapshot: ClusterSnapshot, pending: Sequence[PendingGang],
-          config: PolicyConfig) -> None:
-    """Assert that the plan is sound on this snapshot (elastic gangs read as their minimum
-    plus one unit per surplus member, as the cycle reads them: `core.elastic`)."""
-    free = {n.node_id: n.free for n in snapshot.nodes}
-    pieces, leaving_units = elastic.pieces(snapshot.placed)
-    running = {g.gang_id: g for g in pieces}
-    leaving = [g for g in snapshot.placed if g.draining]  # stopping already: freeing soon
-    leaving += [u for u in leaving_units if u.of not in {g.gang_id for g in leaving}]
-    for gang in leaving:
-        for node_id, bundle in gang.bundles:
-            free[node_id] = free[node_id] + bundle
-    gangs = {g.gang_id: g for g in pending}
-    tree = config.queue_tree
-    book = QueueBook(tree, snapshot.placed)  # the cycle's fair shares, to see what reclaim
-    book.share_out(snapshot.alive_nodes, [g for g in pending if not tree.problem(g.spec)])
-    amounts = reclaimable(book, pieces, config, plan.at)  # was allowed to take
-    reclaimed: Counter = Counter()
-    stopped: list[PlacedGang] = []  # whole gangs and units (a gang shrunk for one gang
-    for p in plan.preemptions:  # may then be stopped whole for another: the rest goes)
-        done = {v.gang_id for v in stopped}
-        parts = [running[elastic.member_id(p.victim, m)] for m in p.members] or [
-            running[p.victim]] + [u for u in pieces if u.of == p.victim
-                                  and u.gang_id not in done]
-        assert not p.members or all(u.of == p.victim for u in parts), p
-        stopped.extend(parts)
-        if p.action == "reclaim":
-            for part in parts:
-                held = counted(part, config)
-                reclaimed.update({(part.queue, k): held.units(k) for k in held})
-    ids = [v.gang_id for v in stopped]
-    assert len(set(ids)) == len(ids), "a gang or member was stopped twice"
-    for p in plan.preemptions:
-        victim, preemptor = running[p.victim], gangs[p.preemptor]
-        first = running[elastic.member_id(p.victim, p.members[0])] if p.members else victim
-        assert first.preemptible and not first.draining, p
-        assert not first.protected(plan.at), p
-        least = config.preemption.min_runtime_s(p.action)  # the action's own minimum
-        assert least <= 0 or (victim.running_since is not None
-                              and plan.at - victim.running_since >= least), p
-        if p.action == "preempt":
-            assert victim.priority < preemptor.priority, p
-        elif p.action == "shrink":
-            assert p.members and victim.queue == preemptor.queue, p
-            assert victim.priority <= preemptor.priority, p
-        else:
-            assert p.action == "reclaim" and victim.queue != preemptor.queue, p
-    for (queue, name), units in reclaimed.items():
-        assert units <= amounts.get(queue, Resources()).units(name), \
-            f"reclaimed more of queue {queue} than it runs beyond its quota and fair share"
-    for victim in stopped:
-        for node_id, bundle in victim.bundles:
-            free[node_id] = free[node_id] + bundle
-    preempted = Counter(p.preemptor for p in plan.preemptions)
-    # Capacity still being freed: per node, what admissions that wait for none of the
-    # node's victims take must fit in what was free there before any victim was chosen.
-    stopping: dict[str, set[str]] = {}
-    for victim in stopped + leaving:
-        for node_id, _ in victim.bundles:
-            stopping.setdefault(node_id, set()).add(victim.gang_id)
-    settled = {n.node_id: n.free for n in snapshot.nodes}
-    for a in plan.admissions:
-        assert len(a.victims) >= preempted[a.gang_id], a
-        assert set(a.victims) <= set(a.waits_for), a
-        for node_id, bundle in zip(a.nodes, gangs[a.gang_id].bundles, strict=True):
-            free[node_id] = free[node_id] - bundle
-            if not stopping.get(node_id, set()) & set(a.waits_for):
-                settled[node_id] = settled[node_id] - bundle
-    placed = {g.gang_id: g for g in snapshot.placed}
-    for growth in plan.growths:  # on settled capacity only, members it may add, in order
-        e = placed[growth.gang_id].elastic
-        assert e is not None and not e.leaving and growth.gang_id not in {
-            p.victim for p in plan.preemptions}, growth
-        assert growth.members == tuple(m for m, _ in e.missing[:len(growth.members)]), growth
-        for node_id, (_, bundle) in zip(growth.nodes, e.missing, strict=False):
-            free[node_id] = free[node_id] - bundle
-            settled[node_id] = settled[node_id] - bundle
-    bad = [n for n, f in free.items() if not f.is_nonnegative()]
-    assert not bad, f"oversubscribed nodes: {bad[:5]}"
-    early = [n for n, f in settled.items() if not f.is_nonnegative()]
-    assert not early, f"gangs take capacity still being freed without waiting: {early[:5]}"
-    admitted = [a.gang_id for a in plan.admissions]
-    assert len(set(admitted)) == len(admitted), "a gang was admitted twice"
-    assert not set(admitted) & set(plan.waiting), "a gang both admitted and waiting"
-    assert set(admitted) | set(plan.waiting) == set(gangs), "a pending gang was not decided"
-
-
-# The plain victim search, for reference ------------------------------------------------------
-
-class PlainVictimSearch(VictimSearch):
-    """raygang's first victim search, on the capacity itself: free every candidate that
-    holds some resource the gang asks for, to see whether the gang could fit at all, then
-    free them one by one (placing after each) until it fits, then give back, most
-    important first, each victim it fits without, in rounds until no victim left can be
-    given back (every one kept is needed).
-    Frees and checks a fit the way the fast search does (`_free`, `_fits`); only the
-    walk differs."""
-
-    def run(self, candidates) -> tuple[tuple[str, ...], list[PlacedGang]] | None:
-        nodes = self._fits()
-        if nodes is not None:
-            return nodes, []
-        names = list(self.gang.total)  # a victim holding none of them cannot help
-        candidates = [v for v in candidates if any(v.total.units(n) for n in names)]
-        if not candidates:
-            return None
-        undos = [self._free(v) for v in candidates]
-        possible = self._fits() is not None
-        for undo in reversed(undos):
-            undo()
-        if not possible:
-            return None
-        chosen, undos = [], []
-        for victim in candidates:
-            undos.append(self._free(victim))
-            chosen.append(victim)
-            if self._fits() is not None:
-                break
-        needed = [True] * len(chosen)
-        for i in range(len(chosen) - 2, -1, -1):
-            undos[i]()
-            if self._fits() is not None:
-                needed[i] = False
-            else:
-                undos[i] = self._free(chosen[i])
-        # Placement is not monotone: a victim needed while others were still freed may
-        # not be once they are given back. Give back, most important first, any kept
-        # victim the gang fits without, until none can go (every one left is needed).
-        changed = True
-        while changed:
-            changed = False
-            for i in range(len(chosen) - 1, -1, -1):
-                if not needed[i] or sum(needed) == 1:
-                    continue
-                undos[i]()
-                if self._fits() is not None:
-                    needed[i], changed = False, True
-                else:
-                    undos[i] = self._free(chosen[i])
-        nodes = self._fits()
-        assert nodes is not None
-        self._kept = [undo for undo, keep in zip(undos, needed) if keep]
-        return nodes, [v for v, keep in zip(chosen, needed) if keep]
-
-    def undo(self) -> None:
-        for undo in reversed(self._kept):
-            undo()
-
-
-@contextlib.contextmanager
-def plain_victim_search() -> Iterator[None]:
-    """Make `schedule()` search for victims the plain way, in this process, for a while."""
-    module = importlib.import_module("raygang.core.cycle")
-    fast = module.VictimSearch
-    module.VictimSearch = PlainVictimSearch
-    try:
-        yield
-    finally:
-        module.VictimSearch = fast
-
-
 # Measurement ------------------------------------------------------------------------------
 
 def median_of(repeats: int, run: Callable[[], Plan]) -> tuple[float, Plan]:
@@ -441,7 +253,7 @@ def reference(nodes: int, seed: int, repeats: int) -> str:
     queues, _, snapshot, pending = workload(nodes, 4 * nodes, 2 * nodes, seed)
     config = PolicyConfig(queues=tuple(queues), priority_classes=CLASSES)
     fast_s, fast = median_of(repeats, lambda: schedule(snapshot, pending, config, NOW))
-    with plain_victim_search():
+    with searching_plainly():
         plain_s, plain = median_of(1, lambda: schedule(snapshot, pending, config, NOW))
     same = (plain.admissions, plain.preemptions, dict(plain.waiting)) == (
         fast.admissions, fast.preemptions, dict(fast.waiting))

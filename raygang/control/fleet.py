@@ -13,6 +13,7 @@ from raygang.control.ports import Cluster, GangRun, Metrics
 from raygang.control.records import GangRecord
 from raygang.control.registry import Registry
 from raygang.control.tasks import Spawn, spawn_free
+from raygang.core.actions import ACTIONS
 from raygang.core.lifecycle import Admitted, Adopted, RestartPolicy
 from raygang.core.elastic import member_of
 from raygang.core.gang import GangState
@@ -137,7 +138,8 @@ class Fleet:
             self._metrics.resized(victim, 0, len(preemption.members))
             return
         self._metrics.preempted(victim, preemptor, preemption)
-        verb = "reclaimed" if preemption.action == "reclaim" else "preempted"
+        action = ACTIONS.get(preemption.action)  # its verb, as the action declares it
+        verb = "preempted" if action is None else action.verb
         driver.preempt(f"{verb} by {preemptor.display}", preemption.reason)
 
     async def halt(self, gang_id: str) -> None:

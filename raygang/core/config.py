@@ -151,11 +151,12 @@ class PreemptionPolicy(BaseModel):
         "newest")
 
     def delay_s(self, action: str) -> float:
-        return {"reclaim": self.reclaim_delay_s, "preempt": self.preempt_delay_s}.get(action, 0.0)
+        """The delay of `action` (the setting its `Action.delay_key` names; 0 if none)."""
+        return ACTIONS[action].delay_s(self) if action in ACTIONS else 0.0
 
     def min_runtime_s(self, action: str) -> float:
-        return {"reclaim": self.reclaim_min_runtime_s,
-                "preempt": self.preempt_min_runtime_s}.get(action, 0.0)
+        """The minimum runtime of `action` (its `Action.min_runtime_key`; 0 if none)."""
+        return ACTIONS[action].min_runtime_s(self) if action in ACTIONS else 0.0
 
 
 class PolicyConfig(BaseModel):

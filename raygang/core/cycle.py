@@ -15,44 +15,42 @@ import functools
 from collections.abc import Callable, Mapping, Sequence
 
 from raygang.core.actions import ACTIONS
-from raygang.core.actions.action import CycleState
+from raygang.core.actions.action import Action, VictimFilter
 from raygang.core.backlog import Backlog, Line, Locator, demand
 from raygang.core.capacity import Capacity
 from raygang.core.config import PolicyConfig
 from raygang.core.draining import Draining
-from raygang.core.elastic import pieces, stops, units_first, with_remaining_units
-from raygang.core.excess import Amounts, ExcessSearch
-from raygang.core.explain import why_not
+from raygang.core.elastic import pieces, units_first
+from raygang.core.preemption.excess import Amounts, ExcessSearch
 from raygang.core.fairshare import QueueBook, QueueOrder
-from raygang.core.gang import PendingGang, Shape
+from raygang.core.gang import PendingGang
 from raygang.core.placement import EverFits, place
 from raygang.core.plan import (
-    Admission,
-    Behind,
     Growth,
     Plan,
     Positions,
-    Preemption,
     WaitCode,
     Waiting,
     Waitings,
 )
-from raygang.core.pool import Candidates, Pool
+from raygang.core.preemption.pool import Candidates, Pool
 from raygang.core.reserve import Hold, elect
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
-from raygang.core.victims import VictimSearch, reclaim_protected, victim_key
-
-# An action's own narrowing of the gangs any action may stop (reclaim's protections).
-Narrow = Callable[[CycleState, list[PlacedGang]], list[PlacedGang]]
-
+from raygang.core.reasons import Reasons
+from raygang.core.statement import Statement
+from raygang.core import preemption
+from raygang.core.preemption.victims import victim_key
 
 class Cycle:
     """One cycle's scratch state, and what actions do with it: place a gang, search for
     victims, admit. `run` offers the pending gangs to each configured action in turn."""
 
-    def __init__(self, snapshot: ClusterSnapshot, config: PolicyConfig, now: float):
+    def __init__(self, snapshot: ClusterSnapshot, config: PolicyConfig, now: float,
+                 actions: Mapping[str, Action] = ACTIONS):
+        """`actions`: what the names in `config.actions` are (a baseline's own variants)."""
         self.snapshot = snapshot
+        self.actions = actions
         self.config = config
         self.now = now
         self.tree = config.queue_tree
@@ -80,17 +78,17 @@ class Cycle:
             self.draining.add(leaving)
         self.ever = EverFits(snapshot)
         self.book = QueueBook(self.tree, snapshot.placed)
-        self.admissions: list[Admission] = []
-        self.preemptions: list[Preemption] = []
-        self.admitted: set[str] = set()
+        # Every move of the cycle goes through its statement (core.statement); these name
+        # its parts, as actions and reasons read them.
+        st = self.statement = Statement(self.capacity, self.book, self.draining)
+        self.admissions, self.preemptions, self.admitted = st.admissions, st.preemptions, \
+            st.admitted
+        self.taken, self.taken_from, self.failed = st.taken, st.taken_from, st.failed
+        st.on_stop.append(self._stopped)
         # gang id -> (action, candidates) that failed it
         self.tried: dict[str, list[tuple[str, Candidates]]] = {}
         self.limited: dict[str, str] = {}  # gang id -> the limit it hit last
-        self.taken: set[str] = set()  # victims chosen this cycle
-        self.taken_from: dict[str, Resources] = {}  # queue -> what its victims held
         self.memo: dict[str, object] = {}  # what an action works out once per cycle
-        # shapes (per action) that did not fit this cycle
-        self.failed: set[tuple[object, ...]] = set()
         self.waiting: dict[str, Waiting] = {}
         self._pools: dict[str, Pool] = {}  # action -> the gangs it may stop
         self._stoppable: list[PlacedGang] | None = None
@@ -115,14 +113,14 @@ class Cycle:
             for queue in lines})
         self.hold = self._elect()
         for name in self.config.actions:
-            action = ACTIONS[name]
+            action = self.actions[name]
             if action.attempt is not None:
                 self._pass(functools.partial(action.attempt, self))
             if action.finish is not None:  # a pass over the running gangs (grow)
                 action.finish(self)
 
         locate = Locator(lines, backlog.find)
-        behind = self._explain(eager)
+        behind = Reasons(self).explain(eager)
         return Plan(
             admissions=tuple(self.admissions),
             waiting=Waitings(self.waiting, behind, locate),
@@ -208,15 +206,14 @@ class Cycle:
             admitted = attempt(hold.gang)
             self.hold = None if admitted else hold
             return admitted
-        hold.release()
-        failed = set(self.failed)
-        self.failed.clear()
+        mark = self.statement.checkpoint()
+        self.statement.unhold(hold)
         self._pools.clear()
         if attempt(hold.gang):
+            self.statement.commit(mark)
             self.hold = None
             return True
-        hold.apply()
-        self.failed |= failed
+        self.statement.rollback(mark)  # held again (a failed attempt moved nothing else)
         return False
 
     # What actions use ---------------------------------------------------------------------
@@ -228,23 +225,26 @@ class Cycle:
         """Nodes for the gang on the free capacity now, or None."""
         return place(gang.bundles, gang.strategy, self.capacity)
 
-    def pool(self, action: str, narrow: Narrow | None = None, key: str | None = None) -> Pool:
-        """Running gangs that `action` may stop, least important first (once per cycle,
-        per `key`: the action's name unless given): preemptible, not draining, not
-        protected by a minimum runtime (their class's, or the action's own:
-        `PolicyConfig.preemption`), and, if `narrow` is given, those it keeps of them."""
+    def pool(self, action: str, narrow: VictimFilter | None = None,
+             key: str | None = None) -> Pool:
+        """Running gangs that `action` may stop, in its victim order, least important first
+        (once per cycle, per `key`: the action's name unless given): preemptible, not
+        draining, not protected by a minimum runtime (their class's, or the action's own:
+        `PolicyConfig.preemption`), and those its victim filter keeps of them (`narrow`'s,
+        if given)."""
+        rules = self.actions[action]
         key = key or action
         if key not in self._pools:
             if self._stoppable is None:  # filtered once: an action's pool is a subset
                 self._stoppable = [
                     g for g in self.pieces
                     if g.preemptible and not g.draining and not g.protected(self.now)]
-            order = self.config.preemption.reclaim_victim_order if action == "reclaim" \
-                else "newest"
+            order = rules.order(self.config.preemption)
             if order not in self._sorted:  # sorted once per order
                 self._sorted[order] = sorted(  # surplus members before any whole gang
                     self._stoppable, key=units_first(victim_key(order, self.now)))
             stoppable = self._sorted[order]
+            narrow = narrow or rules.victim_filter
             ordered = stoppable if narrow is None else narrow(self, stoppable)
             ordered, young = self._old_enough(ordered, action)
             self._pools[key] = Pool(ordered, self.capacity, self.taken, young)
@@ -254,7 +254,7 @@ class Cycle:
                     ) -> tuple[list[PlacedGang], list[tuple[PlacedGang, float]]]:
         """(those that ran the action's minimum runtime since their last start, the others
         with when they will have): KAI's reclaimMinRuntime / preemptMinRuntime."""
-        least = self.config.preemption.min_runtime_s(action)
+        least = self.actions[action].min_runtime_s(self.config.preemption)
         if least <= 0:
             return gangs, []
         now, old, young = self.now, [], []
@@ -272,12 +272,12 @@ class Cycle:
         unimportant as it takes), if that makes room; else remember it tried. With
         `amounts` (reclaim), no more than those per queue: where the victims found take
         more, or none were found, the search by amount looks among the amounts' own
-        candidates (core.excess)."""
+        candidates (core.preemption.excess)."""
         problem = None if gang.preemptible else self.book.borrow_problem(gang.queue, gang.total)
         if problem:  # stopping others (always preemptible gangs) never changes this
             self.limited[gang.gang_id] = problem
             return False
-        delay = self.config.preemption.delay_s(action)
+        delay = self.actions[action].delay_s(self.config.preemption)
         if delay > 0 and gang.pending_since is not None and self.now - gang.pending_since < delay:
             self.delayed.setdefault(gang.gang_id, []).append(
                 (action, delay, gang.pending_since + delay - self.now))
@@ -285,7 +285,7 @@ class Cycle:
         key = (action, gang.shape, gang.priority, gang.queue, gang.preemptible)
         found = None
         if key not in self.failed:
-            first = VictimSearch(gang, self.capacity, self.book, pool)
+            first = preemption.VictimSearch(gang, self.capacity, self.book, pool)
             found = first.run(candidates)
             if amounts is not None:
                 if found is not None and not amounts.allow(found[1]):
@@ -300,33 +300,20 @@ class Cycle:
             self.tried.setdefault(gang.gang_id, []).append((action, candidates))
             return False
         nodes, victims = found
-        why = ACTIONS[action].why
+        why = self.actions[action].why
         assert why is not None, f"action {action} stops gangs but says no why"
-        # A gang stopped whole loses its surplus too (less what an earlier search of this
-        # cycle took: the plan may shrink a gang, then stop it whole, for another gang).
-        for unit in with_remaining_units(victims, self._units_of, self.taken):
-            self.capacity.release(unit.bundles)
-            if unit.queue in self.tree.specs:
-                self.book.remove(unit.queue, unit.total)
-            victims.append(unit)
-        self.draining.add(victims)
-        for victim in victims:
-            self.taken.add(victim.gang_id)
-            self.taken_from[victim.queue] = self.taken_from.get(victim.queue, Resources()) \
-                + victim.total
-            for other in self._pools.values():
-                other.taken(victim)
-        self.preemptions.extend(stops(victims, gang, action, why))
-        self.failed.clear()  # freed leftovers may now fit shapes that failed before
+        self.statement.stop(gang, victims, action, why, self._units_of)
         self.admit(gang, nodes, action if victims else "allocate", victims)
         return True
 
-    def reclaim_kept(self) -> set[str]:
-        """The gangs each queue runs within its share, as reclaim counts it: walking its
-        gangs most important first, those within its quota or its fair share
-        (`victims.reclaim_protected`; a baseline may count otherwise)."""
-        return reclaim_protected(self.book, self.pieces,
-                                 self.config.preemption.reclaim_victim_order, self.now)
+    def _stopped(self, victim: PlacedGang) -> None:
+        for pool in self._pools.values():
+            pool.taken(victim)
+
+    def young(self, action: str) -> list[tuple[PlacedGang, float]]:
+        """The gangs `action`'s minimum runtime kept from its pool, with when they may go."""
+        pool = self._pools.get(action)
+        return pool.young if pool else []
 
     def frees(self, victim: PlacedGang) -> Resources:
         """What stopping `victim` takes from its queue: a gang stopped whole loses what
@@ -340,93 +327,5 @@ class Cycle:
     def admit(
         self, gang: PendingGang, nodes: tuple[str, ...], action: str, victims: list[PlacedGang]
     ) -> None:
-        own = tuple(v.gang_id for v in victims)
-        waits = self.draining.take(nodes, gang.bundles, own)
-        self.capacity.reserve(zip(nodes, gang.bundles))
-        self.book.add(gang.queue, gang.total)
-        if not gang.preemptible:
-            self.book.add_firm(gang.queue, gang.total)
-        self.admitted.add(gang.gang_id)
+        self.statement.admit(gang, nodes, action, victims)
         self.limited.pop(gang.gang_id, None)
-        self.admissions.append(Admission(gang.gang_id, nodes, action, own, waits))
-
-    # Reasons ------------------------------------------------------------------------------
-    def _explain(self, eager: bool) -> dict[str, Behind]:
-        """A reason with numbers for every gang left pending, against the capacity left
-        after this cycle's decisions (what users see next); computed once per shape.
-        Without backfill, the gangs behind a queue's first gang that could ever fit wait
-        behind it: unless `eager`, their reasons are worked out when asked (`Behind`)."""
-        by_shape: dict[Shape, str] = {}
-        behind: dict[str, Behind] = {}
-        backfill = self.config.backfill
-        for queue, gangs in self.left.items():
-            blocker: PendingGang | None = None
-            for i, gang in enumerate(gangs):
-                if blocker is not None and not eager and i >= len(gangs.head):
-                    first = self.waiting[blocker.gang_id].message
-                    behind[queue] = Behind(gangs.tail, gangs.start + i - len(gangs.head),
-                                           functools.partial(self._behind, blocker, first),
-                                           blocker.gang_id)
-                    break
-                self.waiting[gang.gang_id] = self._reason(gang, blocker, by_shape)
-                if blocker is None and self.ever.fits(gang) and not backfill:
-                    blocker = gang
-        return behind
-
-    def _behind(self, blocker: PendingGang, first: str, gang: PendingGang) -> Waiting:
-        if not self.ever.fits(gang):
-            return self._never(gang, blocker)
-        return Waiting(
-            gang.gang_id, WaitCode.BEHIND,
-            f"waiting behind gang {blocker.gang_id} (priority {blocker.priority}, earlier "
-            f"in queue {gang.queue!r}; backfill is off), which cannot start yet: {first}",
-            behind=blocker.gang_id,
-        )
-
-    def _never(self, gang: PendingGang, blocker: PendingGang | None) -> Waiting:
-        """A gang that cannot fit even on the empty cluster; behind `blocker` in line if
-        one is blocked ahead of it (it would wait behind it once it fit)."""
-        reason = why_not(gang.bundles, gang.strategy, self.ever.empty)
-        return Waiting(gang.gang_id, WaitCode.UNSCHEDULABLE,
-                       f"cannot fit on the cluster as it is now, even empty: {reason}",
-                       behind=None if blocker is None else blocker.gang_id)
-
-    def _reason(self, gang: PendingGang, blocker: PendingGang | None,
-                by_shape: dict[Shape, str]) -> Waiting:
-        if not self.ever.fits(gang):
-            return self._never(gang, blocker)
-        if blocker is not None:
-            return self._behind(blocker, self.waiting[blocker.gang_id].message, gang)
-        if gang.gang_id in self.limited:
-            return Waiting(gang.gang_id, WaitCode.LIMIT, self.limited[gang.gang_id])
-        if gang.shape not in by_shape:
-            by_shape[gang.shape] = why_not(gang.bundles, gang.strategy, self.capacity)
-        # Whether anyone was left to stop is looked at only here, for the few gangs that
-        # end up waiting: a search's candidates can be long to walk.
-        notes = "".join(
-            (ACTIONS[action].no_room or {})["none" if next(iter(candidates), None) is None
-                                            else "some"] + self._young_note(action, candidates)
-            for action, candidates in self.tried.get(gang.gang_id, ())
-        )
-        notes += "".join(
-            f"; it may {action} once pending {action}_delay_s {delay:g} s (in {left:.0f} s)"
-            for action, delay, left in self.delayed.get(gang.gang_id, ()))
-        return Waiting(gang.gang_id, WaitCode.NO_FIT, by_shape[gang.shape] + notes
-                       + self._hold_note(gang))
-
-    def _hold_note(self, gang: PendingGang) -> str:
-        hold = self.hold
-        sla = self.config.sla_waiting_time_s or 0.0
-        return "" if hold is None else "; " + hold.note(gang, self.now, sla)
-
-    def _young_note(self, action: str, candidates: Candidates) -> str:
-        """What the action's minimum runtime keeps it from stopping, and until when."""
-        pool = self._pools.get(action)
-        young = [until for g, until in (pool.young if pool else ()) if candidates.would_admit(g)]
-        if not young:
-            return ""
-        least = self.config.preemption.min_runtime_s(action)
-        plural = "gang is" if len(young) == 1 else "gangs are"
-        return (f" ({len(young)} more {plural} protected by {action}_min_runtime_s "
-                f"{least:g} s since their last start; the first may be stopped in "
-                f"{max(0.0, min(young) - self.now):.0f} s)")

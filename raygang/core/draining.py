@@ -15,7 +15,7 @@ takes the draining capacity first and leaves the settled capacity to others.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from raygang.core.capacity import Capacity
 from raygang.core.resources import Resources
@@ -35,6 +35,19 @@ class Draining:
                 if node in self._capacity:
                     self._pool[node] = self._pool.get(node, Resources()) + bundle
                     self._by.setdefault(node, set()).add(victim.gang_id)
+
+    def saved(self, nodes: Iterable[str]) -> Callable[[], None]:
+        """A function that puts back what `nodes` have draining now (a statement's undo)."""
+        was = {n: (self._pool.get(n), set(self._by.get(n, ()))) for n in nodes}
+
+        def restore() -> None:
+            for node, (pool, by) in was.items():
+                if pool is None:
+                    self._pool.pop(node, None)
+                    self._by.pop(node, None)
+                else:
+                    self._pool[node], self._by[node] = pool, by
+        return restore
 
     def settled(self, node: str) -> Resources:
         """What is free on `node` apart from what gangs being stopped will free there."""

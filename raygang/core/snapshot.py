@@ -104,5 +104,5 @@ class ClusterSnapshot:
         raise KeyError(node_id)
 
 
-# A sort key over placed gangs (victim orders, `core.victims`): compared as tuples.
+# A sort key over placed gangs (victim orders, `core.preemption.victims`): compared as tuples.
 GangKey = Callable[[PlacedGang], tuple[Any, ...]]

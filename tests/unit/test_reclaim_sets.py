@@ -18,7 +18,7 @@ import pytest
 
 from raygang.core import Capacity, PlacedGang, PolicyConfig, Resources, place, schedule
 from raygang.core.fairshare import QueueBook
-from raygang.core.victims import reclaim_protected
+from raygang.core.preemption.victims import reclaim_protected
 
 from tests.unit.builders import busy, gang, queue, res, running, uniform
 

@@ -1,15 +1,13 @@
 """The fast victim search decides exactly what the plain one does, on random clusters.
 
-The plain search (bench/core_scale.py `PlainVictimSearch`: free every candidate on the
+The plain search (`raygang.core.preemption.plain`: free every candidate on the
 scratch capacity, place after each step, give back) is the definition; the fast one
 (victims.py on a Probe/Pool) must reach the same plans, and every plan must be sound.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import random
-from pathlib import Path
 
 import pytest
 
@@ -23,12 +21,11 @@ from raygang.core import (
     schedule,
 )
 
+from raygang.core.preemption.check import check
+from raygang.core.preemption.plain import searching_plainly
+
 from tests.unit.builders import busy, queue, spec
 
-_BENCH = Path(__file__).resolve().parents[2] / "bench" / "core_scale.py"
-_spec = importlib.util.spec_from_file_location("core_scale_bench", _BENCH)
-core_scale = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(core_scale)
 
 SEEDS = range(300)
 QUEUES = ["a", "b", "c"]
@@ -106,10 +103,10 @@ def test_fast_and_plain_victim_search_make_the_same_plans(chunk):
     for seed in SEEDS[chunk::3]:
         snapshot, pending, config = scenario(seed)
         fast = schedule(snapshot, pending, config, now)
-        with core_scale.plain_victim_search():
+        with searching_plainly():
             plain = schedule(snapshot, pending, config, now)
         assert fast == plain, f"seed {seed}"
-        core_scale.check(fast, snapshot, pending, config)  # sound, as the benchmark's
+        check(fast, snapshot, pending, config)  # sound, as the benchmark's
 
 
 def test_the_random_scenarios_preempt_and_reclaim():

@@ -30,9 +30,9 @@ from raygang.core import (
     schedule,
 )
 from raygang.core.fairshare import QueueBook
+from raygang.core.preemption.plain import searching_plainly
 
 from tests.unit.builders import queue
-from tests.unit.test_victim_search_equivalence import core_scale
 
 SEEDS = range(3000)
 NOW = 100.0
@@ -128,7 +128,7 @@ def test_every_kept_victim_is_needed(chunk):
         snapshot, pending, config = scenario(seed)
         plan = schedule(snapshot, pending, config, NOW)
         assert unneeded_victims(plan, snapshot, pending, config) == [], f"seed {seed}"
-        with core_scale.plain_victim_search():  # the definition reaches the same plan
+        with searching_plainly():  # the definition reaches the same plan
             assert schedule(snapshot, pending, config, NOW) == plan, f"seed {seed}"
         preempting += any(a.victims for a in plan.admissions)
     assert preempting > len(SEEDS[chunk::3]) // 3  # the scenarios do preempt, often

@@ -9,15 +9,16 @@ from typing import Protocol
 from raygang.core.backlog import Line
 from raygang.core.capacity import Capacity
 from raygang.core.draining import Draining
-from raygang.core.excess import Amounts
+from raygang.core.preemption.excess import Amounts
 from raygang.core.fairshare import QueueBook
 from raygang.core.gang import PendingGang
 from raygang.core.plan import Growth
 from raygang.core.plan import Preemption as Stop
-from raygang.core.pool import Candidates, Pool
+from raygang.core.preemption.pool import Candidates, Pool
 from raygang.core.queues import QueueTree
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
+from raygang.core.statement import Statement
 
 
 class Preemption(Protocol):
@@ -54,13 +55,10 @@ class CycleState(Protocol):
 
     def frees(self, victim: PlacedGang) -> Resources: ...
 
-    def reclaim_kept(self) -> set[str]: ...
-
     def admit(self, gang: PendingGang, nodes: tuple[str, ...], action: str,
               victims: list[PlacedGang]) -> None: ...
 
-    def pool(self, action: str,
-             narrow: Callable[[CycleState, list[PlacedGang]], list[PlacedGang]] | None = None,
+    def pool(self, action: str, narrow: VictimFilter | None = None,
              key: str | None = None) -> Pool: ...
 
     def search(self, gang: PendingGang, pool: Pool, candidates: Candidates, action: str,
@@ -101,6 +99,7 @@ class GrowingCycle(CycleState, Protocol):
     admitted: set[str]
     capacity: Capacity
     draining: Draining
+    statement: Statement  # its moves (grow's: `Statement.grow`)
 
     @property
     def ever(self) -> EverFits: ...
@@ -108,8 +107,20 @@ class GrowingCycle(CycleState, Protocol):
     def queue_order(self, queues: Sequence[str]) -> QueueTurns: ...
 
 
+# Which of the gangs any action may stop (preemptible, not draining, not protected, in the
+# action's victim order) this action may stop: reclaim's gangs beyond their queue's share,
+# shrink's surplus members.
+VictimFilter = Callable[[CycleState, list[PlacedGang]], list[PlacedGang]]
+
+
 @dataclass(frozen=True)
 class Action:
+    """One action, declared: how it tries a pending gang, and for one that stops running
+    gangs, its rules as data (a baseline's variant is an `Action` with other values, see
+    `raygang.sim.baselines`): its verb, its victim order and filter, and the
+    `PolicyConfig.preemption` settings (`PreemptionPolicy`) that give its delay, minimum
+    runtime and order."""
+
     name: str
     attempt: Callable[[CycleState, PendingGang], bool] | None
     # For actions that stop gangs: what a waiting gang's reason adds when the action found
@@ -119,3 +130,24 @@ class Action:
     why: Callable[[PlacedGang, PendingGang], str] | None = None
     # A pass over the running gangs once the pending ones were offered (grow).
     finish: Callable[[GrowingCycle], None] | None = None
+    # What a stopped gang's status says happened to it ("preempted by ...").
+    verb: str = "preempted"
+    # Least important first: `core.preemption.victims.victim_key`'s order names; the
+    # setting named by `order_key`, if any, chooses it instead.
+    victim_order: str = "newest"
+    order_key: str | None = None
+    victim_filter: VictimFilter | None = None
+    # The settings that give how long a gang must be pending before the action stops
+    # others for it, and how long a gang must have run before the action may stop it.
+    delay_key: str | None = None
+    min_runtime_key: str | None = None
+
+    def order(self, settings: object) -> str:
+        """Its victim order under `settings` (a `PreemptionPolicy`)."""
+        return str(getattr(settings, self.order_key)) if self.order_key else self.victim_order
+
+    def delay_s(self, settings: object) -> float:
+        return float(getattr(settings, self.delay_key)) if self.delay_key else 0.0
+
+    def min_runtime_s(self, settings: object) -> float:
+        return float(getattr(settings, self.min_runtime_key)) if self.min_runtime_key else 0.0

@@ -96,8 +96,7 @@ def _one_more(cycle: GrowingCycle, gang: PlacedGang, grown: list[tuple[str, str]
         where = "node of its own (it grows on no other)" if e.within else "node"
         return (f"no {where} has {_fmt(bundle)} free for member {name} "
                 f"({e.strategy.value})")
-    cycle.capacity.reserve([(node, bundle)])
-    cycle.book.add(gang.queue, bundle)
+    cycle.statement.grow(gang.queue, node, bundle)
     grown.append((name, node))
     return None
 

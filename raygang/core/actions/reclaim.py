@@ -1,17 +1,27 @@
-"""reclaim: a queue below its quota takes back what other queues run beyond their quota
-and fair share. First the gangs the walk of each queue's gangs leaves beyond its share
-(`Cycle.reclaim_kept`), the cheapest first; where those would not make room (they may run
-on nodes where none of them helps), any of those queues' gangs it may stop, as long as
-what it takes adds up to no more than the gangs beyond would (`core.excess`)."""
+"""reclaim: a queue below its quota takes back what other queues run beyond their share.
+First the gangs that each queue's protection leaves beyond its share (`beyond`), the
+cheapest first; where those would not make room (they may run on nodes where none of them
+helps), any of those queues' gangs it may stop, as long as what it takes adds up to no
+more than the gangs beyond would (`core.preemption.excess`).
+
+What a queue keeps is a rule of the action, by name (`PROTECTIONS`, `protecting`):
+raygang's own keeps what runs within a queue's quota or its fair share
+(`core.preemption.victims.reclaim_protected`); KAI Scheduler's, its deserved quota only
+(`raygang.sim.baselines.kai`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import math
+from collections.abc import Callable
 
-from raygang.core.actions.action import Action, CycleState
-from raygang.core.excess import NONE, Amounts
+from raygang.core.actions.action import Action, CycleState, VictimFilter
+from raygang.core.preemption.excess import NONE, Amounts
 from raygang.core.gang import PendingGang
-from raygang.core.pool import Candidates, Pool
+from raygang.core.fairshare import in_quota
+from raygang.core.preemption.pool import Candidates, Pool
+from raygang.core.preemption.victims import reclaim_protected
 from raygang.core.resources import Resources
 from raygang.core.snapshot import PlacedGang
 
@@ -21,7 +31,7 @@ _ANY = "reclaim by amount"  # the pool of the search by amount
 def reclaim(cycle: CycleState, gang: PendingGang) -> bool:
     if not cycle.book.within_quota(gang.queue, gang.total):
         return False
-    pool = cycle.pool("reclaim", _beyond)
+    pool = cycle.pool("reclaim")  # its victim filter: `beyond` the queues' protection
     amounts: Amounts
 
     def any_of_theirs() -> tuple[Pool, Candidates]:
@@ -39,17 +49,56 @@ def reclaim(cycle: CycleState, gang: PendingGang) -> bool:
                         amounts)
 
 
-def _kept(cycle: CycleState) -> set[str]:
-    """The gangs the walk counts within their queue's quota or fair share (once a cycle)."""
-    found = cycle.memo.get("reclaim kept")
-    if found is None:
-        found = cycle.memo["reclaim kept"] = cycle.reclaim_kept()
-    return found  # type: ignore[return-value]
+Protection = Callable[[CycleState], set[str]]  # the gangs no reclaim takes, by id
 
 
-def _beyond(cycle: CycleState, gangs: list[PlacedGang]) -> list[PlacedGang]:
-    kept = _kept(cycle)
-    return [g for g in gangs if g.gang_id not in kept]
+def quota_or_fair_share(cycle: CycleState) -> set[str]:
+    """raygang's: walking each queue's gangs most important first, those within its quota
+    or its fair share (`reclaim_protected`, in the policy's reclaim victim order)."""
+    return reclaim_protected(cycle.book, cycle.pieces,
+                             cycle.config.preemption.reclaim_victim_order, cycle.now)
+
+
+def quota(cycle: CycleState) -> set[str]:
+    """KAI Scheduler's: walking a queue's gangs most important first (non-preemptible,
+    higher priority, longer running), those that keep the queue within its deserved quota
+    (KAI-Scheduler discussion #1763, GuaranteeDeservedQuota)."""
+    specs = cycle.book.tree.specs
+    kept: set[str] = set()
+    by_queue: dict[str, list[PlacedGang]] = {}
+    for gang in cycle.pieces:
+        if gang.queue in specs:
+            by_queue.setdefault(gang.queue, []).append(gang)
+    for queue, placed in by_queue.items():
+        limit, total = specs[queue].quota, Resources()
+        for gang in sorted(placed, key=_importance):
+            with_it = total + gang.total
+            if in_quota(limit, with_it, gang.total):
+                total = with_it
+                kept.add(gang.gang_id)
+    return kept
+
+
+def _importance(gang: PlacedGang) -> tuple[bool, int, float, str]:
+    since = gang.running_since if gang.running_since is not None else math.inf
+    return (gang.preemptible, -gang.priority, since, gang.gang_id)
+
+
+PROTECTIONS: dict[str, Protection] = {"quota or fair share": quota_or_fair_share,
+                                      "quota": quota}
+
+
+def beyond(protection: Protection) -> VictimFilter:
+    """The victim filter keeping the gangs `protection` leaves beyond their queue's share
+    (worked out once a cycle)."""
+
+    def narrow(cycle: CycleState, gangs: list[PlacedGang]) -> list[PlacedGang]:
+        kept = cycle.memo.get("reclaim kept")
+        if kept is None:
+            kept = cycle.memo["reclaim kept"] = protection(cycle)
+        return [g for g in gangs if g.gang_id not in kept]  # type: ignore[operator]
+
+    return narrow
 
 
 def _of_queues_beyond(cycle: CycleState, gangs: list[PlacedGang]) -> list[PlacedGang]:
@@ -103,9 +152,17 @@ def why(victim: PlacedGang, gang: PendingGang) -> str:
     )
 
 
-ACTION = Action("reclaim", reclaim, no_room={
-    "none": "; no other queue runs preemptible gangs beyond its quota and fair share to "
-            "reclaim",
-    "some": "; reclaiming what other queues borrowed beyond their quota and fair share "
-            "would not make room",
-}, why=why)
+ACTION = Action(
+    "reclaim", reclaim, no_room={
+        "none": "; no other queue runs preemptible gangs beyond its quota and fair share to "
+                "reclaim",
+        "some": "; reclaiming what other queues borrowed beyond their quota and fair share "
+                "would not make room",
+    }, why=why, verb="reclaimed", order_key="reclaim_victim_order",
+    victim_filter=beyond(quota_or_fair_share), delay_key="reclaim_delay_s",
+    min_runtime_key="reclaim_min_runtime_s")
+
+
+def protecting(name: str) -> Action:
+    """reclaim with the protection `name` (`PROTECTIONS`) instead of raygang's."""
+    return dataclasses.replace(ACTION, victim_filter=beyond(PROTECTIONS[name]))

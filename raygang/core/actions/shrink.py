@@ -14,7 +14,7 @@ from raygang.core.snapshot import PlacedGang
 def shrink(cycle: CycleState, gang: PendingGang) -> bool:
     if not cycle.surplus_queues.get(gang.queue):
         return False  # no surplus in its queue: the common case, nothing to search
-    pool = cycle.pool("shrink", _surplus)
+    pool = cycle.pool("shrink")  # its victim filter: surplus members only
     # Of its queue, at its priority or below (units are sorted by priority among themselves).
     return cycle.search(gang, pool, pool.candidates(gang.queue, below=gang.priority + 1),
                         "shrink")
@@ -32,4 +32,4 @@ def why(victim: PlacedGang, gang: PendingGang) -> str:
 ACTION = Action("shrink", shrink, no_room={
     "none": "",
     "some": "; the surplus of its queue's elastic gangs would not make room",
-}, why=why)
+}, why=why, verb="shrunk", victim_order="newest", victim_filter=_surplus)

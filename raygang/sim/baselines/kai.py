@@ -1,21 +1,22 @@
-"""KAI Scheduler's rules, as a variant of raygang's own cycle (`decide`).
+"""KAI Scheduler's rules, as raygang's own cycle with other actions (`decide`).
 
 raygang's core follows KAI's model (DESIGN.md): queues with a guaranteed quota and an
 over-quota weight, fair shares water-filled top-down (quota first, the rest by weight:
 KAI's "deserved quota" and "over-quota weight", docs/fairness), pending jobs taken from
 the queue furthest below its fair share (DRF), inside a queue by priority then creation,
 and the actions allocate -> reclaim -> preempt. So the KAI-style baseline is the core's
-cycle with the one rule where raygang chose differently:
+cycle with the one rule where raygang chose differently, given as configuration (`ACTIONS`:
+reclaim with another protection, `core.actions.reclaim.protecting("quota")`):
 
 - Reclaim. KAI reclaims for a queue below its deserved quota from queues above theirs,
   and protects what a queue runs within its deserved quota only: "a sibling reclaims
   another user's above-quota GPUs but never their guaranteed quota", and cross-queue
   reclaim recovers a queue's deserved quota, not its fair share (KAI-Scheduler
   discussion #1763, GuaranteeDeservedQuota). raygang also protects what a queue runs
-  within its fair share (`core.victims.reclaim_protected`), so it takes less from queues
-  that borrowed while others were idle. Here reclaim may take what a queue runs beyond
-  its quota (walked most important first, as raygang walks them), from any of its gangs
-  (by amount, as raygang takes it: `core.excess`).
+  within its fair share (`core.preemption.victims.reclaim_protected`), so it takes less
+  from queues that borrowed while others were idle. Here reclaim may take what a queue
+  runs beyond its quota (walked most important first, as raygang walks them), from any
+  of its gangs (by amount, as raygang takes it: `core.preemption.excess`).
 
 Time-based fair share (`kai-tbf`, `TimeBasedFairShare`): KAI's proportion plugin divides
 the capacity beyond deserved quotas among queues by a share weight that falls with each
@@ -36,17 +37,16 @@ jobs.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass
 
+from raygang.core.actions import ACTIONS as CORE_ACTIONS
+from raygang.core.actions import reclaim
 from raygang.core.backlog import Backlog
 from raygang.core.config import PolicyConfig
 from raygang.core.cycle import Cycle
-from raygang.core.fairshare import in_quota
 from raygang.core.plan import Plan
-from raygang.core.resources import Resources
-from raygang.core.snapshot import ClusterSnapshot, PlacedGang
+from raygang.core.snapshot import ClusterSnapshot
 
 
 # KAI's minruntime plugin defaults to 0 s for reclaim and preempt (docs/plugins/minruntime.md:
@@ -57,9 +57,13 @@ PREEMPTION = {"reclaim_min_runtime_s": 0.0, "preempt_min_runtime_s": 0.0,
               "reclaim_delay_s": 0.0, "preempt_delay_s": 0.0, "reclaim_victim_order": "newest"}
 
 
+# raygang's actions with KAI's reclaim protection: configuration, not a cycle of its own.
+ACTIONS = {**CORE_ACTIONS, "reclaim": reclaim.protecting("quota")}
+
+
 def decide(snapshot: ClusterSnapshot, backlog: Backlog, config: PolicyConfig,
            now: float) -> Plan:
-    return _KaiCycle(snapshot, config, now).run(backlog)
+    return Cycle(snapshot, config, now, ACTIONS).run(backlog)
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,8 @@ class WithUsage:
     def __call__(self, snapshot: ClusterSnapshot, backlog: Backlog, config: PolicyConfig,
                  now: float) -> Plan:
         self.record(snapshot, now)
-        return _KaiCycle(snapshot, self.adjusted(config, backlog, snapshot), now).run(backlog)
+        return Cycle(snapshot, self.adjusted(config, backlog, snapshot), now,
+                     ACTIONS).run(backlog)
 
     def record(self, snapshot: ClusterSnapshot, now: float) -> None:
         held: dict[str, float] = {}
@@ -152,30 +157,3 @@ class WithUsage:
                 q["weight"] = weights.get(q["name"], q["weight"])
             found = self._configs[key] = type(config).model_validate(data)  # a new tree
         return found
-
-
-class _KaiCycle(Cycle):
-    def reclaim_kept(self) -> set[str]:
-        """The gangs each queue runs within its deserved quota: walking a queue's gangs
-        most important first (non-preemptible, higher priority, longer running), those
-        that keep the queue within its quota. Reclaim takes what the others add up to,
-        from any of the queue's gangs (`core.excess`), as raygang does."""
-        specs = self.book.tree.specs
-        kept: set[str] = set()
-        by_queue: dict[str, list[PlacedGang]] = {}
-        for gang in self.pieces:
-            if gang.queue in specs:
-                by_queue.setdefault(gang.queue, []).append(gang)
-        for queue, placed in by_queue.items():
-            quota, total = specs[queue].quota, Resources()
-            for gang in sorted(placed, key=_importance):
-                with_it = total + gang.total
-                if in_quota(quota, with_it, gang.total):
-                    total = with_it
-                    kept.add(gang.gang_id)
-        return kept
-
-
-def _importance(gang: PlacedGang) -> tuple:
-    since = gang.running_since if gang.running_since is not None else math.inf
-    return (gang.preemptible, -gang.priority, since, gang.gang_id)

@@ -27,8 +27,8 @@ from raygang.core.capacity import Capacity
 from raygang.core.fairshare import QueueBook, in_quota
 from raygang.core.gang import PendingGang
 from raygang.core.placement import place
-from raygang.core.pool import Candidates, Pool
-from raygang.core.probe import Probe
+from raygang.core.preemption.pool import Candidates, Pool
+from raygang.core.preemption.probe import Probe
 from raygang.core.resources import UNIT, Resources, scarcity_key
 from raygang.core.snapshot import GangKey, PlacedGang
 

@@ -35,11 +35,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from raygang.core.capacity import Capacity
 from raygang.core.fairshare import QueueBook
 from raygang.core.gang import PendingGang
-from raygang.core.pool import Candidates, Pool
-from raygang.core.probe import Probe
+from raygang.core.preemption.pool import Candidates, Pool
+from raygang.core.preemption.probe import Probe
 from raygang.core.resources import Resources
 from raygang.core.snapshot import PlacedGang
-from raygang.core.victims import VictimSearch
+from raygang.core.preemption.victims import VictimSearch
 
 SMALL = 256  # gangs it may stop, up to which the search by amount is depth first
 BACKTRACKS = 1_000  # its steps beyond one look at every candidate

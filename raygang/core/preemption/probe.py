@@ -15,7 +15,7 @@ from operator import add, sub
 from raygang.core.capacity import Capacity
 from raygang.core.fairshare import QueueBook
 from raygang.core.gang import PendingGang
-from raygang.core.pool import Candidates, Pool, Tests, Vec, scored
+from raygang.core.preemption.pool import Candidates, Pool, Tests, Vec, scored
 from raygang.core.resources import Resources
 from raygang.core.snapshot import PlacedGang
 from raygang.core.spec import Strategy

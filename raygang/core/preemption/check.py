@@ -1,0 +1,130 @@
+"""Whether a plan is sound on its snapshot: what the equivalence tests and
+`bench/core_scale.py` assert of every plan, fast search or plain (`check`)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from raygang.core import elastic
+from raygang.core.fairshare import QueueBook
+from raygang.core.gang import PendingGang
+from raygang.core.plan import Plan
+from raygang.core.preemption.victims import reclaim_protected
+from raygang.core.resources import Resources
+from raygang.core.snapshot import ClusterSnapshot, PlacedGang
+
+if TYPE_CHECKING:  # the config names the actions, which use the search
+    from raygang.core.config import PolicyConfig
+
+
+def reclaimable(book: QueueBook, pieces: Sequence[PlacedGang], config: PolicyConfig,
+                now: float) -> dict[str, Resources]:
+    """What reclaim may take from each queue in a cycle: of the gangs the walk leaves
+    beyond the queue's quota and fair share, those it may stop, in the resources the
+    queue's quota names (all, where it names none)."""
+    kept = reclaim_protected(book, pieces, config.preemption.reclaim_victim_order, now)
+    least = config.preemption.min_runtime_s("reclaim")
+    amounts: dict[str, Resources] = {}
+    for g in pieces:
+        if g.gang_id in kept or not g.preemptible or g.draining or g.protected(now) or (
+                least > 0 and (g.running_since is None or now - g.running_since < least)):
+            continue
+        amounts[g.queue] = amounts.get(g.queue, Resources()) + counted(g, config)
+    return amounts
+
+
+def counted(gang: PlacedGang, config: PolicyConfig) -> Resources:
+    """What a gang holds of the resources its queue's quota names (all, if none)."""
+    spec = config.queue_tree.specs.get(gang.queue)
+    return gang.total.only(frozenset(spec.quota)) if spec and spec.quota else gang.total
+
+
+def check(plan: Plan, snapshot: ClusterSnapshot, pending: Sequence[PendingGang],
+          config: PolicyConfig) -> None:
+    """Assert that the plan is sound on this snapshot (elastic gangs read as their minimum
+    plus one unit per surplus member, as the cycle reads them: `core.elastic`)."""
+    free = {n.node_id: n.free for n in snapshot.nodes}
+    pieces, leaving_units = elastic.pieces(snapshot.placed)
+    running = {g.gang_id: g for g in pieces}
+    leaving = [g for g in snapshot.placed if g.draining]  # stopping already: freeing soon
+    leaving += [u for u in leaving_units if u.of not in {g.gang_id for g in leaving}]
+    for gang in leaving:
+        for node_id, bundle in gang.bundles:
+            free[node_id] = free[node_id] + bundle
+    gangs = {g.gang_id: g for g in pending}
+    tree = config.queue_tree
+    book = QueueBook(tree, snapshot.placed)  # the cycle's fair shares, to see what reclaim
+    book.share_out(snapshot.alive_nodes, [g for g in pending if not tree.problem(g.spec)])
+    amounts = reclaimable(book, pieces, config, plan.at)  # was allowed to take
+    reclaimed: Counter[tuple[str, str]] = Counter()
+    stopped: list[PlacedGang] = []  # whole gangs and units (a gang shrunk for one gang
+    for p in plan.preemptions:  # may then be stopped whole for another: the rest goes)
+        done = {v.gang_id for v in stopped}
+        parts = [running[elastic.member_id(p.victim, m)] for m in p.members] or [
+            running[p.victim]] + [u for u in pieces if u.of == p.victim
+                                  and u.gang_id not in done]
+        assert not p.members or all(u.of == p.victim for u in parts), p
+        stopped.extend(parts)
+        if p.action == "reclaim":
+            for part in parts:
+                held = counted(part, config)
+                reclaimed.update({(part.queue, k): held.units(k) for k in held})
+    ids = [v.gang_id for v in stopped]
+    assert len(set(ids)) == len(ids), "a gang or member was stopped twice"
+    for p in plan.preemptions:
+        victim, preemptor = running[p.victim], gangs[p.preemptor]
+        first = running[elastic.member_id(p.victim, p.members[0])] if p.members else victim
+        assert first.preemptible and not first.draining, p
+        assert not first.protected(plan.at), p
+        least = config.preemption.min_runtime_s(p.action)  # the action's own minimum
+        assert least <= 0 or (victim.running_since is not None
+                              and plan.at - victim.running_since >= least), p
+        if p.action == "preempt":
+            assert victim.priority < preemptor.priority, p
+        elif p.action == "shrink":
+            assert p.members and victim.queue == preemptor.queue, p
+            assert victim.priority <= preemptor.priority, p
+        else:
+            assert p.action == "reclaim" and victim.queue != preemptor.queue, p
+    for (queue, name), units in reclaimed.items():
+        assert units <= amounts.get(queue, Resources()).units(name), \
+            f"reclaimed more of queue {queue} than it runs beyond its quota and fair share"
+    for victim in stopped:
+        for node_id, bundle in victim.bundles:
+            free[node_id] = free[node_id] + bundle
+    preempted = Counter(p.preemptor for p in plan.preemptions)
+    # Capacity still being freed: per node, what admissions that wait for none of the
+    # node's victims take must fit in what was free there before any victim was chosen.
+    stopping: dict[str, set[str]] = {}
+    for victim in stopped + leaving:
+        for node_id, _ in victim.bundles:
+            stopping.setdefault(node_id, set()).add(victim.gang_id)
+    settled = {n.node_id: n.free for n in snapshot.nodes}
+    for a in plan.admissions:
+        assert len(a.victims) >= preempted[a.gang_id], a
+        assert set(a.victims) <= set(a.waits_for), a
+        for node_id, bundle in zip(a.nodes, gangs[a.gang_id].bundles, strict=True):
+            free[node_id] = free[node_id] - bundle
+            if not stopping.get(node_id, set()) & set(a.waits_for):
+                settled[node_id] = settled[node_id] - bundle
+    placed = {g.gang_id: g for g in snapshot.placed}
+    for growth in plan.growths:  # on settled capacity only, members it may add, in order
+        e = placed[growth.gang_id].elastic
+        assert e is not None and not e.leaving and growth.gang_id not in {
+            p.victim for p in plan.preemptions}, growth
+        assert growth.members == tuple(m for m, _ in e.missing[:len(growth.members)]), growth
+        for node_id, (_, bundle) in zip(growth.nodes, e.missing, strict=False):
+            free[node_id] = free[node_id] - bundle
+            settled[node_id] = settled[node_id] - bundle
+    bad = [n for n, f in free.items() if not f.is_nonnegative()]
+    assert not bad, f"oversubscribed nodes: {bad[:5]}"
+    early = [n for n, f in settled.items() if not f.is_nonnegative()]
+    assert not early, f"gangs take capacity still being freed without waiting: {early[:5]}"
+    admitted = [a.gang_id for a in plan.admissions]
+    assert len(set(admitted)) == len(admitted), "a gang was admitted twice"
+    assert not set(admitted) & set(plan.waiting), "a gang both admitted and waiting"
+    assert set(admitted) | set(plan.waiting) == set(gangs), "a pending gang was not decided"
+
+

@@ -1,0 +1,109 @@
+"""Why each gang a cycle leaves pending waits: a reason with numbers (`Plan.waiting`).
+
+Worked out once the actions ran, against the capacity they left (what users see next):
+the gang that cannot fit even on the empty cluster, the one waiting behind its queue's
+blocked first gang (backfill off), the one at its queue's limit, and the one with no room,
+with what each action that tried for it found (nobody to stop, or not enough), what its
+minimum runtime protects and until when, its delay, and the capacity held for another.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import TYPE_CHECKING
+
+from raygang.core.explain import why_not
+from raygang.core.gang import PendingGang, Shape
+from raygang.core.plan import Behind, WaitCode, Waiting
+from raygang.core.preemption.pool import Candidates
+
+if TYPE_CHECKING:  # the cycle makes its reasons
+    from raygang.core.cycle import Cycle
+
+
+class Reasons:
+    """The reasons of one cycle's pending gangs (`explain`)."""
+
+    def __init__(self, cycle: Cycle):
+        self.cycle = cycle
+
+    def explain(self, eager: bool) -> dict[str, Behind]:
+        """A reason with numbers for every gang left pending, against the capacity left
+        after this cycle's decisions (what users see next); computed once per shape.
+        Without backfill, the gangs behind a queue's first gang that could ever fit wait
+        behind it: unless `eager`, their reasons are worked out when asked (`Behind`)."""
+        by_shape: dict[Shape, str] = {}
+        behind: dict[str, Behind] = {}
+        backfill = self.cycle.config.backfill
+        for queue, gangs in self.cycle.left.items():
+            blocker: PendingGang | None = None
+            for i, gang in enumerate(gangs):
+                if blocker is not None and not eager and i >= len(gangs.head):
+                    first = self.cycle.waiting[blocker.gang_id].message
+                    behind[queue] = Behind(gangs.tail, gangs.start + i - len(gangs.head),
+                                           functools.partial(self._behind, blocker, first),
+                                           blocker.gang_id)
+                    break
+                self.cycle.waiting[gang.gang_id] = self._reason(gang, blocker, by_shape)
+                if blocker is None and self.cycle.ever.fits(gang) and not backfill:
+                    blocker = gang
+        return behind
+
+    def _behind(self, blocker: PendingGang, first: str, gang: PendingGang) -> Waiting:
+        if not self.cycle.ever.fits(gang):
+            return self._never(gang, blocker)
+        return Waiting(
+            gang.gang_id, WaitCode.BEHIND,
+            f"waiting behind gang {blocker.gang_id} (priority {blocker.priority}, earlier "
+            f"in queue {gang.queue!r}; backfill is off), which cannot start yet: {first}",
+            behind=blocker.gang_id,
+        )
+
+    def _never(self, gang: PendingGang, blocker: PendingGang | None) -> Waiting:
+        """A gang that cannot fit even on the empty cluster; behind `blocker` in line if
+        one is blocked ahead of it (it would wait behind it once it fit)."""
+        reason = why_not(gang.bundles, gang.strategy, self.cycle.ever.empty)
+        return Waiting(gang.gang_id, WaitCode.UNSCHEDULABLE,
+                       f"cannot fit on the cluster as it is now, even empty: {reason}",
+                       behind=None if blocker is None else blocker.gang_id)
+
+    def _reason(self, gang: PendingGang, blocker: PendingGang | None,
+                by_shape: dict[Shape, str]) -> Waiting:
+        if not self.cycle.ever.fits(gang):
+            return self._never(gang, blocker)
+        if blocker is not None:
+            return self._behind(blocker, self.cycle.waiting[blocker.gang_id].message, gang)
+        if gang.gang_id in self.cycle.limited:
+            return Waiting(gang.gang_id, WaitCode.LIMIT, self.cycle.limited[gang.gang_id])
+        if gang.shape not in by_shape:
+            by_shape[gang.shape] = why_not(gang.bundles, gang.strategy, self.cycle.capacity)
+        # Whether anyone was left to stop is looked at only here, for the few gangs that
+        # end up waiting: a search's candidates can be long to walk.
+        notes = "".join(
+            (self.cycle.actions[action].no_room or {})["none" if next(iter(candidates), None) is None
+                                            else "some"] + self._young_note(action, candidates)
+            for action, candidates in self.cycle.tried.get(gang.gang_id, ())
+        )
+        notes += "".join(
+            f"; it may {action} once pending {self.cycle.actions[action].delay_key} {delay:g} s "
+            f"(in {left:.0f} s)"
+            for action, delay, left in self.cycle.delayed.get(gang.gang_id, ()))
+        return Waiting(gang.gang_id, WaitCode.NO_FIT, by_shape[gang.shape] + notes
+                       + self._hold_note(gang))
+
+    def _hold_note(self, gang: PendingGang) -> str:
+        hold = self.cycle.hold
+        sla = self.cycle.config.sla_waiting_time_s or 0.0
+        return "" if hold is None else "; " + hold.note(gang, self.cycle.now, sla)
+
+    def _young_note(self, action: str, candidates: Candidates) -> str:
+        """What the action's minimum runtime keeps it from stopping, and until when."""
+        young = [until for g, until in self.cycle.young(action) if candidates.would_admit(g)]
+        if not young:
+            return ""
+        rules = self.cycle.actions[action]
+        least = rules.min_runtime_s(self.cycle.config.preemption)
+        plural = "gang is" if len(young) == 1 else "gangs are"
+        return (f" ({len(young)} more {plural} protected by {rules.min_runtime_key} "
+                f"{least:g} s since their last start; the first may be stopped in "
+                f"{max(0.0, min(young) - self.cycle.now):.0f} s)")
