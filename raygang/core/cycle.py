@@ -12,6 +12,7 @@ cannot be admitted (and could fit on this cluster at all) holds back the rest of
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Mapping, Sequence
 
 from raygang.core.actions import ACTIONS
@@ -112,12 +113,15 @@ class Cycle:
             queue: demand(self._good_totals(queue, backlog.totals.get(queue, {})))
             for queue in lines})
         self.hold = self._elect()
+        timings: dict[str, float] = {}
         for name in self.config.actions:
             action = self.actions[name]
+            began = time.perf_counter()
             if action.attempt is not None:
                 self._pass(functools.partial(action.attempt, self))
             if action.finish is not None:  # a pass over the running gangs (grow)
                 action.finish(self)
+            timings[name] = time.perf_counter() - began
 
         locate = Locator(lines, backlog.find)
         behind = Reasons(self).explain(eager)
@@ -129,6 +133,7 @@ class Cycle:
             positions=Positions(lines, locate),
             growths=tuple(self.growths),
             grow_waits=self.grow_waits,
+            timings=timings,
         )
 
     def _lines(self, backlog: Backlog) -> dict[str, Sequence[PendingGang]]:

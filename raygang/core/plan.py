@@ -85,6 +85,11 @@ class Plan:
     growths: tuple[Growth, ...] = ()
     grow_waits: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     """Why each running elastic gang below its maximum grows no further this cycle."""
+    timings: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}),
+                                         compare=False)
+    """Seconds each action took (its passes over the lines and the running gangs): a
+    measurement for the operator (KAI's per-action latency), not a decision, so two plans
+    that decide alike are equal whatever it says, and a dump leaves it out."""
 
     @property
     def looked_at(self) -> Mapping[str, Waiting]:

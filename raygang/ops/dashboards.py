@@ -69,10 +69,17 @@ def _panels() -> dict[str, list[Any]]:
             panel(3, "Cycles per second", "Scheduling cycles run, by result.", "cps", [(
                 "sum(rate(ray_raygang_admission_cycle_duration_seconds_count"
                 f"{{{{{f}}}}}[$__rate_interval])) by (result)", "{{result}}")]),
-            panel(4, "GCS reachable", "1 while the scheduler's GCS probe answers within "
-                  "2 s; 0 means no scheduling decision is taken.", "short", [(
+            panel(4, "GCS reachable", "1 while the GCS answers the scheduler (its cluster "
+                  "reads within 5 s, a key read every 5 s within 2 s); 0 means no "
+                  "scheduling decision is taken.", "short", [(
                       f"min(ray_raygang_gcs_reachable{{{{{f}}}}})", "reachable")],
                   stack=False),
+            panel(10, "Actions (p99)", "What each action of decide takes (KAI's per-action "
+                  "latency): allocate, reclaim, preempt, grow, as the core's cycle measures "
+                  "them.", "seconds", [(
+                      "histogram_quantile(0.99, sum(rate("
+                      f"ray_raygang_action_duration_seconds_bucket{{{{{f}}}}}"
+                      "[$__rate_interval])) by (action, le))", "{{action}}")], stack=False),
         ]),
         Row(title="Backlog", id=101, panels=[
             panel(5, "Pending gangs", "Gangs waiting for admission, per queue.", "gangs",

@@ -18,6 +18,7 @@ front of every user metric, so Prometheus shows them as `ray_raygang_*`:
     ray_raygang_gang_restarts_total{queue, kind}           counter (whole-gang restarts after
                                                                     a failure)
     ray_raygang_cycle_phase_duration_seconds{phase}        histogram (observe, decide, apply)
+    ray_raygang_action_duration_seconds{action}            histogram (each action of decide)
     ray_raygang_waiting_gangs{queue, reason}               gauge   (pending gangs by wait code)
     ray_raygang_longest_pending_seconds{queue}             gauge   (how long the longest-waiting
                                                                     gang has been pending)
@@ -43,10 +44,8 @@ workload kind (`gang`, `deployment`, `job`, `train`); a waiting gang's `reason` 
 `success` (the cycle admitted a gang) or `inadmissible`; `phase` `observe`, `decide` or
 `apply`. Never a gang id.
 
-Not here yet: the time each action of a cycle takes (KAI's per-action latency). The
-actions run inside `core.schedule`, which times nothing; `decide` is their sum. Per action
-needs the core's cycle to hand back what each action pass took (e.g. `Plan.timings`);
-this module would then observe a `raygang_action_duration_seconds{action}` histogram.
+The time each action of a cycle takes (KAI's per-action latency) comes from the core's
+plan (`Plan.timings`, measured by `core.cycle`); `decide` is their sum and the reasons'.
 
 How Ray 2.60 exports (read in `ray/_private/telemetry/open_telemetry_metric_recorder.py`,
 checked by `tests/integration/test_metrics.py`, and through a real Prometheus by
@@ -100,6 +99,7 @@ NAMES = SimpleNamespace(
     resizes="raygang_gang_resizes_total",
     restarts="raygang_gang_restarts_total",
     phase="raygang_cycle_phase_duration_seconds",
+    action="raygang_action_duration_seconds",
     waiting="raygang_waiting_gangs",
     longest="raygang_longest_pending_seconds",
     workloads="raygang_workloads",
@@ -176,6 +176,10 @@ class SchedulerMetrics:
             NAMES.phase, "Seconds each phase of a scheduling cycle took: observe (read the "
             "cluster), decide (every action of core.schedule), apply (carry out the plan)",
             boundaries=CYCLE_BUCKETS, tag_keys=("phase",))
+        self._action = metrics.Histogram(
+            NAMES.action, "Seconds each action of a scheduling cycle took (allocate, "
+            "reclaim, preempt, grow: its passes over the queues and the running gangs)",
+            boundaries=CYCLE_BUCKETS, tag_keys=("action",))
         self._waiting = metrics.Gauge(
             NAMES.waiting, "Pending gangs the last cycle explained, per queue and wait code "
             "(NO_FIT, BEHIND, LIMIT, UNSCHEDULABLE)", tag_keys=("queue", "reason"))
@@ -256,6 +260,8 @@ class SchedulerMetrics:
     def cycle_done(self, started: float, plan: Plan) -> None:
         result = "success" if plan.admissions else "inadmissible"
         self._cycle.observe(max(0.0, self._timer() - started), tags={"result": result})
+        for action, seconds in plan.timings.items():
+            self._action.observe(max(0.0, seconds), tags={"action": action})
 
     # Gauges, from the book --------------------------------------------------------------
     @_quiet
