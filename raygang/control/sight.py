@@ -4,8 +4,9 @@ A cluster that does not answer (Ray's GCS down or restarting) is no view, never 
 one: the loop then decides nothing, and nobody is admitted, preempted or taken for dead.
 Where reading the cluster may block (`Cluster.observe_blocks`: Ray's GCS reads wait while
 the GCS is down, up to its reconnect timeout of 60 s), the read runs in a thread within
-CLUSTER_READ_TIMEOUT_S, so that the event loop goes on answering calls; a read that has
-not returned is not started again, and wakes the loop when it does.
+CLUSTER_READ_TIMEOUT_S, so that the event loop goes on answering calls; callers that come
+while a read is under way share it, and one that has not returned in time is not started
+again (it wakes the loop when it returns).
 
 `unreachable` says since when and why. Cycles read the cluster only while gangs wait, so
 the cluster is also asked a small question every PROBE_EVERY_S (`Cluster.answers`): an
@@ -49,6 +50,7 @@ class ClusterView:
         # (since when, why) while the cluster does not answer; None when it does.
         self.unreachable: tuple[float, str] | None = None
         self._reading: asyncio.Future[ClusterSnapshot] | None = None  # a read in a thread
+        self._reading_since = 0.0  # when it began (the event loop's clock)
         self._probing: asyncio.Task[None] | None = None
         self._probed_at = float("-inf")
 
@@ -70,13 +72,19 @@ class ClusterView:
         return snapshot
 
     async def _read_in_thread(self) -> ClusterSnapshot:
-        if self._reading is not None and not self._reading.done():
-            raise ClusterUnreachable("an earlier read of the cluster has not returned")
-        held, draining = tuple(self._fleet.held()), self._draining()
-        reading = self._reading = asyncio.ensure_future(
-            asyncio.to_thread(self._cluster.observe, held, draining))
-        reading.add_done_callback(self._read_returned)
-        done, _ = await wait_within([asyncio.shield(reading)], CLUSTER_READ_TIMEOUT_S)
+        """A read in a thread; a caller that comes while one is under way (a cycle and the
+        status page's views at once) shares it, within what is left of its timeout."""
+        clock = asyncio.get_running_loop().time
+        reading = self._reading
+        if reading is None or reading.done():
+            held, draining = tuple(self._fleet.held()), self._draining()
+            reading = self._reading = asyncio.ensure_future(
+                asyncio.to_thread(self._cluster.observe, held, draining))
+            reading.add_done_callback(self._read_returned)
+            self._reading_since = clock()
+        left = self._reading_since + CLUSTER_READ_TIMEOUT_S - clock()
+        done, _ = (await wait_within([asyncio.shield(reading)], left) if left > 0
+                   else (set(), set()))
         if not done:
             raise ClusterUnreachable(
                 f"the cluster did not answer within {CLUSTER_READ_TIMEOUT_S:g} s")

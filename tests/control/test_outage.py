@@ -152,3 +152,34 @@ def test_a_submission_the_store_cannot_take_is_refused_saying_why_and_nothing_is
         await plane.shutdown()
 
     run(scenario)
+
+
+def test_reads_under_way_are_shared_and_a_slow_healthy_cluster_is_never_unreachable():
+    """In real time: each read takes 0.2 s; a cycle and many views at once share reads
+    instead of taking the one under way for an outage (seen on Ray: the status page's
+    polls beside a cycle made the scheduler skip cycles)."""
+    async def scenario():
+        cluster = make_cluster("n0: GPU=4", seed=None)
+        cluster.observe_blocks = True
+        observe, reads = cluster.observe, []
+
+        def slow_observe(held, draining):
+            reads.append(1)
+            time.sleep(0.2)
+            return observe(held, draining)
+
+        cluster.observe = slow_observe
+        plane = make_plane(cluster)
+        lost = []
+        plane.loop.sight.lost = lost.append
+        gangs = [await submit(plane, f"g{i}", "GPU=1", seconds=0.05) for i in range(3)]
+        views = [plane.cluster() for _ in range(4)] + [plane.queues() for _ in range(4)]
+        answers = await asyncio.gather(*views)
+        assert len(answers) == 8 and not lost
+        for gang_id in gangs:
+            await wait_for(plane, gang_id, S.SUCCEEDED)
+        assert not lost and len(reads) < 8 + 3 * 4
+        await plane.shutdown()
+        await plane.close(1.0)
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
