@@ -9,8 +9,8 @@ while a read is under way share it, and one that has not returned in time is not
 again (it wakes the loop when it returns).
 
 `unreachable` says since when and why. Cycles read the cluster only while gangs wait, so
-the cluster is also asked a small question every PROBE_EVERY_S (`Cluster.answers`): an
-outage shows while nothing waits, and its end shows while no cycle runs.
+the cluster is also asked a small question (`Cluster.answers`) when nothing has read it
+for PROBE_EVERY_S: an outage shows while nothing waits, and its end while no cycle runs.
 """
 
 from __future__ import annotations
@@ -69,6 +69,7 @@ class ClusterView:
             self.lost(str(error))
             return None
         self.answered()
+        self._probed_at = self._clock()  # a read answered: no probe due for a while
         return snapshot
 
     async def _read_in_thread(self) -> ClusterSnapshot:
