@@ -70,7 +70,7 @@ def _panels() -> dict[str, list[Any]]:
                 "sum(rate(ray_raygang_admission_cycle_duration_seconds_count"
                 f"{{{{{f}}}}}[$__rate_interval])) by (result)", "{{result}}")]),
             panel(4, "GCS reachable", "1 while the GCS answers the scheduler (its cluster "
-                  "reads within 5 s, a key read every 5 s within 2 s); 0 means no "
+                  "reads within 5 s, a key read within 2 s when none read it for 5 s); 0 means no "
                   "scheduling decision is taken.", "short", [(
                       f"min(ray_raygang_gcs_reachable{{{{{f}}}}})", "reachable")],
                   stack=False),
