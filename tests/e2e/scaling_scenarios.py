@@ -32,6 +32,7 @@ NS, NAME = "ml", "raygang"
 GPU_SHAPE = {"num-cpus": "2", "num-gpus": "2"}
 IDLE_TIMEOUT_S = 4.0
 SCALE_DOWN_DELAY_S = 2.0
+AUTOSCALER_HOLD_S = 6.0
 
 
 def wait_until(predicate: Callable[[], object], timeout: float, what: str, step: float = 0.05):
@@ -262,7 +263,10 @@ def autoscaler() -> dict:
             try:
                 raygang.start(raygang.SchedulerConfig.model_validate({"scaling": {
                     "mode": "autoscaler", "idle_timeout_s": IDLE_TIMEOUT_S,
-                    "scale_down_delay_s": SCALE_DOWN_DELAY_S,
+                    # The request is held this long after the gang's admission: longer
+                    # than the kuberay scenario's, since Ray's autoscaler (update every
+                    # 5 s) reads idleness late, and its idle timeout here is 4 s.
+                    "scale_down_delay_s": AUTOSCALER_HOLD_S,
                     "node_types": [{"name": "gpu", "resources": {"CPU": 2, "GPU": 2},
                                     "max_nodes": 3}]}}))
                 # The new nodes are found by their label (alive_in_group): the fake

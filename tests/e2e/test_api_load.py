@@ -134,8 +134,11 @@ def test_thousand_submissions_with_idempotent_retries(api_server):
         assert total == total_before + SUBMISSIONS == len(items)
         waiting = unfinished(items)
         assert {g["gang_id"] for g in waiting} == ids  # nothing else created
-        # The queue's limit (1 GPU) lets one gang past PENDING at a time.
-        assert sum(g["state"] != GangState.PENDING.value for g in waiting) <= 1
+        # The queue's limit (1 GPU) lets one gang hold resources at a time. Another may be
+        # past PENDING without any: RESTARTING, on its way back after a member died (on a
+        # loaded machine a worker process can fail to start in time).
+        states = [g["state"] for g in waiting if g["state"] != GangState.PENDING.value]
+        assert sum(GangState(s).holds_resources for s in states) <= 1, states
     finally:
         # Everything unfinished in the queue (it was empty before): also what a failed
         # run managed to create.

@@ -89,6 +89,27 @@ def test_autoscaler_requests_the_whole_desired_cluster_once_and_clears():
     assert sent[-1] == [] and len(sent) == 2
 
 
+def test_autoscaler_holds_the_request_for_the_scale_down_delay_after_the_last_wait():
+    # The step the nodes are up, the gang is admitted and nothing waits; Ray's autoscaler
+    # reads idleness late, so a request cleared then can lose the new nodes under the gang.
+    sent, now = [], [0.0]
+    types = [NodeGroup("gpu4", Resources(CPU=4, GPU=4))]
+    scaler = AutoscalerScaler(lambda up: types, request=sent.append, clock=lambda: now[0],
+                              hold_s=5.0)
+    plan = ScalePlan(desired={"gpu4": 2})
+    assert scaler.apply(plan, types, {}, waiting=True) == ["request_resources: 2×gpu4"]
+    now[0] = 3.0  # admitted: nothing waits, the request stays as it was (not even resent)
+    assert scaler.apply(ScalePlan(desired={"gpu4": 2}), types, {}, waiting=False) == []
+    now[0] = 4.0  # a gang waits again: its request replaces the held one, the hold restarts
+    assert scaler.apply(ScalePlan(desired={"gpu4": 3}), types, {}, waiting=True) == [
+        "request_resources: 3×gpu4"]
+    now[0] = 8.9
+    assert scaler.apply(plan, types, {}, waiting=False) == []
+    now[0] = 9.0
+    assert scaler.apply(plan, types, {}, waiting=False) == ["request_resources cleared"]
+    assert sent == [[{"CPU": 4, "GPU": 4}] * 2, [{"CPU": 4, "GPU": 4}] * 3, []]
+
+
 def test_a_request_out_whose_coordinator_was_not_told_is_news_once_and_told_again():
     # The coordinator's first call starts its actor (a process importing Ray Data): on a
     # loaded machine it outlasts the call's timeout, after the request went to Ray's

@@ -119,6 +119,12 @@ class AutoscalerScaler:
     `request` sends the whole request (an empty list clears it); by default it goes through
     Ray's AutoscalingCoordinator (`CoordinatorRequest`). An unchanged request is sent again
     once `refresh_s` has passed, since the coordinator forgets requests that are not renewed.
+
+    The request is cleared `hold_s` (the config's `scale_down_delay_s`) after the last step
+    that had a gang waiting for nodes, not at once: the step the requested nodes are up, the
+    gang is admitted and its placement group created, and Ray's autoscaler, reading node
+    idleness seconds late, would otherwise see new, "idle" nodes nobody asks for and remove
+    them under the gang it just started.
     """
 
     mode = "autoscaler"
@@ -126,7 +132,7 @@ class AutoscalerScaler:
     def __init__(self, node_types: Callable[[Mapping[str, int]], list[NodeGroup]],
                  request: Callable[[list[dict[str, float]]], None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 refresh_s: float = COORDINATOR_EXPIRE_S / 3):
+                 refresh_s: float = COORDINATOR_EXPIRE_S / 3, hold_s: float = 0.0):
         self._node_types = node_types
         self._request = request or CoordinatorRequest()
         self._clock = clock
@@ -134,6 +140,9 @@ class AutoscalerScaler:
         self._last: list[dict[str, float]] | None = None
         self._sent_at = -math.inf
         self._announced: list[dict[str, float]] | None = None  # in the action log last
+        self._hold_s = hold_s
+        self._needed_at = -math.inf  # the last step a gang waited for nodes
+        self._needed: list[dict[str, float]] = []  # what that step asked for
 
     def groups(self, up: Mapping[str, int]) -> list[NodeGroup]:
         return self._node_types(up)
@@ -142,11 +151,15 @@ class AutoscalerScaler:
               release: Mapping[str, list[str]], waiting: bool,
               alive_pods: Collection[str] | None = None) -> list[str]:
         bundles: list[dict[str, float]] = []
-        if waiting:  # else clear: Ray's autoscaler removes the idle nodes on its own timeout
+        now = self._clock()
+        if waiting:
             for group in groups:
                 shape = _requestable(group.shape)
                 bundles += [dict(shape) for _ in range(plan.desired.get(group.name, 0))]
-        now = self._clock()
+            self._needed_at, self._needed = now, bundles
+        elif now - self._needed_at < self._hold_s:
+            bundles = self._needed  # held a while (class doc), then cleared: Ray's
+            # autoscaler removes the idle nodes on its own timeout
         changed = bundles != self._last
         if not changed and (not bundles or now - self._sent_at < self._refresh_s):
             return []
@@ -260,11 +273,13 @@ def scaler_from_config(config: ScaleConfig) -> Scaler | None:
         return KubeRayScaler(client, config.costs)
     if config.node_types:
         types = config.node_types
-        return AutoscalerScaler(lambda up: [NodeGroup.of_type(t, up.get(t.name, 0)) for t in types])
+        return AutoscalerScaler(lambda up: [NodeGroup.of_type(t, up.get(t.name, 0)) for t in types],
+                                hold_s=config.scale_down_delay_s)
     assert client is not None
     costs = config.costs
     return AutoscalerScaler(lambda up: [group_of_worker(g, up.get(g.name, 0), costs.get(g.name))
-                                        for g in client.worker_groups()])
+                                        for g in client.worker_groups()],
+                            hold_s=config.scale_down_delay_s)
 
 
 def _own_namespace() -> str:
