@@ -9,6 +9,10 @@ The scheduler keeps counting the replicas' bundles on those nodes while the app 
 nothing raygang admits can take them in between; work started outside raygang could, in
 which case Serve's own gang placement group waits and the startup timeout fails the gang.
 
+An application of several deployments is one gang of a role per deployment
+(`runtime.serve_graph`): the holds of every role go at once, and each deployment gets its
+role's nodes.
+
 An elastic deployment (`replicas=(min, max)`) is deployed at its minimum with Serve's
 external scaling on, each replica in a group of its own under the same node selector (a
 gang's count must stay a multiple of its size), and resized live: Serve's count-only
@@ -90,12 +94,17 @@ class ServeLaunch:
 
         d = self.deployment
         try:
-            app = serving.with_options(
-                serving.resolve_app(self.app),
-                serving.deployment_options(len(self.nodes), d.resources.to_dict(),
-                                           self.nodes, d.strategy.value,
-                                           gang=not self.spec.elastic),
-            )
+            if d.deployments is not None:  # several deployments: each on its role's nodes
+                from raygang.runtime import serve_graph
+
+                app = serve_graph.placed(self.app, d, self.spec, self.nodes)
+            else:
+                app = serving.with_options(
+                    serving.resolve_app(self.app),
+                    serving.deployment_options(len(self.nodes), d.resources.to_dict(),
+                                               self.nodes, d.strategy.value,
+                                               gang=not self.spec.elastic),
+                )
             await asyncio.to_thread(serving.ensure_serve_started, self.http_port)
         except Exception as error:
             raise MemberFailure(GangError(error_type=type(error).__name__, message=str(error)))
