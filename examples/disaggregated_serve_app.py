@@ -20,7 +20,6 @@ import json
 import tempfile
 import time
 import urllib.request
-from collections import Counter
 from pathlib import Path
 
 import ray
@@ -125,10 +124,8 @@ def main() -> None:
     pd = raygang.deploy("pd", app, priority="training")
     time.sleep(3)
     status = pd.status()
-    roles = Counter(m.role for m in status.members)
-    print(f"pd at priority training: {status.state.value}, as a whole: {status.world_size} "
-          f"replicas ({', '.join(f'{role} {n}' for role, n in roles.items())})")
-    print(f"  {status.reason}")
+    print(f"pd at priority training: {status.state.value}, as a whole ({status.world_size} "
+          f"replicas): {status.reason}")
     print(f"  Serve applications: {sorted(serve.status().applications)}; "
           f"{gpus_free():g} GPUs free: nothing held, not even prefill's 2")
     raygang.undeploy("pd")

@@ -266,6 +266,16 @@ def replica_nodes(name: str) -> list[str] | None:
     return sorted(r["node_id"] for r in replicas)
 
 
+def deployment_replicas(name: str) -> dict[str, list[tuple[str, str]]]:
+    """Each deployment of application `name` -> its running replicas, as (node, actor
+    name); empty with no app."""
+    app = serve_details().get("applications", {}).get(name) or {}
+    return {dep: [(r["node_id"], r.get("actor_name") or r["replica_id"])
+                  for r in details.get("replicas") or []
+                  if _name(r["state"]) == "RUNNING" and r.get("node_id")]
+            for dep, details in (app.get("deployments") or {}).items()}
+
+
 async def scale_app(name: str, replicas: int, timeout_s: float) -> list[str]:
     """Set application `name`'s ingress deployment to `replicas` replicas, without
     restarting the others, and wait until exactly those run: the node of each.
