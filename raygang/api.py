@@ -261,7 +261,6 @@ def deploy(
     resources: Mapping[str, float] | None = None,
     num_cpus: float | None = None,
     num_gpus: float | None = None,
-    deployments: Mapping[str, Mapping[str, Any]] | None = None,
     **options: Any,
 ) -> DeploymentRef:
     """Run a Ray Serve application as a gang: `replicas` replicas of its ingress deployment,
@@ -269,31 +268,25 @@ def deploy(
     must — then deployed with Serve on exactly the reserved nodes.
 
     `replicas=(min, max)` (or `min_replicas=`): elastic, admitted at `min`, grown toward
-    `max` on its minimum's nodes as they free, and shrunk toward `min` (Serve drains the
-    replicas it stops) before anyone is preempted.
+    `max` on its minimum's nodes as they free, shrunk toward `min` before anyone is preempted.
 
-    An application of several deployments (a router bound to prefill and decode ones) is
-    one gang: a role per deployment that asks for resources, its replicas the members, all
-    reserved before any deployment starts, each deployment then on its role's nodes only.
-    Each replica reserves its `placement_group_bundles` (summed, on one node; Serve places
-    them there with its `placement_group_strategy`) or what its actor asks for.
-    `deployments={"Decode": {"replicas": 2, "bundles": [{"GPU": 1}, {"GPU": 1}],
-    "strategy": "STRICT_PACK"}}` sets a deployment's `replicas`, `resources` (one bundle)
-    or `bundles`, `strategy` at deploy time; what is not given is read from the
-    deployment's own options (`num_replicas`, `ray_actor_options`...). `replicas` and
-    `resources` above are then not used.
+    An application of several deployments is one gang: a role per deployment that asks for
+    resources, its replicas the members (each reserving its `placement_group_bundles`,
+    summed on one node, or what its actor asks for), all reserved before any starts.
+    `deployments={"Decode": {"replicas": 2, "bundles": [{"GPU": 1}] * 2}}` gives a
+    deployment's `replicas`, `resources` or `bundles`, `strategy` at deploy time (the
+    rest is read from its own options); `replicas` and `resources` above are then unused.
 
     `app` is a bound Serve application (`MyDeployment.bind(...)`) or an import path
     (`"pkg.module:app"`). Options: `queue`, `priority` (default `inference`), `strategy`,
-    `route_prefix` (default `/<name>`), `reservation_timeout_s`, `startup_timeout_s`.
+    `route_prefix` (default `/<name>`), `reservation_timeout_s`, `startup_timeout_s`,
+    `deployments`.
     """
     given = {"resources": resources, "num_cpus": num_cpus, "num_gpus": num_gpus}
     role = _role_spec("replica", {k: v for k, v in given.items() if v is not None},
                       f"deployment {name!r}")
     fields: dict[str, Any] = {"name": name, "replicas": replicas, "resources": role.resources,
                               **options}
-    if deployments is not None:
-        fields["deployments"] = dict(deployments)
     if isinstance(app, str):
         fields["import_path"], app = app, None
     spec = deployment_spec(f"deployment {name!r}", **fields)

@@ -182,7 +182,8 @@ def app_roles(given: Mapping[str, DeploymentOptions] | None,
 def role_problems(deployments: Mapping[str, DeploymentOptions]) -> list[str]:
     """Why these deployments cannot be the roles of one gang (names that make no role
     name, or the same one)."""
-    problems, seen = [], {}
+    problems: list[str] = []
+    seen: dict[str, str] = {}
     for name in deployments:
         role = role_name(name)
         if not _ROLE_NAME.match(role):

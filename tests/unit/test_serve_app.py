@@ -9,7 +9,7 @@ import pickle
 
 import pytest
 
-from raygang.control.durable import dump_gang, load_gang
+from raygang.control.durable import load_gang
 from raygang.control.kinds.deployment import Served
 from raygang.core.resources import Resources
 from raygang.core.serve_app import AppDeployment, DeploymentOptions, merged, role_name
