@@ -120,6 +120,9 @@ def test_wrong_options_are_named_by_deployment_and_field():
     assert error.value.problems == [("deployments.Decoder", "the application has no "
                                      "deployment 'Decoder' (its deployments: Prefill, Decode, "
                                      "Router)")]
+    # Raised in the scheduler actor, where the graph is read: it comes back as itself
+    back = pickle.loads(pickle.dumps(error.value))
+    assert back.problems == error.value.problems and str(back) == str(error.value)
     with pytest.raises(SpecError, match=r"deployments\.Decode\.bundles\[1\]: needs at least one "
                        "positive amount"):  # its own options, wrong for a reservation
         deployment_spec("d", name="pd").with_app(
