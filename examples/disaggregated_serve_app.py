@@ -124,8 +124,8 @@ def main() -> None:
     pd = raygang.deploy("pd", app, priority="training")
     time.sleep(3)
     status = pd.status()
-    print(f"pd at priority training: {status.state.value}, as a whole ({status.world_size} "
-          f"replicas): {status.reason}")
+    print(f"pd at priority training: {status.state.value} as a whole ({status.world_size} "
+          f"replicas)\n  {status.reason}")
     print(f"  Serve applications: {sorted(serve.status().applications)}; "
           f"{gpus_free():g} GPUs free: nothing held, not even prefill's 2")
     raygang.undeploy("pd")
