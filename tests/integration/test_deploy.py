@@ -16,7 +16,7 @@ import raygang
 from raygang import GangState
 from tests.integration import leaks
 from raygang.runtime.ray_private import serve_details
-from tests.integration.helpers import wait_state
+from tests.integration.helpers import restart_scheduler, wait_state
 from tests.integration.test_preemption import Trainer, train_fn
 
 
@@ -203,6 +203,17 @@ def test_an_application_of_several_deployments_is_one_gang(ray_cluster, http_por
         answer = _get(http_port, "/pd?prompt=hello%20gang")
         assert answer["text"] == "gnag olleh"
         assert answer["rank1"] == answer["node"] == booked["PdDecode"][0]  # TP=2 on one node
+
+        # A restarted scheduler adopts it, whole, as it runs (never redeployed)
+        replicas = {n: [r["replica_id"] for r in d["replicas"]] for n, d in deployments.items()}
+        restart_scheduler()
+        adopted = pd.status()
+        assert adopted.state is GangState.RUNNING and adopted.members == status.members
+        assert any("adopted by the restarted scheduler" in e.reason for e in adopted.events)
+        assert {n: [r["replica_id"] for r in d["replicas"]] for n, d in
+                serve_details()["applications"]["pd"]["deployments"].items()} == replicas
+        assert _get(http_port, "/pd?prompt=ab")["text"] == "ba"
+        timings["adopted"] = time.monotonic() - started
 
         gone = raygang.undeploy("pd")
         pd = None
