@@ -17,6 +17,10 @@ deployment exactly its replicas and nodes when the gang starts:
 Each deployment's bundles carry a node-id label selector of its role's nodes; deployments
 that ask for nothing are left to Serve. raygang's holds made the whole application all or
 nothing; the holds then go and Serve creates its groups on those nodes.
+Serve has no selector per replica: within a role's nodes it chooses where each replica goes
+(the books then follow it). Two roles that share nodes could so be packed otherwise than
+raygang planned, and one's group left waiting: the startup timeout then deletes the whole
+application (`serving.start_app`), never leaving a part of it running.
 Importing this module imports `ray.serve`: import it lazily.
 """
 
