@@ -268,12 +268,19 @@ def deploy(
     must — then deployed with Serve on exactly the reserved nodes.
 
     `replicas=(min, max)` (or `min_replicas=`): elastic, admitted at `min`, grown toward
-    `max` on its minimum's nodes as they free, and shrunk toward `min` (Serve drains the
-    replicas it stops) before anyone is preempted.
+    `max` on its minimum's nodes as they free, shrunk toward `min` before anyone is preempted.
+
+    An application of several deployments is one gang: a role per deployment that asks for
+    resources, its replicas the members (each reserving its `placement_group_bundles`,
+    summed on one node, or what its actor asks for), all reserved before any starts.
+    `deployments={"Decode": {"replicas": 2, "bundles": [{"GPU": 1}] * 2}}` gives a
+    deployment's `replicas`, `resources` or `bundles`, `strategy` at deploy time (the
+    rest is read from its own options); `replicas` and `resources` above are then unused.
 
     `app` is a bound Serve application (`MyDeployment.bind(...)`) or an import path
     (`"pkg.module:app"`). Options: `queue`, `priority` (default `inference`), `strategy`,
-    `route_prefix` (default `/<name>`), `reservation_timeout_s`, `startup_timeout_s`.
+    `route_prefix` (default `/<name>`), `reservation_timeout_s`, `startup_timeout_s`,
+    `deployments`.
     """
     given = {"resources": resources, "num_cpus": num_cpus, "num_gpus": num_gpus}
     role = _role_spec("replica", {k: v for k, v in given.items() if v is not None},

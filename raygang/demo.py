@@ -55,4 +55,39 @@ def __getattr__(name: str):
 
         # mypy keeps a decorated class's type: serve.deployment made it a Deployment.
         return Echo.bind()  # type: ignore[attr-defined]
+    if name == "pd":
+        return _pd()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _pd():  # noqa: ANN202 - a Serve Application (Serve imported here, not at module level)
+    """`raygang.demo:pd`: a disaggregated service's shape (Serve LLM's: router -> decode ->
+    prefill) on CPUs, stub models: one gang of a role per deployment that asks for
+    resources (Prefill, Decode; the Router asks for none). GET /<name>?prompt=... answers
+    the prompt reversed."""
+    from ray import serve
+
+    @serve.deployment(ray_actor_options={"num_cpus": 0.1}, graceful_shutdown_timeout_s=1)
+    class Prefill:
+        def prefill(self, prompt: str) -> list[int]:
+            return [ord(c) for c in prompt]  # the "KV cache"
+
+    @serve.deployment(ray_actor_options={"num_cpus": 0.1}, graceful_shutdown_timeout_s=1)
+    class Decode:
+        def __init__(self, prefill):  # noqa: ANN001 - a DeploymentHandle
+            self.prefill = prefill
+
+        async def generate(self, prompt: str) -> str:
+            kv = await self.prefill.prefill.remote(prompt)
+            return "".join(chr(t) for t in reversed(kv))
+
+    @serve.deployment(ray_actor_options={"num_cpus": 0}, graceful_shutdown_timeout_s=1)
+    class Router:
+        def __init__(self, decode):  # noqa: ANN001 - a DeploymentHandle
+            self.decode = decode
+
+        async def __call__(self, request) -> dict:  # noqa: ANN001
+            prompt = request.query_params.get("prompt", "")
+            return {"text": await self.decode.generate.remote(prompt), "path": request.url.path}
+
+    return Router.bind(Decode.bind(Prefill.bind()))  # type: ignore[attr-defined]

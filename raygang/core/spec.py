@@ -323,10 +323,15 @@ class SpecError(ValueError):
     """A gang spec failed validation; `problems` lists (field path, message) pairs."""
 
     def __init__(self, what: str, problems: list[tuple[str, str]]):
-        self.problems = problems
+        self.what, self.problems = what, problems
         lines = [f"  {field}: {message}" if field else f"  {message}" for field, message in problems]
         plural = "s" if len(problems) != 1 else ""
         super().__init__(f"invalid {what}: {len(problems)} problem{plural}\n" + "\n".join(lines))
+
+    def __reduce__(self) -> tuple[type[SpecError], tuple[str, list[tuple[str, str]]]]:
+        # Raised in the scheduler actor (a deployment's app read there), it comes back
+        # pickled: its arguments, not its message, rebuild it.
+        return (SpecError, (self.what, self.problems))
 
 
 def describe_errors(

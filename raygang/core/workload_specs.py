@@ -4,12 +4,20 @@ and a Ray Job (`JobSpec`). Each is validated at the edge as a gang is, and becom
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cached_property
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from raygang.core.resources import Resources
+from raygang.core.serve_app import (
+    AppDeployment,
+    DeploymentOptions,
+    app_roles,
+    role_name,
+    role_problems,
+)
 from raygang.core.spec import (
     MAX_MEMBERS,
     NAME_PATTERN,
@@ -31,7 +39,13 @@ class DeploymentSpec(BaseModel):
     Elastic: `replicas=(min, max)` (or `min_replicas`) is admitted at `min` and grows
     toward `max`, on the nodes of its minimum only (Serve's node selector cannot change
     without restarting every replica); its surplus replicas are the first taken back, so
-    it shrinks toward `min` before anyone is preempted."""
+    it shrinks toward `min` before anyone is preempted.
+
+    An application of several deployments (or one given `deployments`) is one gang of a
+    role per deployment that asks for resources (`core.serve_app`): `deployments` maps a
+    deployment's name to its options; what is not given there is read from the
+    deployment's own options when it is deployed (`with_app`). `replicas` and `resources`
+    are then the per-deployment ones, not these."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -53,6 +67,10 @@ class DeploymentSpec(BaseModel):
     )
     reservation_timeout_s: float = Field(60.0, gt=0)
     startup_timeout_s: float = Field(300.0, gt=0)
+    deployments: dict[str, DeploymentOptions] | None = Field(
+        None, description="an application of several deployments: options per deployment "
+        "name (replicas, resources or bundles, strategy); the rest is read from each "
+        "deployment's own options")
 
     @model_validator(mode="before")
     @classmethod
@@ -61,21 +79,67 @@ class DeploymentSpec(BaseModel):
 
     @model_validator(mode="after")
     def _min_ok(self) -> DeploymentSpec:
-        return min_within(self)
+        min_within(self)
+        if self.deployments is None:
+            return self
+        given = [name for name, default in _ONE_DEPLOYMENT.items()
+                 if getattr(self, name) != default]
+        if given:
+            raise ValueError(
+                f"{', '.join(given)}: the application's replicas and resources are given "
+                f"per deployment, e.g. deployments={{'Decode': {{'replicas': 2}}}}")
+        problems = role_problems(self.deployments)
+        elastic = [name for name, options in self.deployments.items() if options.elastic]
+        problems += [f"deployments.{name}.replicas: elastic deployments in an application "
+                     "of several deployments are not supported yet; give a count"
+                     for name in elastic]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     @property
     def route(self) -> str:
         return self.route_prefix or f"/{self.name}"
 
+    @property
+    def roles(self) -> dict[str, str]:
+        """Each deployment that is a role -> its role's name (none: one role, "replica",
+        the ingress's replicas)."""
+        return {name: role_name(name) for name in self.deployments or {}}
+
+    def with_app(self, graph: Sequence[AppDeployment]) -> DeploymentSpec:
+        """This deployment, its application's graph read: each deployment that asks for
+        resources a role, with its options (given ones first, then its own). An app of
+        one deployment, given no `deployments`, is left as it is: its ingress is the one
+        role, with `replicas` and `resources` given here."""
+        if self.deployments is None and len(graph) <= 1:
+            return self
+        what = f"deployment {self.name!r}"
+        roles = app_roles(self.deployments, graph, what)
+        return validated(DeploymentSpec, what, {**dict(self), "deployments": roles})
+
     def gang_spec(self) -> GangSpec:
-        """The gang that reserves this deployment's replicas (one bundle each)."""
+        """The gang that reserves this deployment's replicas (one bundle each: a replica's
+        bundles, summed, in an application of several deployments)."""
+        if self.deployments is not None:
+            roles = tuple(
+                RoleSpec(name=role_name(name), replicas=options.replicas or 1,
+                         min_replicas=options.min_replicas, resources=options.replica_total)
+                for name, options in self.deployments.items())
+        else:
+            roles = (RoleSpec(name="replica", replicas=self.replicas,
+                              min_replicas=self.min_replicas, resources=self.resources),)
         return GangSpec(
             name=self.name, queue=self.queue, priority=self.priority, strategy=self.strategy,
-            roles=(RoleSpec(name="replica", replicas=self.replicas,
-                            min_replicas=self.min_replicas, resources=self.resources),),
+            roles=roles,
             reservation_timeout_s=self.reservation_timeout_s,
             startup_timeout_s=self.startup_timeout_s, preemption_grace_s=0,
         )
+
+
+# A single deployment's fields, at their defaults: with `deployments` they stay so.
+_ONE_DEPLOYMENT: dict[str, object] = {"replicas": 1, "min_replicas": None,
+                                      "resources": Resources(CPU=1)}
 
 
 def deployment_spec(what: str, **fields: object) -> DeploymentSpec:

@@ -147,6 +147,62 @@ def serve_ingress_deployment(app: Any) -> Any:
     return app._bound_deployment
 
 
+def serve_rebuild(app: Any, change: Callable[[str, Any], Any]) -> Any:
+    """A copy of application `app` in which every deployment of its graph is
+    `change(name, deployment)`, named as Serve's `build_app` names it: its own name, then
+    `<name>_1`, `<name>_2`... for later ones of the same name, children before parents
+    (the rebuilt deployments carry that name, so Serve names them the same). An
+    application bound into another's init args is one deployment, however often it
+    appears. Bind args are kept; `app` is left unchanged.
+
+    Serve has no public way to walk a graph: its `build_app` finds the applications in
+    init args with Ray's `_PyObjScanner` (a pickler), as this does."""
+    from ray.dag.py_obj_scanner import _PyObjScanner
+    from ray.serve import Application
+
+    rebuilt: dict[int, Any] = {}
+    taken: set[str] = set()
+
+    def visit(node: Any) -> Any:
+        if id(node) in rebuilt:
+            return rebuilt[id(node)]
+        deployment = node._bound_deployment
+        scanner: Any = _PyObjScanner(source_type=Application)
+        try:
+            children = scanner.find_nodes((deployment.init_args, deployment.init_kwargs))
+            table = {child: visit(child) for child in children}
+            args, kwargs = scanner.replace_nodes(table)
+        finally:
+            scanner.clear()
+        name, n = deployment.name, 1
+        while name in taken:
+            name, n = f"{deployment.name}_{n}", n + 1
+        taken.add(name)
+        copy = deployment.options(name=name, _init_args=args, _init_kwargs=kwargs)
+        rebuilt[id(node)] = Application(change(name, copy))
+        return rebuilt[id(node)]
+
+    root = visit(app)
+    root._ingress_request_router = getattr(app, "_ingress_request_router", None)  # kept
+    return root
+
+
+def serve_deployment_options(deployment: Any) -> dict[str, Any]:
+    """A deployment's replica count (None when Serve autoscales it, with its bounds), what
+    its actor asks for, and its placement group's bundles and strategy: read from its
+    configs, which have no public accessor for all of these."""
+    replica, config = deployment._replica_config, deployment._deployment_config
+    auto = config.autoscaling_config
+    return {
+        "replicas": None if auto is not None else deployment.num_replicas,
+        "min_replicas": auto.min_replicas if auto is not None else None,
+        "max_replicas": auto.max_replicas if auto is not None else None,
+        "actor": dict(replica.resource_dict),
+        "bundles": replica.placement_group_bundles,
+        "strategy": replica.placement_group_strategy,
+    }
+
+
 def serve_forget_controller() -> None:
     """Drop the Serve controller handle Serve caches per process and job (it points at a
     dead controller after someone else's `serve.shutdown()`)."""

@@ -39,7 +39,7 @@ DEFAULT_HTTP_PORT = 8000
 POLL_S = 0.25
 # Resource requests a user may have put in the deployment's ray_actor_options: replaced,
 # because the replica must ask exactly for its bundle to be placed in it.
-_RESOURCE_KEYS = ("num_cpus", "num_gpus", "memory", "resources", "accelerator_type")
+RESOURCE_KEYS = ("num_cpus", "num_gpus", "memory", "resources", "accelerator_type")
 # raygang strategy -> Serve's gang placement strategy (Serve has no strict variants; the
 # node selector, not the strategy, is what keeps replicas on the chosen nodes).
 _GANG_STRATEGY = {"STRICT_PACK": "PACK", "PACK": "PACK", "SPREAD": "SPREAD",
@@ -120,7 +120,7 @@ def with_options(app: Application, options: Mapping[str, Any]) -> Application:
     options = dict(options)
     if "ray_actor_options" in options:
         kept = {k: v for k, v in (deployment.ray_actor_options or {}).items()
-                if k not in _RESOURCE_KEYS}
+                if k not in RESOURCE_KEYS}
         options["ray_actor_options"] = {**kept, **options["ray_actor_options"]}
     return Application(deployment.options(**options))
 
@@ -264,6 +264,16 @@ def replica_nodes(name: str) -> list[str] | None:
             or any(_name(r["state"]) != "RUNNING" or not r.get("node_id") for r in replicas):
         return None
     return sorted(r["node_id"] for r in replicas)
+
+
+def deployment_replicas(name: str) -> dict[str, list[tuple[str, str]]]:
+    """Each deployment of application `name` -> its running replicas, as (node, actor
+    name); empty with no app."""
+    app = serve_details().get("applications", {}).get(name) or {}
+    return {dep: [(r["node_id"], r.get("actor_name") or r["replica_id"])
+                  for r in details.get("replicas") or []
+                  if _name(r["state"]) == "RUNNING" and r.get("node_id")]
+            for dep, details in (app.get("deployments") or {}).items()}
 
 
 async def scale_app(name: str, replicas: int, timeout_s: float) -> list[str]:

@@ -61,6 +61,17 @@ EXPECTED = {
         "router -> gnag olleh [decode-0]", "router -> gnihton ro lla [decode-1]",
         "cancelled: CANCELLED; all 4 GPUs free again",
     ],
+    "disaggregated_serve_app.py": [
+        "training RUNNING on 2 GPUs; 2 GPUs free",
+        "pd at priority training: PENDING as a whole (4 replicas)",
+        "needs {GPU: 4, CPU: 0.5} in all (PACK, 2×{GPU: 1} + 1×{GPU: 2} + 1×{CPU: 0.5})",
+        "Serve applications: []; 2 GPUs free: nothing held, not even prefill's 2",
+        "pd as inference: RUNNING in ", "  Prefill-1 on node ", "  Decode-0 on node ",
+        "  Router-0 on node ",
+        "router -> decode -> prefill: 'gnag olleh'; decode's 2 TP ranks on one node: True",
+        "training PENDING (preemptions 1): preempted by deployment pd",
+        "pd undeployed; training RUNNING again, same id True, resumed from its checkpoint: True",
+    ],
     "inference_preempts_training.py": [
         "training-a and training-b RUNNING: all 4 GPUs busy",
         "dry run of deployment chat: preempt: would preempt 1 gang(s)",

@@ -61,3 +61,32 @@ def test_deployments_survive_serve_being_restarted_by_someone_else(api_server, r
             wait_for_state(admin, second, {"RUNNING"}, timeout=180)
         finally:
             assert admin.delete("/v1/deployments/after-restart").json()["state"] == "CANCELLED"
+
+
+def test_an_application_of_several_deployments_over_rest(api_server, ray_cluster, http_port):
+    """`raygang.demo:pd` (router -> decode -> prefill, on CPUs): one gang of a role per
+    deployment that asks for resources, options given in the body or read from the app;
+    a wrong one is a 422 naming the deployment and field."""
+    body = {"name": "rest-pd", "import_path": "raygang.demo:pd", "queue": "team-a",
+            "deployments": {"Prefill": {"replicas": 2}}}
+    with api_server.client("admin") as admin:
+        unknown = admin.post("/v1/deployments", json={**body, "deployments": {"Prefil": {}}})
+        assert unknown.status_code == 422, unknown.text
+        assert unknown.json()["errors"][0] == {
+            "field": "deployments.Prefil", "message": "the application has no deployment "
+            "'Prefil' (its deployments: Prefill, Decode, Router)"}
+        zero = admin.post("/v1/deployments", json={**body, "deployments": {"Decode": {
+            "replicas": 0}}})
+        assert zero.status_code == 422
+        assert zero.json()["errors"][0]["field"] == "deployments.Decode.replicas"
+
+        gang_id = admin.post("/v1/deployments", json=body).json()["gang_id"]
+        try:
+            running = wait_for_state(admin, gang_id, {"RUNNING"}, timeout=180)
+            assert running["world_size"] == 3  # the router asks for nothing: not a role
+            assert sorted((m["role"], m["index"]) for m in running["members"]) == [
+                ("Decode", 0), ("Prefill", 0), ("Prefill", 1)]
+            answer = httpx.get(f"http://127.0.0.1:{http_port}/rest-pd?prompt=abc", timeout=30)
+            assert answer.json() == {"text": "cba", "path": "/rest-pd"}
+        finally:
+            assert admin.delete("/v1/deployments/rest-pd").json()["state"] == "CANCELLED"

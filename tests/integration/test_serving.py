@@ -60,6 +60,67 @@ def test_resolve_app_and_options_without_ray():
     assert serving.with_options(where_am_i, elastic)._bound_deployment.num_replicas == 1
 
 
+@serve.deployment(ray_actor_options={"num_cpus": 0, "num_gpus": 1})
+class Prefill:
+    pass
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0.5, "num_gpus": 1, "runtime_env": {}},
+                  placement_group_bundles=[{"CPU": 0.5, "GPU": 1}, {"GPU": 1}],
+                  placement_group_strategy="STRICT_PACK")
+class Decode:
+    def __init__(self, prefill, again):
+        pass
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0})
+class Router:
+    def __init__(self, decode, spare=None):
+        pass
+
+
+def test_an_applications_graph_read_and_placed_without_ray():
+    """Its deployments, named as Serve names them, with their own options; then each
+    role's deployment on its nodes, bind args kept, the original app unchanged."""
+    from ray.serve._private.build_app import build_app
+
+    from raygang.core.workload_specs import deployment_spec
+    from raygang.runtime import serve_graph
+
+    prefill = Prefill.options(num_replicas=2).bind()
+    app = Router.bind(Decode.bind(prefill, prefill), spare={"x": Prefill.bind()})
+    graph = serve_graph.read(app)
+    assert [(d.name, d.replicas, d.ingress) for d in graph] == [
+        ("Prefill", 2, False), ("Decode", 1, False), ("Prefill_1", 1, False),
+        ("Router", 1, True)]  # an app bound twice is one deployment; Serve's names
+    assert graph[1].bundles == [{"CPU": 0.5, "GPU": 1}, {"GPU": 1}]
+    assert graph[1].strategy == "STRICT_PACK" and graph[3].actor == {"CPU": 0}
+
+    spec = deployment_spec("d", name="pd", deployments={"Prefill_1": {"resources": {"GPU": 2}}}
+                           ).with_app(graph)
+    gang = spec.gang_spec()
+    assert [r.name for r in gang.roles] == ["Prefill", "Decode", "Prefill_1"]  # not Router
+    nodes = ["n1", "n2", "n3", "n3"]  # Prefill-0, Prefill-1, Decode-0, Prefill_1-0
+    built = build_app(serve_graph.placed(app, spec, gang, nodes), name="pd")
+    assert [d.name for d in built.deployments] == ["Prefill", "Decode", "Prefill_1", "Router"]
+    options = {d.name: (d.num_replicas, d._replica_config, d._deployment_config)
+               for d in built.deployments}
+    replicas, replica, config = options["Prefill"]  # one bundle a replica: Serve's gang
+    assert replicas == 2 and replica.placement_group_bundles == [{"GPU": 1.0}]
+    assert replica.placement_group_bundle_label_selector == [{"ray.io/node-id": "in(n1,n2)"}]
+    assert config.gang_scheduling_config.gang_size == 2
+    replicas, replica, config = options["Decode"]  # TP=2: a group per replica, its strategy
+    assert replica.placement_group_bundles == [{"CPU": 0.5, "GPU": 1.0}, {"GPU": 1.0}]
+    assert replica.placement_group_strategy == "STRICT_PACK"
+    assert replica.placement_group_bundle_label_selector == [{"ray.io/node-id": "n3"}] * 2
+    assert config.gang_scheduling_config is None
+    assert replica.ray_actor_options == {"runtime_env": {}, "num_cpus": 0.5, "num_gpus": 1}
+    assert options["Prefill_1"][1].ray_actor_options["num_gpus"] == 2  # given at deploy time
+    assert options["Router"][1].placement_group_bundles is None  # asks for nothing: Serve's
+    assert prefill._bound_deployment.num_replicas == 2  # the original is unchanged
+    assert app._bound_deployment.init_args[0]._bound_deployment.init_args[0] is prefill
+
+
 def _gpus_free() -> float:
     return ray.available_resources().get("GPU", 0.0)  # the key vanishes at 0
 

@@ -31,3 +31,6 @@ def test_example_specs_validate():
     chat = DeploymentSpec.model_validate(
         yaml.safe_load((ROOT / "examples/specs/chat.yaml").read_text()))
     assert chat.import_path == "raygang.demo:echo" and chat.priority == "inference"
+    pd = DeploymentSpec.model_validate(
+        yaml.safe_load((ROOT / "examples/specs/pd.yaml").read_text()))
+    assert pd.deployments["Prefill"].replicas == 2 and pd.import_path == "raygang.demo:pd"

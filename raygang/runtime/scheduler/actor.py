@@ -3,12 +3,14 @@
 groups, member actors, Serve), the durable store (Ray's GCS key-value store by default),
 Ray's metrics, and the scaler (KubeRay or Ray's autoscaler).
 
-Each call of `control.api.SchedulerAPI` is the plane's call of that name, forwarded; the
-calls of `TrainAPI` go to the Train desk (`train_desk.py`) once the plane has recovered.
+Each call of `control.api.SchedulerAPI` is the plane's call of that name, forwarded (but
+`deploy`, which reads the application's graph first, where Serve is); the calls of
+`TrainAPI` go to the Train desk (`train_desk.py`) once the plane has recovered.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
@@ -19,10 +21,12 @@ from ray import cloudpickle
 from raygang.control.api import SchedulerAPI, calls
 from raygang.control.config import SchedulerConfig, StateConfig
 from raygang.control.history import History
+from raygang.control.intake import revalidated
 from raygang.control.journal import Journal
 from raygang.control.plane import ControlPlane
 from raygang.control.store import MemoryStore, SqliteStore, Store
 from raygang.core.spec import GangSpec
+from raygang.core.workload_specs import DeploymentSpec
 from raygang.runtime.scheduler.cluster import RayCluster
 from raygang.runtime.scheduler.gcs_store import GcsStore
 from raygang.runtime.scheduler.scaling import ScaleDriver
@@ -57,6 +61,18 @@ class Scheduler:
     def plane(self) -> ControlPlane:
         """The control plane behind the facade (for tests that drive it by hand)."""
         return self._plane
+
+    # `SchedulerAPI.deploy` (its doc is the protocol's, as for the forwarded calls), its
+    # application read first, here where Serve is: an application of several deployments
+    # (or one given per-deployment options) becomes a gang of a role per deployment
+    # (`runtime.serve_graph.complete`); the plane runs without Ray.
+    async def deploy(self, deployment: DeploymentSpec, app: Any = None,
+                     parent: str | None = None) -> str:
+        from raygang.runtime import serve_graph  # imports Serve: only with a deployment
+
+        deployment = revalidated(deployment, DeploymentSpec, "deploy")
+        deployment = await asyncio.to_thread(serve_graph.complete, deployment, app)
+        return await self._plane.deploy(deployment, app, parent)
 
     # Ray Train runs (runtime/client/train_callback.py calls these) ---------------------------
     # Each waits for the recovered state first: a restarted scheduler must have adopted a
@@ -98,10 +114,13 @@ def _forward(name: str) -> Callable[..., Any]:
 
 
 # Every call of the protocol is one call of the plane: forwarded, not written out again
+# (but for `deploy`)
 # (the protocol is where each is declared and typed; tests/unit/test_scheduler_api.py
 # checks that the actor offers them all).
 for _name in calls(SchedulerAPI):
-    setattr(Scheduler, _name, _forward(_name))
+    if _name not in Scheduler.__dict__:  # written out above: it does more than forward
+        setattr(Scheduler, _name, _forward(_name))
+Scheduler.deploy.__doc__ = SchedulerAPI.deploy.__doc__
 
 
 # The actor: no resources of its own, many concurrent calls (waits are long polls).

@@ -19,7 +19,8 @@ def new_run(host: Host, record: GangRecord, nodes: Sequence[str], attempt: int,
             on_member_ready: Callable[[MemberStatus], None]) -> ServeLaunch:
     served: Served = record.workload
     return ServeLaunch(record.gang_id, record.spec, served.deployment, served.app,
-                       nodes, host.serve_http_port, moved=record.rebook)
+                       nodes, host.serve_http_port, moved=record.rebook,
+                       on_member_ready=on_member_ready)
 
 
 def adopt(host: Host, record: GangRecord, leftovers: RayLeftovers) -> ServeLaunch | None:

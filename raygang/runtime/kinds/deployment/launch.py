@@ -9,6 +9,10 @@ The scheduler keeps counting the replicas' bundles on those nodes while the app 
 nothing raygang admits can take them in between; work started outside raygang could, in
 which case Serve's own gang placement group waits and the startup timeout fails the gang.
 
+An application of several deployments is one gang of a role per deployment
+(`runtime.serve_graph`): the holds of every role go at once, and each deployment gets its
+role's nodes.
+
 An elastic deployment (`replicas=(min, max)`) is deployed at its minimum with Serve's
 external scaling on, each replica in a group of its own under the same node selector (a
 gang's count must stay a multiple of its size), and resized live: Serve's count-only
@@ -22,11 +26,12 @@ replicas really are (`core.elastic.rebooked`).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from raygang.control.ports import MemberFailure
-from raygang.control.status import GangError
+from raygang.control.status import GangError, MemberStatus
 from raygang.control.tasks import run_to_completion
 from raygang.core.elastic import rebooked
 from raygang.core.spec import GangSpec, MemberSlot
@@ -49,6 +54,7 @@ class ServeLaunch:
         nodes: Sequence[str],
         http_port: int | None,
         moved: Callable[[Mapping[str, str]], None] = lambda moves: None,
+        on_member_ready: Callable[[MemberStatus], None] = lambda member: None,
     ):
         self.gang_id = gang_id
         self.spec = spec
@@ -62,6 +68,7 @@ class ServeLaunch:
         # (`moved` books it in the gang's record too).
         self.booked = {slot.name: node for slot, node in zip(spec.min_slots, nodes)}
         self._moved = moved
+        self._on_member_ready = on_member_ready
         self._resizing = asyncio.Lock()  # one count change at a time
 
     @classmethod
@@ -90,12 +97,17 @@ class ServeLaunch:
 
         d = self.deployment
         try:
-            app = serving.with_options(
-                serving.resolve_app(self.app),
-                serving.deployment_options(len(self.nodes), d.resources.to_dict(),
-                                           self.nodes, d.strategy.value,
-                                           gang=not self.spec.elastic),
-            )
+            if d.deployments is not None:  # several deployments: each on its role's nodes
+                from raygang.runtime import serve_graph
+
+                app = serve_graph.placed(self.app, d, self.spec, self.nodes)
+            else:
+                app = serving.with_options(
+                    serving.resolve_app(self.app),
+                    serving.deployment_options(len(self.nodes), d.resources.to_dict(),
+                                               self.nodes, d.strategy.value,
+                                               gang=not self.spec.elastic),
+                )
             await asyncio.to_thread(serving.ensure_serve_started, self.http_port)
         except Exception as error:
             raise MemberFailure(GangError(error_type=type(error).__name__, message=str(error)))
@@ -107,6 +119,28 @@ class ServeLaunch:
                                     scalable=self.spec.elastic)
         except serving.ServeAppFailed as error:
             raise MemberFailure(GangError(error_type="ServeAppFailed", message=str(error)))
+        if d.deployments is not None:
+            self._report_replicas(await asyncio.to_thread(serving.deployment_replicas, d.name))
+
+    def _report_replicas(self, running: Mapping[str, Sequence[tuple[str, str]]]) -> None:
+        """An application of several deployments: each replica is a member of its role,
+        booked where Serve runs it (Serve chooses among its role's nodes), and reported
+        ready (the app is RUNNING)."""
+        now = time.time()
+        for deployment, role in self.deployment.roles.items():
+            slots = [s for s in self.spec.min_slots if s.role == role]
+            replicas = sorted(running.get(deployment, ()))
+            if len(replicas) == len(slots):  # else Serve is mid-change: the books stay
+                self.follow([node for node, _ in replicas], [s.name for s in slots])
+            actors: dict[str, list[str]] = {}
+            for node, actor in replicas:
+                actors.setdefault(node, []).append(actor)
+            for slot in slots:
+                node = self.booked[slot.name]
+                names = actors.get(node) or [""]
+                self._on_member_ready(MemberStatus(
+                    role=slot.role, index=slot.index, rank=slot.rank, actor_name=names.pop(0),
+                    node_id=node, ready_at=now))
 
     async def run(self) -> list[Any]:
         """Serve until undeployed (cancelled); fail if the application is lost for good."""
@@ -169,9 +203,11 @@ class ServeLaunch:
             self.booked = target
             return self.follow(nodes)
 
-    def follow(self, nodes: Sequence[str]) -> list[str]:
-        """Book the replicas on `nodes` (where Serve runs them, one each): what moved."""
-        moves = rebooked(self.booked, nodes)
+    def follow(self, nodes: Sequence[str], members: Sequence[str] | None = None) -> list[str]:
+        """Book the replicas on `nodes` (where Serve runs them, one each): what moved.
+        `members`: those of one deployment (default: all)."""
+        booked = self.booked if members is None else {m: self.booked[m] for m in members}
+        moves = rebooked(booked, nodes)
         if not moves:
             return []
         self.booked.update(moves)
