@@ -39,6 +39,7 @@ _PUBLIC = {
     "submit_job": "raygang.api",
     "list_jobs": "raygang.api",
     "train": "raygang.api",
+    "tune": "raygang.runtime.client.tune",
     "JobSpec": "raygang.core.workload_specs",
     "RaygangTrain": "raygang.runtime.client.train_callback",
     "DryRunResult": "raygang.control.status",
@@ -88,6 +89,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from raygang.core.resources import Resources
     from raygang.core.spec import GangSpec, RoleSpec, SpecError, Strategy
     from raygang.core.workload_specs import DeploymentSpec
+    from raygang.runtime.client.tune import tune
     from raygang.runtime.member.context import GangContext, World, get_context
     from raygang.control.errors import (
         DeploymentExistsError, GangCancelledError, GangFailedError, SchedulerNotRunningError,

@@ -64,6 +64,8 @@ SCHEDULER_CONFIG = raygang.SchedulerConfig(queues=[
     raygang.QueueSpec(name="team-b", quota={"GPU": 2}),
     # A backlog queue for the API load test: one gang runs, the rest wait for the limit.
     raygang.QueueSpec(name="load", limit={"GPU": 1}),
+    # A Tune sweep's queue (tests/integration/test_tune.py): 2 trials of 2 GPUs at a time.
+    raygang.QueueSpec(name="sweep", limit={"GPU": 4}),
     # Reclaim at once, as Kueue does: the defaults wait until a gang has been pending 5 min
     # and leave a gang alone for 15 min after it starts (tests/unit/test_preemption_policy.py
     # checks those rules); the tests here are about what reclaim does, in seconds.

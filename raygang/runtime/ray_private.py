@@ -6,7 +6,9 @@ and exercised by the integration tests, so a Ray upgrade that moves one fails he
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from raygang._lazy import lazy_exports
@@ -291,6 +293,42 @@ def train_stop_worker_group(controller: Any) -> None:
     only once it is gone, before the next is sized)."""
     if controller._worker_group is not None:
         controller._shutdown_worker_group()
+
+
+# Ray Tune's controller ---------------------------------------------------------------------
+_tune_local = threading.local()
+_tune_patch = threading.Lock()
+
+
+@contextmanager
+def tune_resource_manager(factory: Callable[[], Any]) -> Iterator[None]:
+    """While inside, a Tune run started in this thread (`Tuner.fit`, `tune.run`) gets its
+    resource manager from `factory`. `TuneController` takes a `resource_manager_factory`,
+    but `tune.run` builds it without one and offers no way to pass one: `ray.tune.tune`'s
+    `TuneController` is replaced (once, for good) by a subclass that passes the factory of
+    the thread that runs it, and none in any other thread."""
+    import ray.tune.tune as tune_module
+
+    with _tune_patch:
+        if not getattr(tune_module.TuneController, "_raygang", False):
+            base = tune_module.TuneController
+
+            class TuneController(base):  # type: ignore[misc, valid-type]
+                _raygang = True
+
+                def __init__(self, *args: Any, **kwargs: Any) -> None:
+                    made = getattr(_tune_local, "factory", None)
+                    if made is not None and kwargs.get("resource_manager_factory") is None:
+                        kwargs["resource_manager_factory"] = made
+                    super().__init__(*args, **kwargs)
+
+            tune_module.TuneController = TuneController
+    previous = getattr(_tune_local, "factory", None)
+    _tune_local.factory = factory
+    try:
+        yield
+    finally:
+        _tune_local.factory = previous
 
 
 # Placement groups and actors by id ---------------------------------------------------------

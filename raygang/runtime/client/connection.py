@@ -152,6 +152,12 @@ class SchedulerClient:
             except RayActorError as error:
                 time.sleep(retry.after(error))
 
+    def remote(self, method: Method[P, R], *args: P.args, **kwargs: P.kwargs) -> Any:
+        """Start `method` and return its `ObjectRef` at once (for a caller that awaits
+        many answers in its own event loop, as Tune's does; `ray.get` raises the
+        scheduler's error wrapped in Ray's `RayTaskError`)."""
+        return getattr(self._actor(), method.__name__).remote(*args, **kwargs)
+
     async def acall(self, method: Method[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """`call` as a coroutine."""
         return await self._acall(method.__name__, None, args, kwargs)

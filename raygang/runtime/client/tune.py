@@ -1,0 +1,250 @@
+"""`raygang.tune(tuner, queue=..., priority=...)`: a Ray Tune sweep whose trials are raygang
+gangs.
+
+Why a function around `tuner.fit()`, not a `TuneConfig`/`RunConfig` option: Tune decides
+where a trial runs in its `ResourceManager` (`ray.air.execution.resources`), which
+`TuneController` takes as `resource_manager_factory` but which neither `Tuner`,
+`TuneConfig`, `RunConfig` nor `tune.run` lets a user pass (`TuneConfig` is a closed
+dataclass; a Tune `Callback` sees trials, never the controller's resources). So
+`raygang.tune` runs `tuner.fit()` with raygang's resource manager in that place
+(`ray_private.tune_resource_manager`, for this thread only: two Tuners in two threads may
+use two queues) and returns its `ResultGrid`. Nothing else of the Tuner changes.
+
+What the manager does (`RaygangTuneResources`, Tune's calls in order):
+- `request_resources`: each trial's `PlacementGroupFactory` (a `ResourceRequest`) is queued
+  in raygang as one hand-off gang (kind "train": the same exchange as `RaygangTrain`'s,
+  `runtime/handoff/train.py`): one role per run of equal bundles, Tune's strategy. Tune asks
+  for every pending trial at once (`TUNE_MAX_PENDING_TRIALS_PG`), so the whole sweep waits
+  in raygang's queue, and raygang's queue (priority, quota, limit, fair share, preemption),
+  not `max_concurrent_trials`, says how many trials run;
+- a claim (a long poll, one `ObjectRef` per waiting trial, which Tune's event loop awaits
+  through `get_resource_futures`) returns the reserved nodes once raygang admitted the
+  gang; the manager then makes the trial's placement group with each bundle pinned to its
+  node, and once it is ready reports it (`train_adopt`): raygang books it. Tune sees it
+  "ready", acquires it and starts the trial's actors in it;
+- `free_resources` (a trial finished, failed, or was stopped early by a Tune scheduler):
+  the group is removed at once, and raygang is told the gang ended (its capacity is free
+  for the next trial in the same cycle). `cancel_resource_request`: the gang is cancelled
+  (waiting in the queue, or reserved but not yet taken). `clear` does both for all.
+
+Not yet (see TUNE-NOTES.md): preemption of a running trial (the manager does not watch
+`train_wait_preempt`; raygang's preemption of a trial's gang waits out Train's teardown
+and then removes its group), Train V2 trainables inside Tune, a recovered sweep.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray.air.execution.resources.placement_group import PlacementGroupAcquiredResources
+from ray.air.execution.resources.request import ResourceRequest
+from ray.air.execution.resources.resource_manager import ResourceManager
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+
+from raygang.control.api import SchedulerAPI, TrainAPI
+from raygang.core.spec import GangSpec, RoleSpec, Strategy
+from raygang.runtime.client.connection import SchedulerClient
+from raygang.runtime.names import NODE_ID_LABEL
+from raygang.runtime.ray_private import tune_resource_manager
+
+log = logging.getLogger(__name__)
+CLAIM_POLL_S = 2.0  # one long poll of the scheduler per waiting trial
+TRIAL_RESTARTS = 1_000_000  # Tune's FailureConfig, not raygang, decides when a trial failed
+
+
+def tune(tuner: Any, queue: str | None = None, priority: int | str | None = None,
+         name: str | None = None) -> Any:
+    """Run `tuner.fit()` with every trial queued in raygang as a gang (queue `queue`,
+    priority class or number `priority`, gangs named `name`-N), and return its
+    `ResultGrid`. Trials start as raygang admits them; leave
+    `TuneConfig.max_concurrent_trials` unset (raygang's queue limits the sweep)."""
+    label = name or _gang_name(getattr(getattr(tuner, "_local_tuner", None), "_run_config",
+                                       None))
+    with tune_resource_manager(lambda: RaygangTuneResources(queue, priority, label)):
+        return tuner.fit()
+
+
+@dataclass(eq=False)
+class _Trial:
+    """One resource request's gang, from queued to freed."""
+
+    request: ResourceRequest
+    session: str
+    claim: ray.ObjectRef | None = None  # the claim in flight
+    group: PlacementGroup | None = None
+    ready: ray.ObjectRef | None = None  # the group's `ready()` until it is placed
+    nodes: list[str] = field(default_factory=list)
+
+
+class RaygangTuneResources(ResourceManager):
+    """Tune's resource manager under raygang (see the module's doc)."""
+
+    def __init__(self, queue: str | None = None, priority: int | str | None = None,
+                 name: str = "tune", client: SchedulerClient | None = None):
+        self.queue = queue or "default"
+        self.priority = priority if priority is not None else "training"
+        self.name = name
+        self._client = client or SchedulerClient(start_if_missing=True)
+        self._waiting: dict[ResourceRequest, list[_Trial]] = defaultdict(list)
+        self._ready: dict[ResourceRequest, list[_Trial]] = defaultdict(list)
+        self._acquired: dict[PlacementGroup, _Trial] = {}
+        self._futures: dict[ray.ObjectRef, _Trial] = {}
+        self._count = 0
+
+    # Tune's calls --------------------------------------------------------------------
+    def request_resources(self, resource_request: ResourceRequest) -> None:
+        self._count += 1
+        spec = trial_gang_spec(resource_request, f"{self.name}-{self._count}", self.queue,
+                               self.priority)
+        session = self._client.call(TrainAPI.train_open, spec, None, None, uuid.uuid4().hex)
+        trial = _Trial(resource_request, session)
+        self._waiting[resource_request].append(trial)
+        self._ask(trial)
+
+    def cancel_resource_request(self, resource_request: ResourceRequest) -> None:
+        # A trial not yet placed goes first (as Tune's own manager does).
+        pool = self._waiting[resource_request] or self._ready[resource_request]
+        if not pool:
+            raise RuntimeError(f"no resource request to cancel: {resource_request}")
+        self._end(pool.pop(), cancel=True)
+
+    def has_resources_ready(self, resource_request: ResourceRequest) -> bool:
+        if not self._ready[resource_request]:
+            self.update_state()
+        return bool(self._ready[resource_request])
+
+    def acquire_resources(self, resource_request: ResourceRequest
+                          ) -> PlacementGroupAcquiredResources | None:
+        if not self.has_resources_ready(resource_request):
+            return None
+        trial = self._ready[resource_request].pop(0)
+        assert trial.group is not None
+        self._acquired[trial.group] = trial
+        return PlacementGroupAcquiredResources(placement_group=trial.group,
+                                               resource_request=resource_request)
+
+    def free_resources(self, acquired_resource: Any) -> None:
+        self._end(self._acquired.pop(acquired_resource.placement_group), cancel=False)
+
+    def get_resource_futures(self) -> list[ray.ObjectRef]:
+        return list(self._futures)
+
+    def update_state(self) -> None:
+        if not self._futures:
+            return
+        done, _ = ray.wait(list(self._futures), num_returns=len(self._futures), timeout=0)
+        for ref in done:
+            trial = self._futures.pop(ref)
+            if ref is trial.claim:
+                trial.claim = None
+                self._claimed(trial, ref)
+            elif ref is trial.ready:
+                trial.ready = None
+                self._placed(trial)
+
+    def clear(self) -> None:
+        if not ray.is_initialized():
+            return
+        trials = [t for pool in (*self._waiting.values(), *self._ready.values()) for t in pool]
+        for trial in trials + list(self._acquired.values()):
+            self._end(trial, cancel=True)
+        self._waiting.clear()
+        self._ready.clear()
+        self._acquired.clear()
+        self._futures.clear()
+
+    def __del__(self) -> None:
+        try:
+            self.clear()
+        except Exception:  # noqa: BLE001 - at interpreter exit Ray may be half gone
+            pass
+
+    # The exchange with raygang ------------------------------------------------------
+    def _ask(self, trial: _Trial) -> None:
+        trial.claim = self._client.remote(TrainAPI.train_claim, trial.session, CLAIM_POLL_S)
+        self._futures[trial.claim] = trial
+
+    def _claimed(self, trial: _Trial, ref: ray.ObjectRef) -> None:
+        try:
+            nodes = ray.get(ref)
+        except Exception as error:  # noqa: BLE001 - the gang ended in raygang
+            log.warning("raygang: trial gang %s ended while it waited: %s; queued again",
+                        trial.session, error)
+            self._requeue(trial)
+            return
+        if not nodes:
+            self._ask(trial)  # not admitted yet: ask again
+            return
+        trial.nodes = list(nodes)
+        trial.group = placement_group(
+            trial.request.bundles, strategy=trial.request.strategy,
+            bundle_label_selector=[{NODE_ID_LABEL: node} for node in nodes])
+        trial.ready = trial.group.ready()
+        self._futures[trial.ready] = trial
+
+    def _placed(self, trial: _Trial) -> None:
+        assert trial.group is not None
+        try:
+            self._client.call(TrainAPI.train_adopt, trial.session, trial.group.id.hex())
+        except Exception as error:  # noqa: BLE001 - the hand-off failed: queue again
+            log.warning("raygang: trial gang %s: hand-off failed: %s", trial.session, error)
+            self._requeue(trial)
+            return
+        self._waiting[trial.request].remove(trial)
+        self._ready[trial.request].append(trial)
+
+    def _requeue(self, trial: _Trial) -> None:
+        """The gang ended without handing its nodes over: a new one takes its place."""
+        self._waiting[trial.request].remove(trial)
+        self._end(trial, cancel=True)
+        self.request_resources(trial.request)
+
+    def _end(self, trial: _Trial, cancel: bool) -> None:
+        """Remove the trial's group (if any) and end its gang: at once, so that the next
+        trial may have its capacity."""
+        for ref in (trial.claim, trial.ready):
+            if ref is not None:
+                self._futures.pop(ref, None)
+        if trial.group is not None:
+            remove_placement_group(trial.group)
+            trial.group = None
+            self._call(TrainAPI.train_released, trial.session, True)
+        if cancel:
+            self._call(SchedulerAPI.cancel, trial.session, "Ray Tune no longer needs it")
+        else:
+            self._call(TrainAPI.train_finished, trial.session, None)
+
+    def _call(self, method: Any, *args: Any) -> None:
+        try:
+            self._client.call(method, *args)
+        except Exception as error:  # noqa: BLE001 - already ended there: nothing to undo
+            log.debug("raygang: %s%s: %s", method.__name__, args, error)
+
+
+def trial_gang_spec(request: ResourceRequest, name: str, queue: str,
+                    priority: int | str) -> GangSpec:
+    """A trial's gang: one role per run of equal bundles, in Tune's bundle order (the
+    nodes a claim returns are in that order)."""
+    roles: list[RoleSpec] = []
+    runs: list[tuple[dict[str, float], int]] = []
+    for bundle in request.bundles:
+        if runs and runs[-1][0] == bundle:
+            runs[-1] = (bundle, runs[-1][1] + 1)
+        else:
+            runs.append((bundle, 1))
+    for i, (bundle, count) in enumerate(runs):
+        roles.append(RoleSpec(name=f"bundle{i}", replicas=count, resources=bundle))
+    return GangSpec(name=name, queue=queue, priority=priority, roles=tuple(roles),
+                    strategy=Strategy(request.strategy), max_restarts=TRIAL_RESTARTS)
+
+
+def _gang_name(run_config: Any) -> str:
+    cleaned = "".join(c if c.isalnum() or c in "_.-" else "-"
+                      for c in (getattr(run_config, "name", None) or "tune"))
+    return cleaned.strip("-_.")[:32] or "tune"
+
