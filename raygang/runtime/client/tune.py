@@ -93,7 +93,7 @@ class RaygangTuneResources(ResourceManager):
         self._waiting: dict[ResourceRequest, list[_Trial]] = defaultdict(list)
         self._ready: dict[ResourceRequest, list[_Trial]] = defaultdict(list)
         self._acquired: dict[PlacementGroup, _Trial] = {}
-        self._futures: dict[ray.ObjectRef, _Trial] = {}
+        self._futures: dict[ray.ObjectRef, tuple[_Trial, str]] = {}  # -> claim/ready
         self._count = 0
 
     # Tune's calls --------------------------------------------------------------------
@@ -139,11 +139,11 @@ class RaygangTuneResources(ResourceManager):
             return
         done, _ = ray.wait(list(self._futures), num_returns=len(self._futures), timeout=0)
         for ref in done:
-            trial = self._futures.pop(ref)
-            if ref is trial.claim:
+            trial, what = self._futures.pop(ref)
+            if what == "claim":
                 trial.claim = None
                 self._claimed(trial, ref)
-            elif ref is trial.ready:
+            else:
                 trial.ready = None
                 self._placed(trial)
 
@@ -167,7 +167,7 @@ class RaygangTuneResources(ResourceManager):
     # The exchange with raygang ------------------------------------------------------
     def _ask(self, trial: _Trial) -> None:
         trial.claim = self._client.remote(TrainAPI.train_claim, trial.session, CLAIM_POLL_S)
-        self._futures[trial.claim] = trial
+        self._futures[trial.claim] = (trial, "claim")
 
     def _claimed(self, trial: _Trial, ref: ray.ObjectRef) -> None:
         try:
@@ -185,7 +185,7 @@ class RaygangTuneResources(ResourceManager):
             trial.request.bundles, strategy=trial.request.strategy,
             bundle_label_selector=[{NODE_ID_LABEL: node} for node in nodes])
         trial.ready = trial.group.ready()
-        self._futures[trial.ready] = trial
+        self._futures[trial.ready] = (trial, "ready")
 
     def _placed(self, trial: _Trial) -> None:
         assert trial.group is not None
