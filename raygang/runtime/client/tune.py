@@ -44,7 +44,11 @@ import ray
 from ray.air.execution.resources.placement_group import PlacementGroupAcquiredResources
 from ray.air.execution.resources.request import ResourceRequest
 from ray.air.execution.resources.resource_manager import ResourceManager
-from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.placement_group import (
+    PlacementGroup,
+    placement_group,
+    remove_placement_group,
+)
 
 from raygang.control.api import SchedulerAPI, TrainAPI
 from raygang.core.spec import GangSpec, RoleSpec, Strategy
@@ -89,7 +93,7 @@ class RaygangTuneResources(ResourceManager):
         self.queue = queue or "default"
         self.priority = priority if priority is not None else "training"
         self.name = name
-        self._client = client or SchedulerClient(start_if_missing=True)
+        self._client = client or SchedulerClient(start_if_missing=True, restart_wait_s=60.0)
         self._waiting: dict[ResourceRequest, list[_Trial]] = defaultdict(list)
         self._ready: dict[ResourceRequest, list[_Trial]] = defaultdict(list)
         self._acquired: dict[PlacementGroup, _Trial] = {}
@@ -161,8 +165,8 @@ class RaygangTuneResources(ResourceManager):
     def __del__(self) -> None:
         try:
             self.clear()
-        except Exception:  # noqa: BLE001 - at interpreter exit Ray may be half gone
-            pass
+        except Exception:
+            log.debug("raygang: clearing Tune's resources at exit failed", exc_info=True)
 
     # The exchange with raygang ------------------------------------------------------
     def _ask(self, trial: _Trial) -> None:
