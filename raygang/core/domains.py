@@ -8,7 +8,8 @@ Each rule narrows where the plain placement (placement.py, the gang's strategy) 
 - `preferred`: inside that, first each domain of the preferred level alone (least free
   first); if none has room, the members in rank order fill the roomiest domains first,
   each taking the longest run of consecutive ranks it can hold, so that the gang spans as
-  few domains as it can (KAI orders a domain's sub-domains by free the same way);
+  few domains as it can (KAI orders a domain's sub-domains by free the same way); and
+  where that finds no way, as if no level were preferred: it never makes a gang wait;
 - `segment`: members of consecutive ranks, `segment` at a time, each group inside one
   domain of `segment_level`: the domain of the group before it if it has room, else the
   roomiest (a preferred level's domains already used first);
@@ -83,7 +84,11 @@ class DomainPlacer:
         for domain in self.roomy(rule.preferred, region, indices, least_first=True):
             if self._attempt(lambda: self._inner(rule, indices, domain, roles, None)):
                 return True
-        return self._inner(rule, indices, region, roles, rule.preferred)
+        if self._attempt(lambda: self._inner(rule, indices, region, roles, rule.preferred)):
+            return True
+        # Never a reason to wait: where filling domain by domain finds no way (a strategy
+        # whose parts do not cut by rank), placed as if it were not asked for.
+        return self._inner(rule, indices, region, roles, None)
 
     def _inner(self, rule: Topology | None, indices: list[int], region: list[str],
                roles: tuple[Span, ...], fewest: str | None) -> bool:
