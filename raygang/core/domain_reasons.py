@@ -1,5 +1,6 @@
-"""Why a gang with a topology does not fit, in words with numbers (explain.py's `why_not`
-for gangs with a layout): which rule no domain can meet now, and how close each comes.
+"""Why a gang does not fit, in words with numbers, its topology included: explain.py's
+`why_not` for a gang without one; for one with a layout, which rule no domain can meet
+now, and how close each domain comes.
 
 The rules are looked at one by one, outermost first, each as if it were the only one: the
 first that fails alone is named (the resources themselves, if the gang would not fit even
@@ -21,9 +22,11 @@ from raygang.core.topology import Layout, Topology
 _LISTED = 4  # domains named in a reason
 
 
-def why_not_in_domains(bundles: Sequence[Resources], strategy: Strategy, capacity: Capacity,
-                       layout: Layout) -> str:
-    if place(bundles, strategy, capacity) is None:  # not even without its topology
+def why_not_placed(bundles: Sequence[Resources], strategy: Strategy, capacity: Capacity,
+                   layout: Layout | None) -> str:
+    """Why `bundles` cannot be placed under `strategy` within the domains `layout` asks
+    for (None: anywhere) on `capacity` right now."""
+    if layout is None or place(bundles, strategy, capacity) is None:  # not even without it
         return why_not(bundles, strategy, capacity)
     shape = f"{strategy.value}, {describe_bundles(bundles)}"
     absent = [k for k in layout.levels if not capacity.domains(k)]

@@ -14,7 +14,6 @@ from itertools import islice
 from raygang.core.capacity import Capacity
 from raygang.core.resources import Resources, format_amount
 from raygang.core.spec import Strategy
-from raygang.core.topology import Layout
 
 _LISTED_NODES = 4
 
@@ -25,14 +24,9 @@ def describe_bundles(bundles: Sequence[Resources]) -> str:
     return " + ".join(f"{n}×{shape}" for shape, n in counts.items())
 
 
-def why_not(bundles: Sequence[Resources], strategy: Strategy, capacity: Capacity,
-            layout: Layout | None = None) -> str:
-    """Why `bundles` cannot be placed under `strategy` (and within the domains `layout`
-    asks for) on `capacity` right now."""
-    if layout is not None:  # (imported here: domain_reasons reads this module's reasons)
-        from raygang.core.domain_reasons import why_not_in_domains
-
-        return why_not_in_domains(bundles, strategy, capacity, layout)
+def why_not(bundles: Sequence[Resources], strategy: Strategy, capacity: Capacity) -> str:
+    """Why `bundles` cannot be placed under `strategy` on `capacity` right now (a gang
+    with a topology: `domain_reasons.why_not_placed`)."""
     total = sum(bundles, Resources())
     unknown = [n for n in total.names_by_scarcity() if n not in capacity.resource_names]
     if unknown:
