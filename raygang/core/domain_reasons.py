@@ -39,23 +39,16 @@ def why_not_placed(bundles: Sequence[Resources], strategy: Strategy, capacity: C
                 f"(topology; {shape}); no such node has it free")
     reasons = _Reasons(bundles, strategy, capacity, shape)
     everything = list(range(len(bundles)))
-    rules = [("", everything, layout.gang)] if layout.gang else []
+    rules: list[tuple[str, list[int], Topology]] = (
+        [("", everything, layout.gang)] if layout.gang else [])
     rules += [(f"role {s.role!r}: ", list(range(s.start, s.stop)), s.rule) for s in layout.roles]
     for what, indices, rule in rules:
-        assert rule is not None
         problem = reasons.required(rule, indices) or reasons.segments(rule, indices)
         if problem:
             return what + problem
-    described = "; ".join(
-        (f"role {s.role!r} " if i else "") + rule.describe()
-        for i, (s, rule) in enumerate(_all_rules(layout)))
+    described = "; ".join(what + rule.describe() for what, _, rule in rules)
     return (f"no placement keeps every topology rule at once ({described}; {shape}), though "
             f"each alone would fit now")
-
-
-def _all_rules(layout: Layout) -> list[tuple[object, Topology]]:
-    out: list[tuple[object, Topology]] = [(None, layout.gang)] if layout.gang else []
-    return out + [(s, s.rule) for s in layout.roles]
 
 
 class _Reasons:

@@ -72,7 +72,7 @@ class DomainPlacer:
         """Place `indices` on `region` under `rule` (and the roles' own rules inside)."""
         if rule is not None and rule.required is not None:
             for domain in self.roomy(rule.required, region, indices, least_first=True):
-                if self._attempt(lambda: self._preferred(rule, indices, domain, roles)):
+                if self._attempt(lambda d=domain: self._preferred(rule, indices, d, roles)):
                     return True
             return False
         return self._preferred(rule, indices, region, roles)
@@ -82,7 +82,7 @@ class DomainPlacer:
         if rule is None or rule.preferred is None:
             return self._inner(rule, indices, region, roles, None)
         for domain in self.roomy(rule.preferred, region, indices, least_first=True):
-            if self._attempt(lambda: self._inner(rule, indices, domain, roles, None)):
+            if self._attempt(lambda d=domain: self._inner(rule, indices, d, roles, None)):
                 return True
         if self._attempt(lambda: self._inner(rule, indices, region, roles, rule.preferred)):
             return True

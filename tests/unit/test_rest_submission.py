@@ -39,7 +39,8 @@ def test_a_bad_topology_over_rest_is_a_422_naming_the_field():
     from raygang.server.app import create_app
     from raygang.server.auth import AuthConfig
 
-    client = TestClient(create_app(scheduler=object(), auth=AuthConfig.disabled()))  # type: ignore[arg-type]
+    app = create_app(scheduler=object(), auth=AuthConfig.disabled())  # type: ignore[arg-type]
+    client = TestClient(app)  # (422s never reach the scheduler)
     role = {"name": "w", "replicas": 3, "entrypoint": "raygang.demo:sleep"}
     for body, field, words in [
         ({"topology": {"required": "a rack"}}, "topology.required", "node label key"),

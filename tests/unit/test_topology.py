@@ -75,8 +75,8 @@ def test_role_topologies_are_checked_against_their_role_and_the_gang():
               "topology": {"segment": 2, "segment_level": "nvlink"}}]
     with pytest.raises(SpecError) as error:
         _gang_of(roles)
-    assert error.value.problems == [("roles[1].topology.segment", "2 does not divide the 3 "
-                                     "members (segments are whole: use a divisor of 3)")]
+    assert error.value.problems == [("roles[1].topology.segment", (
+        "2 does not divide the 3 members (segments are whole: use a divisor of 3)"))]
     roles[1]["topology"] = {"required": "nvlink"}
     with pytest.raises(SpecError, match=r"roles\[1\].topology: a role cannot have a topology "
                        "of its own when the gang's is cut in segments"):
@@ -212,7 +212,7 @@ def _random_gang(rng: random.Random, seed: int):
     topology = random_topology(rng, members)
     strategy = rng.choice(list(Strategy))
     return spec(f"g{seed}", f"{members}xGPU={rng.choice([1, 1, 2])}", strategy,
-                topology=topology), topology
+                topology=topology)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -220,7 +220,7 @@ def test_placement_keeps_every_rule_and_the_capacity(seed):
     rng = random.Random(seed)
     snapshot = random_racked(rng)
     cap = Capacity(snapshot.alive_nodes)
-    s, topology = _random_gang(rng, seed)
+    s = _random_gang(rng, seed)
     before = {n: cap.free(n) for n in cap.node_ids}
     got = place(s.bundles, s.strategy, cap, s.layout)
     assert {n: cap.free(n) for n in cap.node_ids} == before
@@ -390,3 +390,15 @@ def test_scaling_counts_a_groups_new_nodes_as_one_domain():
     plan = plan_scale(snapshot, [g], [group], {}, {}, set(), ScalePolicy(), 0.0)
     # two new nodes in the group's domain, not one beside the 2 GPUs free in r1
     assert plan.waiting_for == {"g": ("gpu4", 2)}
+
+
+def test_rules_that_each_fit_alone_but_not_together_are_named_together():
+    s = _gang_of([{"name": "p", "replicas": 2, "resources": {"GPU": 1}},
+                  {"name": "d", "replicas": 2, "resources": {"GPU": 2},
+                   "topology": {"required": "nvlink"}}], topology={"required": "zone"})
+    snapshot = cluster("a-1: GPU=6 @zone=z1", "b-1: GPU=4 @zone=z2 @nvlink=n1")
+    g = PendingGang("g", s, 100, 0)
+    message = schedule(snapshot, [g], PolicyConfig(), 0.0).waiting["g"].message
+    assert message.endswith("even empty: no placement keeps every topology rule at once "
+                            "(required 'zone'; role 'd': required 'nvlink'; PACK, 2×{GPU: 1} "
+                            "+ 2×{GPU: 2}), though each alone would fit now"), message

@@ -17,12 +17,13 @@ LABELS = {"n1": {"rack": "r1", "zone": "z1", NODE_ID_LABEL: "n1"},
 
 
 class Host:
-    serve_http_port = None
-    lease_s = 1.0
-    jobs = None
-    sessions: dict = {}
-    launches: dict = {}
-    node_labels = LABELS
+    def __init__(self):
+        self.serve_http_port = None
+        self.lease_s = 1.0
+        self.jobs = None
+        self.sessions: dict = {}
+        self.launches: dict = {}
+        self.node_labels = LABELS
 
 
 def _selectors(monkeypatch, s, nodes):
