@@ -25,6 +25,7 @@ parts placed apart.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from raygang.core.capacity import Capacity, Undo
 from raygang.core.resources import Resources
@@ -72,7 +73,7 @@ class DomainPlacer:
         """Place `indices` on `region` under `rule` (and the roles' own rules inside)."""
         if rule is not None and rule.required is not None:
             for domain in self.roomy(rule.required, region, indices, least_first=True):
-                if self._attempt(lambda d=domain: self._preferred(rule, indices, d, roles)):
+                if self._attempt(partial(self._preferred, rule, indices, domain, roles)):
                     return True
             return False
         return self._preferred(rule, indices, region, roles)
@@ -82,9 +83,9 @@ class DomainPlacer:
         if rule is None or rule.preferred is None:
             return self._inner(rule, indices, region, roles, None)
         for domain in self.roomy(rule.preferred, region, indices, least_first=True):
-            if self._attempt(lambda d=domain: self._inner(rule, indices, d, roles, None)):
+            if self._attempt(partial(self._inner, rule, indices, domain, roles, None)):
                 return True
-        if self._attempt(lambda: self._inner(rule, indices, region, roles, rule.preferred)):
+        if self._attempt(partial(self._inner, rule, indices, region, roles, rule.preferred)):
             return True
         # Never a reason to wait: where filling domain by domain finds no way (a strategy
         # whose parts do not cut by rank), placed as if it were not asked for.
