@@ -402,3 +402,31 @@ def test_rules_that_each_fit_alone_but_not_together_are_named_together():
     assert message.endswith("even empty: no placement keeps every topology rule at once "
                             "(required 'zone'; role 'd': required 'nvlink'; PACK, 2×{GPU: 1} "
                             "+ 2×{GPU: 2}), though each alone would fit now"), message
+
+
+def test_a_gang_pending_beyond_the_sla_is_held_room_inside_one_rack():
+    racks = ("a-1: GPU=4 @rack=r1", "a-2: GPU=4 @rack=r1",
+             "b-1: GPU=4 @rack=r2", "b-2: GPU=4 @rack=r2")
+    snapshot = busy(*racks, placed=[running("x", "a-1: 3xGPU=1"), running("y", "a-2: 3xGPU=1"),
+                                    running("z", "b-2: 4xGPU=1")])
+    big = gang("big", "3xGPU=2", topology={"required": "rack"}, since=0.0)
+    message = schedule(snapshot, [big], PolicyConfig(sla_waiting_time_s=3600.0), 7200.0
+                       ).waiting["big"].message
+    # Without its rule the closest nodes are b-1 (twice) and a-1, in two racks.
+    assert "what frees on nodes b-1, b-2 is held for it" in message, message
+
+
+def test_a_topology_survives_a_cycle_dump_and_replays_to_its_plan():
+    from raygang.core.backlog import Backlog
+    from raygang.core.cycle_dump import dump_cycle, load_cycle
+
+    snapshot = cluster(*RACKS)
+    backlog = Backlog.of([gang("g", "7xGPU=1", topology={"required": "rack"}),
+                          gang("s", "8xGPU=1", topology={"segment": 4,
+                                                         "segment_level": "rack"})])
+    plan = schedule(snapshot, backlog, PolicyConfig(), 0.0)
+    loaded = load_cycle(dump_cycle(snapshot, backlog, PolicyConfig(), 0.0, plan))
+    assert loaded.cluster_snapshot() == snapshot
+    assert [g.spec.topology for g in loaded.pending().lines["default"]] == [
+        g.spec.topology for g in backlog.lines["default"]]
+    assert loaded.replay() == plan and plan.admissions
