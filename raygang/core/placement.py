@@ -162,6 +162,9 @@ class EverFits:
 
     # (nodes and totals, shape -> fits)
     _shared: tuple[tuple[tuple[str, Resources], ...], dict[Shape, bool]] = ((), {})
+    # The same for shapes with a topology, which depend on the nodes' labels too: (nodes,
+    # totals and labels, shape -> fits), compared only in cycles that place such a gang.
+    _shared_labelled: tuple[tuple[object, ...], dict[Shape, bool]] = ((), {})
 
     def __init__(self, snapshot: ClusterSnapshot):
         self._snapshot = snapshot
@@ -172,7 +175,8 @@ class EverFits:
             shared = EverFits._shared = (signature, {})
         self._cache: dict[Shape, bool] = shared[1]
         self._by_gang: dict[int, bool] = {}  # pending gangs live as long as the cycle
-        self._own: dict[Shape, bool] = {}  # shapes with a topology
+        self._signature = signature
+        self._labelled: dict[Shape, bool] | None = None  # shapes with a topology
 
     @property
     def empty(self) -> Capacity:
@@ -188,10 +192,18 @@ class EverFits:
 
     def fits_shape(self, shape: Shape) -> bool:
         strategy, bundles, layout = shape
-        # A gang with a topology depends on the nodes' labels too: answered per instance
-        # (per cycle), not across cycles, which compare only ids and totals.
-        cache = self._cache if layout is None else self._own
+        cache = self._cache if layout is None else self._with_labels()
         found = cache.get(shape)
         if found is None:
             found = cache[shape] = place(bundles, strategy, self.empty, layout) is not None
         return found
+
+    def _with_labels(self) -> dict[Shape, bool]:
+        if self._labelled is None:
+            signature = (self._signature, tuple(
+                tuple(sorted(n.labels.items())) for n in self._snapshot.alive_nodes))
+            shared = EverFits._shared_labelled
+            if shared[0] != signature:
+                shared = EverFits._shared_labelled = (signature, {})
+            self._labelled = shared[1]
+        return self._labelled
