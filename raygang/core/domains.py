@@ -56,7 +56,6 @@ class DomainPlacer:
         self.assignment = [""] * len(bundles)
         self.used: set[str] = set()  # nodes holding a bundle of this gang
         self._undos: list[tuple[Undo, list[int]]] = []  # with the bundles each placed
-        self.segments_placed = 0  # (what `explain` reports of a failed segment rule)
 
     def run(self, layout: Layout) -> Assignment | None:
         try:
@@ -131,7 +130,6 @@ class DomainPlacer:
             for value in order:
                 if need.fits_in(self.free_in(domains[value])) and self.fill(chunk, domains[value]):
                     previous = value
-                    self.segments_placed += 1
                     break
             else:
                 return False
