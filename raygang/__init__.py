@@ -60,6 +60,7 @@ _PUBLIC = {
     "RoleSpec": "raygang.core.spec",
     "SpecError": "raygang.core.spec",
     "Strategy": "raygang.core.spec",
+    "Topology": "raygang.core.topology",
     "GangState": "raygang.core.gang",
     "SchedulerConfig": "raygang.control.config",
     "PriorityClass": "raygang.core.config",
@@ -88,6 +89,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from raygang.core.queues import QueueSpec
     from raygang.core.resources import Resources
     from raygang.core.spec import GangSpec, RoleSpec, SpecError, Strategy
+    from raygang.core.topology import Topology
     from raygang.core.workload_specs import DeploymentSpec
     from raygang.runtime.client.tune import tune
     from raygang.runtime.member.context import GangContext, World, get_context

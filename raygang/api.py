@@ -39,7 +39,7 @@ _GANG_OPTIONS = {
 }
 _ROLE_OPTIONS = {
     "role", "replicas", "min_replicas", "resources", "num_cpus", "num_gpus", "memory", "after",
-    "max_concurrency", "runtime_env",
+    "max_concurrency", "runtime_env", "topology",
 }
 
 start = connection.start
@@ -57,9 +57,11 @@ def gang_task(_target: Any = None, /, **options: Any):
     Works bare (`@gang_task`) and with options (`@gang_task(replicas=4, num_gpus=1)`).
     Role options: `replicas` (a count, or `(min, max)`: an elastic role), `min_replicas`,
     `resources` (or `num_cpus`/`num_gpus`/`memory`), `after`, `role` (name),
-    `max_concurrency`, `runtime_env`. Gang options: `name`, `queue`, `priority`,
-    `strategy`, `reservation_timeout_s`, `startup_timeout_s`, `max_restarts`,
-    `preemption_grace_s`, `resize`, `checkpoint_interval_s`.
+    `max_concurrency`, `runtime_env`, `topology` (a `raygang.Topology` or its fields as a
+    dict: `{"required": "rack"}`, where the role's members may sit by node labels).
+    Gang options: `name`, `queue`, `priority`, `strategy`, `reservation_timeout_s`,
+    `startup_timeout_s`, `max_restarts`, `preemption_grace_s`, `resize`,
+    `checkpoint_interval_s`.
     """
     if _target is not None:
         return GangTask(_target, options)
@@ -132,10 +134,12 @@ class GangTask:
 
 
 class Gang:
-    """Several roles that start together: `raygang.gang("llm", roles={...}, strategy=...)`."""
+    """Several roles that start together: `raygang.gang("llm", roles={...}, strategy=...)`;
+    `topology=` places the whole gang by node labels (each role's own, from its
+    `@gang_task(topology=...)`, applies inside it)."""
 
     def __init__(self, name: str, roles: Mapping[str, GangTask], **options: Any):
-        unknown = set(options) - (_GANG_OPTIONS - {"name"})
+        unknown = set(options) - (_GANG_OPTIONS - {"name"}) - {"topology"}
         if unknown:
             raise TypeError(f"unknown gang option(s) {sorted(unknown)}")
         for role_name, task in roles.items():
@@ -430,6 +434,8 @@ def _role_spec(name: str, options: Mapping[str, Any], what: str) -> RoleSpec:
                               "after": tuple(options.get("after") or ())}
     if options.get("min_replicas") is not None:
         fields["min_replicas"] = options["min_replicas"]
+    if options.get("topology") is not None:
+        fields["topology"] = options["topology"]
     if resources or "resources" in options:
         fields["resources"] = resources
     return role_spec(what, **fields)

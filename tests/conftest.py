@@ -3,7 +3,8 @@ by the integration and end-to-end tiers; unit tests never touch it.
 
 Head: 2 CPUs, no GPU (the scheduler actor and drivers live there), and the dashboard (it
 serves Ray's Job Submission API, which raygang's job queue uses).
-Two workers: 4 CPUs and 4 virtual GPUs each (8 GPUs in all).
+Two workers: 4 CPUs and 4 virtual GPUs each (8 GPUs in all), labelled as two racks of one
+zone (`rack` r1 and r2, `zone` z1: tests/integration/test_topology.py; nothing else looks).
 The scheduler has two team queues next to `default` (GPU quota 2 each) for queue tests;
 with nothing in them they change nothing for the other tests (half the GPUs are guaranteed
 to no queue, so inference in `default` may use up to 4: non-preemptible gangs run beyond a
@@ -114,7 +115,8 @@ def cluster():
                         # poll for them (tests/integration/test_metrics.py).
                         "_system_config": {"metrics_report_interval_ms": 2000}},
     )
-    workers = [c.add_node(num_cpus=4, num_gpus=WORKER_GPUS) for _ in range(2)]
+    workers = [c.add_node(num_cpus=4, num_gpus=WORKER_GPUS,
+                          labels={"rack": f"r{i + 1}", "zone": "z1"}) for i in range(2)]
     ray.init(address=c.address)
     c.wait_for_nodes()
     raygang.start(SCHEDULER_CONFIG)

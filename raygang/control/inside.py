@@ -84,6 +84,11 @@ class Inside:
             raise UnschedulableError(
                 f"parent: {record.display} is {record.state.value}, not a running job; "
                 "only a running raygang job's driver places gangs inside its budget")
+        if spec.layout is not None:
+            raise UnschedulableError(
+                f"topology: {spec.name!r} asks for a topology, which a gang placed inside "
+                f"{record.display}'s budget cannot have (the budget's nodes are chosen "
+                "already); unset RAYGANG_JOB_ID to queue the gang on its own")
         why = budget.never_fits(spec.bundles)
         if why:
             raise UnschedulableError(

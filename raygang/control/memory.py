@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +58,7 @@ class _Node:
     outside: Resources = field(default_factory=Resources)  # used by work not of raygang
     unseen: Resources = field(default_factory=Resources)  # used, not yet in the view (lag)
     hidden: Resources = field(default_factory=Resources)  # freed, not yet in the view (lag)
+    labels: Mapping[str, str] = field(default_factory=dict)  # rack, zone... (a topology's)
 
 
 def _loop_clock() -> float:
@@ -76,8 +77,12 @@ class MemoryCluster:
 
     def __init__(self, nodes: Iterable[tuple[str, Resources]],
                  clock: Callable[[], float] | None = None, seed: int | None = None,
-                 jitter_s: float = JITTER_S, view_lag_s: float = 0.0):
-        self.nodes = {node_id: _Node(node_id, total) for node_id, total in nodes}
+                 jitter_s: float = JITTER_S, view_lag_s: float = 0.0,
+                 labels: Mapping[str, Mapping[str, str]] | None = None):
+        """`labels`: some nodes' labels, by node id (`{"w-1": {"rack": "r1"}}`)."""
+        labels = labels or {}
+        self.nodes = {node_id: _Node(node_id, total, labels=dict(labels.get(node_id, {})))
+                      for node_id, total in nodes}
         # The running event loop's time by default: timers and the clock then agree (a
         # virtual-time loop's, or the real monotonic one).
         self.clock = clock or _loop_clock
@@ -110,10 +115,14 @@ class MemoryCluster:
                     member.dead = f"node {node_id} was lost"
         self.notify()
 
-    def add_node(self, node_id: str, total: Resources) -> None:
-        """A node joins (again: a lost node comes back empty)."""
+    def add_node(self, node_id: str, total: Resources,
+                 labels: Mapping[str, str] | None = None) -> None:
+        """A node joins (again: a lost node comes back empty, with its labels unless
+        given new ones)."""
         used = self._used_on(node_id)
-        self.nodes[node_id] = _Node(node_id, total)
+        if labels is None:
+            labels = self.nodes[node_id].labels if node_id in self.nodes else {}
+        self.nodes[node_id] = _Node(node_id, total, labels=dict(labels))
         self._free[node_id] = total - used
         self.notify()
 
@@ -262,7 +271,8 @@ class MemoryCluster:
                 free = self.free(node_id, seen=True)
                 if node_id in coming:
                     free = free.minimum(node.total - self._used_on(node_id) - coming[node_id])
-            nodes.append(NodeState(node_id, node.total, free, alive=node.alive, name=node_id))
+            nodes.append(NodeState(node_id, node.total, free, node.labels, alive=node.alive,
+                                   name=node_id))
         return ClusterSnapshot(tuple(nodes), held)
 
     def _coming(self, held: Sequence[PlacedGang]) -> dict[str, Resources]:

@@ -19,6 +19,7 @@ from raygang.core.queues import DEFAULT_QUEUE, QueueSpec, QueueTree
 from raygang.core.resources import Resources
 from raygang.core.schedule import schedule, unschedulable_reason
 from raygang.core.snapshot import ClusterSnapshot, Elastic, NodeState, PlacedGang
+from raygang.core.topology import Topology
 from raygang.core.spec import (
     GangSpec,
     MemberSlot,
@@ -34,7 +35,7 @@ __all__ = [
     "Admission", "Capacity", "DEFAULT_QUEUE", "Elastic", "Growth", "Preemption", "Resize", "QueueBook", "QueueSpec",
     "QueueTree", "water_fill", "ClusterSnapshot", "DEFAULT_PRIORITY_CLASSES", "GangSpec",
     "GangState", "MemberSlot", "NodeState", "PendingGang", "PlacedGang", "Plan",
-    "PriorityClass", "Resources", "RoleSpec", "PolicyConfig", "SpecError", "Strategy",
+    "PriorityClass", "Resources", "RoleSpec", "PolicyConfig", "SpecError", "Strategy", "Topology",
     "UnknownPriorityClass", "WaitCode", "Waiting", "describe_bundles", "gang_spec", "place",
     "role_spec", "schedule", "unschedulable_reason", "why_not",
 ]

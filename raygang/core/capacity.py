@@ -8,7 +8,7 @@ at each distinct free vector once instead of at every node. A pool of 1,000 iden
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from raygang.core.resources import Resources, scarcity_key
 from raygang.core.snapshot import NodeState
@@ -23,7 +23,12 @@ class Capacity:
         self._total: dict[str, Resources] = {}
         self._display: dict[str, str] = {}
         self._classes: dict[Resources, list[str]] = {}
-        for node in sorted(nodes, key=lambda n: n.node_id):
+        # Labels are read only for gangs that ask for a topology: kept as the nodes came,
+        # indexed when first asked (`labels`, `domains`).
+        self._nodes = sorted(nodes, key=lambda n: n.node_id)
+        self._labels: dict[str, Mapping[str, str]] | None = None
+        self._domains: dict[str, dict[str, list[str]]] = {}
+        for node in self._nodes:
             free = node.total if use_totals else node.free
             self._free[node.node_id] = free
             self._total[node.node_id] = node.total
@@ -54,6 +59,39 @@ class Capacity:
     @property
     def node_ids(self) -> list[str]:
         return list(self._free)
+
+    def labels(self, node_id: str) -> Mapping[str, str]:
+        if self._labels is None:
+            self._labels = {n.node_id: n.labels for n in self._nodes if n.node_id in self._free}
+        return self._labels[node_id]
+
+    def domains(self, level: str) -> dict[str, list[str]]:
+        """The nodes of each value of label `level` (sorted ids), values in sorted order;
+        nodes without the label are in none."""
+        found = self._domains.get(level)
+        if found is None:
+            found = {}
+            for node_id in self._free:  # in id order: each list comes out sorted
+                value = self.labels(node_id).get(level)
+                if value is not None:
+                    found.setdefault(value, []).append(node_id)
+            found = self._domains[level] = dict(sorted(found.items()))
+        return found
+
+    def subset(self, node_ids: Iterable[str]) -> Capacity:
+        """A scratch capacity of these nodes with what is free on them now (neither
+        sees the other's changes); best fit compares resources as this one does."""
+        sub = Capacity(())
+        for node_id in sorted(node_ids):
+            free = self._free[node_id]
+            sub._free[node_id] = free
+            sub._total[node_id] = self._total[node_id]
+            sub._display[node_id] = self._display[node_id]
+            sub._classes.setdefault(free, []).append(node_id)
+        sub.free_total = Resources.sum(f.positive() for f in sub._free.values())
+        sub.resource_names = self.resource_names
+        sub._labels = {n: self.labels(n) for n in sub._free}
+        return sub
 
     def classes(self) -> Iterator[tuple[Resources, list[str]]]:
         """(free vector, sorted node ids having exactly it), for every distinct free vector."""
@@ -98,6 +136,10 @@ class Capacity:
         self._free[node.node_id] = node.free
         self._total[node.node_id] = node.total
         self._display[node.node_id] = node.display
+        self._nodes.append(node)
+        if self._labels is not None:
+            self._labels[node.node_id] = node.labels
+        self._domains.clear()
         bisect.insort(self._classes.setdefault(node.free, []), node.node_id)
         self.free_total = self.free_total + node.free.positive()
         if any(name not in self.resource_names for name in node.total):
@@ -108,6 +150,9 @@ class Capacity:
         """Take a node out again (the undo of `add_node`)."""
         free = self._free.pop(node_id)
         del self._total[node_id], self._display[node_id]
+        if self._labels is not None:  # (`_nodes` keeps it: `labels` reads those in `_free`)
+            del self._labels[node_id]
+        self._domains.clear()
         ids = self._classes[free]
         del ids[bisect.bisect_left(ids, node_id)]
         if not ids:

@@ -228,7 +228,7 @@ class Cycle:
 
     def place(self, gang: PendingGang) -> tuple[str, ...] | None:
         """Nodes for the gang on the free capacity now, or None."""
-        return place(gang.bundles, gang.strategy, self.capacity)
+        return place(gang.bundles, gang.strategy, self.capacity, gang.layout)
 
     def pool(self, action: str, narrow: VictimFilter | None = None,
              key: str | None = None) -> Pool:

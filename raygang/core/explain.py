@@ -25,7 +25,8 @@ def describe_bundles(bundles: Sequence[Resources]) -> str:
 
 
 def why_not(bundles: Sequence[Resources], strategy: Strategy, capacity: Capacity) -> str:
-    """Why `bundles` cannot be placed under `strategy` on `capacity` right now."""
+    """Why `bundles` cannot be placed under `strategy` on `capacity` right now (a gang
+    with a topology: `domain_reasons.why_not_placed`)."""
     total = sum(bundles, Resources())
     unknown = [n for n in total.names_by_scarcity() if n not in capacity.resource_names]
     if unknown:

@@ -7,9 +7,11 @@ from dataclasses import dataclass
 
 from raygang.core.resources import Resources
 from raygang.core.spec import GangSpec, Strategy
+from raygang.core.topology import Layout
 
-# What placement sees of a gang: gangs of one shape fit or do not fit together.
-Shape = tuple[Strategy, tuple[Resources, ...]]
+# What placement sees of a gang: gangs of one shape fit or do not fit together. The
+# layout (its topology: core/topology.py) is None for nearly every gang.
+Shape = tuple[Strategy, tuple[Resources, ...], Layout | None]
 
 
 class GangState(str, enum.Enum):
@@ -65,9 +67,13 @@ class PendingGang:
         return self.spec.strategy
 
     @property
+    def layout(self) -> Layout | None:
+        return self.spec.layout
+
+    @property
     def shape(self) -> Shape:
         """Gangs of one shape fit or do not fit together (placement ignores names)."""
-        return (self.spec.strategy, self.spec.min_bundles)
+        return (self.spec.strategy, self.spec.min_bundles, self.spec.layout)
 
     def order_key(self) -> tuple[int, int, str]:
         """Total order of admission: higher priority, then earlier submission, then id."""

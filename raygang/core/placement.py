@@ -4,7 +4,8 @@ The result is pinned on Ray with `bundle_label_selector=[{"ray.io/node-id": ...}
 must be an assignment Ray accepts: STRICT_PACK on one node, STRICT_SPREAD on distinct
 nodes, and every node holding what is assigned to it. Searches are greedy (largest bundle
 first), like Ray's own bundle scheduling, and deterministic: ties go to the lowest node id.
-`place` leaves `capacity` as it found it.
+`place` leaves `capacity` as it found it. A gang that asks for a topology (its `layout`)
+is placed by domains of node labels (core/domains.py), with these searches inside them.
 """
 
 from __future__ import annotations
@@ -12,18 +13,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from raygang.core.capacity import Capacity, Undo
+from raygang.core.domains import place_in_domains
 from raygang.core.gang import PendingGang, Shape
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot
 from raygang.core.spec import Strategy
+from raygang.core.topology import Layout
 
 Assignment = tuple[str, ...]  # node id per bundle, in bundle (rank) order
 
 
 def place(
-    bundles: Sequence[Resources], strategy: Strategy, capacity: Capacity
+    bundles: Sequence[Resources], strategy: Strategy, capacity: Capacity,
+    layout: Layout | None = None,
 ) -> Assignment | None:
-    """A node for each bundle under `strategy` on the free capacity, or None if none now."""
+    """A node for each bundle under `strategy` on the free capacity (and within the
+    domains `layout` asks for), or None if none now."""
+    if layout is not None:
+        return place_in_domains(bundles, strategy, capacity, layout, place)
     if strategy is Strategy.STRICT_PACK:
         return _on_one_node(bundles, capacity)
     if strategy is Strategy.STRICT_SPREAD:
@@ -31,6 +38,11 @@ def place(
     if strategy is Strategy.SPREAD:
         return _spread(bundles, capacity)
     return _on_one_node(bundles, capacity) or _pack(bundles, capacity)
+
+
+def place_gang(gang: PendingGang, capacity: Capacity) -> Assignment | None:
+    """`place` for a pending gang: its minimum's bundles, strategy and topology."""
+    return place(gang.bundles, gang.strategy, capacity, gang.layout)
 
 
 def largest_first(bundles: Sequence[Resources], capacity: Capacity) -> list[int]:
@@ -150,6 +162,9 @@ class EverFits:
 
     # (nodes and totals, shape -> fits)
     _shared: tuple[tuple[tuple[str, Resources], ...], dict[Shape, bool]] = ((), {})
+    # The same for shapes with a topology, which depend on the nodes' labels too: (nodes,
+    # totals and labels, shape -> fits), compared only in cycles that place such a gang.
+    _shared_labelled: tuple[tuple[object, ...], dict[Shape, bool]] = ((), {})
 
     def __init__(self, snapshot: ClusterSnapshot):
         self._snapshot = snapshot
@@ -160,6 +175,8 @@ class EverFits:
             shared = EverFits._shared = (signature, {})
         self._cache: dict[Shape, bool] = shared[1]
         self._by_gang: dict[int, bool] = {}  # pending gangs live as long as the cycle
+        self._signature = signature
+        self._labelled: dict[Shape, bool] | None = None  # shapes with a topology
 
     @property
     def empty(self) -> Capacity:
@@ -174,8 +191,19 @@ class EverFits:
         return found
 
     def fits_shape(self, shape: Shape) -> bool:
-        found = self._cache.get(shape)
+        strategy, bundles, layout = shape
+        cache = self._cache if layout is None else self._with_labels()
+        found = cache.get(shape)
         if found is None:
-            strategy, bundles = shape
-            found = self._cache[shape] = place(bundles, strategy, self.empty) is not None
+            found = cache[shape] = place(bundles, strategy, self.empty, layout) is not None
         return found
+
+    def _with_labels(self) -> dict[Shape, bool]:
+        if self._labelled is None:
+            signature = (self._signature, tuple(
+                tuple(sorted(n.labels.items())) for n in self._snapshot.alive_nodes))
+            shared = EverFits._shared_labelled
+            if shared[0] != signature:
+                shared = EverFits._shared_labelled = (signature, {})
+            self._labelled = shared[1]
+        return self._labelled

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
-from raygang.core.explain import why_not
+from raygang.core.domain_reasons import why_not_placed
 from raygang.core.gang import PendingGang, Shape
 from raygang.core.plan import Behind, WaitCode, Waiting
 from raygang.core.preemption.pool import Candidates
@@ -62,7 +62,8 @@ class Reasons:
     def _never(self, gang: PendingGang, blocker: PendingGang | None) -> Waiting:
         """A gang that cannot fit even on the empty cluster; behind `blocker` in line if
         one is blocked ahead of it (it would wait behind it once it fit)."""
-        reason = why_not(gang.bundles, gang.strategy, self.cycle.ever.empty)
+        reason = why_not_placed(gang.bundles, gang.strategy, self.cycle.ever.empty,
+                                gang.layout)
         return Waiting(gang.gang_id, WaitCode.UNSCHEDULABLE,
                        f"cannot fit on the cluster as it is now, even empty: {reason}",
                        behind=None if blocker is None else blocker.gang_id)
@@ -76,7 +77,8 @@ class Reasons:
         if gang.gang_id in self.cycle.limited:
             return Waiting(gang.gang_id, WaitCode.LIMIT, self.cycle.limited[gang.gang_id])
         if gang.shape not in by_shape:
-            by_shape[gang.shape] = why_not(gang.bundles, gang.strategy, self.cycle.capacity)
+            by_shape[gang.shape] = why_not_placed(gang.bundles, gang.strategy,
+                                                  self.cycle.capacity, gang.layout)
         # Whether anyone was left to stop is looked at only here, for the few gangs that
         # end up waiting: a search's candidates can be long to walk.
         notes = "".join(

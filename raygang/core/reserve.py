@@ -38,7 +38,24 @@ def elect(heads: Iterable[PendingGang], now: float, sla_s: float,
 def closest_nodes(gang: PendingGang, capacity: Capacity) -> list[tuple[str, Resources]] | None:
     """(node, bundle) for each bundle on the nodes that miss the least of it now (their
     totals must hold it; STRICT_PACK on one node, STRICT_SPREAD on distinct ones), or None
-    if the nodes' totals cannot hold the gang."""
+    if the nodes' totals cannot hold the gang. A gang that requires one domain of a level
+    (core/topology.py) is held inside the domain that misses the least of it."""
+    rule = gang.layout.gang if gang.layout is not None else None
+    if rule is None or rule.required is None:
+        return _closest_nodes(gang, capacity)
+    best: tuple[tuple[int, ...], str, list[tuple[str, Resources]]] | None = None
+    for value, ids in capacity.domains(rule.required).items():
+        found = _closest_nodes(gang, capacity.subset(ids))
+        if found is None:
+            continue
+        names = capacity.resource_names
+        missing = [sum(x) for x in zip(*(_missing(b, capacity.free(n), names) for n, b in found))]
+        if best is None or (tuple(missing), value) < best[:2]:
+            best = (tuple(missing), value, found)
+    return None if best is None else best[2]
+
+
+def _closest_nodes(gang: PendingGang, capacity: Capacity) -> list[tuple[str, Resources]] | None:
     names = capacity.resource_names
     if gang.strategy is Strategy.STRICT_PACK:
         total = gang.total

@@ -6,6 +6,12 @@ nodes' free capacity, the nodes already requested and not yet up, and the virtua
 added for earlier gangs. So STRICT_PACK / STRICT_SPREAD / PACK / SPREAD mean exactly what
 they mean to the scheduler. Scale-down releases nodes idle for `idle_timeout_s`.
 
+A gang with a topology (core/topology.py) counts the nodes to be added to one group as one
+domain of every level it names: the labels a new node will carry are not known before it
+is up, so this assumes a group's nodes come up together (one rack, one placement block),
+as a cloud's compact placement or a worker group per rack gives. Where they do not, the
+gang waits for room in one domain as it would without scaling.
+
 Hysteresis: the desired count of a group never drops below the pods it has now because
 a gang left; it drops only by releasing named idle nodes, and a group that scaled up in
 the last `scale_down_delay_s` releases nothing. A gang that arrives and leaves therefore
@@ -15,7 +21,7 @@ costs at most one node for `idle_timeout_s`, never an up-down-up flap.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from raygang.core.capacity import Capacity
@@ -27,6 +33,7 @@ from raygang.core.plan import Plan, WaitCode, Waiting, Waitings
 from raygang.core.resources import Resources, scarcity_key
 from raygang.core.snapshot import ClusterSnapshot, NodeState
 from raygang.core.spec import GangSpec, Strategy
+from raygang.core.topology import Layout
 
 # Default price of one node, in CPU-equivalents: a datacenter GPU (or other accelerator /
 # custom resource) costs roughly what 64 vCPUs do, and 4 GiB of memory about one vCPU.
@@ -184,7 +191,7 @@ class _Scratch:
                 self._add(f"~{name}/requested-{i:05d}", group)
 
     def _add(self, node_id: str, group: NodeGroup) -> None:
-        self.capacity.add_node(NodeState(node_id, group.shape, group.shape))
+        self.capacity.add_node(_new_node(node_id, group))
         self.group_of[node_id] = group.name
 
     def headroom(self, group: NodeGroup) -> int:
@@ -198,9 +205,9 @@ class _Scratch:
             base = self.added.get(group.name, 0)
             new = [self._new_id(group, base + i) for i in range(k)]
             for node_id in new:
-                self.capacity.add_node(NodeState(node_id, group.shape, group.shape))
+                self.capacity.add_node(_new_node(node_id, group))
         try:
-            return place(gang.bundles, gang.strategy, self.capacity)
+            return place(gang.bundles, gang.strategy, self.capacity, gang.layout)
         finally:
             for node_id in new:
                 self.capacity.remove_node(node_id)
@@ -253,6 +260,29 @@ def _scale_up_one(gang: PendingGang, sim: _Scratch, groups: Mapping[str, NodeGro
         plan.infeasible[gang.gang_id] = infeasible_reason(gang, list(groups.values()))
 
 
+class _AnyLevel(Mapping[str, str]):
+    """The labels of a node not up yet: for every level, its group's one domain."""
+
+    def __init__(self, group: str):
+        self._value = f"~{group}"
+
+    def __getitem__(self, key: str) -> str:
+        return self._value
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+
+def _new_node(node_id: str, group: NodeGroup) -> NodeState:
+    return NodeState(node_id, group.shape, group.shape, labels=_AnyLevel(group.name))
+
+
 def _fewest_nodes(gang: PendingGang, sim: _Scratch, group: NodeGroup
                   ) -> tuple[int, Assignment] | None:
     """(k, assignment) for the fewest new nodes of `group` that place the gang, or None.
@@ -276,13 +306,15 @@ def _fewest_nodes(gang: PendingGang, sim: _Scratch, group: NodeGroup
 
 def _ever_hosts(gang: GangSpec | PendingGang, group: NodeGroup) -> bool:
     """Whether enough empty nodes of this group alone could host the gang."""
-    return _shape_hosts(tuple(gang.bundles), gang.strategy, group.shape)
+    return _shape_hosts(tuple(gang.bundles), gang.strategy, group.shape, gang.layout)
 
 
 @functools.lru_cache(maxsize=4096)  # pending gangs come in few shapes; pure, so cacheable
-def _shape_hosts(bundles: tuple[Resources, ...], strategy: Strategy, shape: Resources) -> bool:
-    nodes = [NodeState(f"n{i:05d}", shape, shape) for i in range(len(bundles))]
-    return place(bundles, strategy, Capacity(nodes)) is not None
+def _shape_hosts(bundles: tuple[Resources, ...], strategy: Strategy, shape: Resources,
+                 layout: Layout | None = None) -> bool:
+    group = NodeGroup("new", shape)
+    nodes = [_new_node(f"n{i:05d}", group) for i in range(len(bundles))]
+    return place(bundles, strategy, Capacity(nodes), layout) is not None
 
 
 def never_hosted(gang: GangSpec | PendingGang, groups: Sequence[NodeGroup]) -> str | None:

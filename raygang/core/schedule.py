@@ -9,7 +9,7 @@ from raygang.core.backlog import Backlog
 from raygang.core.config import PolicyConfig
 from raygang.core.cycle import Cycle
 from raygang.core.placement import EverFits
-from raygang.core.explain import why_not
+from raygang.core.domain_reasons import why_not_placed
 from raygang.core.gang import PendingGang
 from raygang.core.plan import Plan
 from raygang.core.snapshot import ClusterSnapshot
@@ -43,6 +43,7 @@ def unschedulable_reason(
     if not snapshot.alive_nodes:
         return "the cluster has no alive nodes"
     ever = EverFits(snapshot)  # shared with the cycles while the nodes stay the same
-    if ever.fits_shape((spec.strategy, spec.min_bundles)):
+    if ever.fits_shape((spec.strategy, spec.min_bundles, spec.layout)):
         return None
-    return why_not(spec.min_bundles, spec.strategy, ever.empty) + " (even with the cluster empty)"
+    return why_not_placed(spec.min_bundles, spec.strategy, ever.empty, spec.layout) + \
+        " (even with the cluster empty)"

@@ -20,6 +20,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 
 from raygang.core.resources import Resources
+from raygang.core.topology import Layout, Topology, check_segments, layout_of
 
 # Names become parts of Ray actor and placement group names (`raygang-<gang>-<role>-<i>`).
 NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?$"
@@ -110,6 +111,9 @@ class RoleSpec(BaseModel):
     after: tuple[str, ...] = Field(
         (), description="roles whose members must all be ready before this role starts"
     )
+    topology: Topology | None = Field(
+        None, description="where this role's members may sit, by node labels (one rack, "
+        "segments of consecutive ranks on one NVLink domain): core/topology.py")
 
     @model_validator(mode="before")
     @classmethod
@@ -183,6 +187,10 @@ class GangSpec(BaseModel):
         "reclaim and preempt then stop, of gangs alike, the one with the least work since "
         "its last save (unset: since its last start)",
     )
+    topology: Topology | None = Field(
+        None, description="where the gang's members may sit, by node labels: all in one "
+        "domain of a level (`required`), in as few as possible (`preferred`), or in "
+        "segments of consecutive ranks each in one domain (`segment`, `segment_level`)")
 
     @model_validator(mode="after")
     def _roles_consistent(self) -> GangSpec:
@@ -205,7 +213,29 @@ class GangSpec(BaseModel):
             raise ValueError(f"roles.after: startup order has a cycle: {' -> '.join(cycle)}")
         if self.strategy is Strategy.STRICT_SPREAD and self.world_size > MAX_MEMBERS:
             raise ValueError(f"strategy: STRICT_SPREAD over more than {MAX_MEMBERS} members")
+        self._topology_consistent()
         return self
+
+    def _topology_consistent(self) -> None:
+        ruled = [(f"roles[{i}].topology", r.replicas, r.topology)
+                 for i, r in enumerate(self.roles) if r.topology is not None]
+        if self.topology is not None:
+            ruled.insert(0, ("topology", self.world_size, self.topology))
+        if not ruled:
+            return
+        elastic = next((r for r in self.roles if r.elastic), None)
+        if elastic is not None:
+            raise ValueError(f"{ruled[0][0]}: not supported with elastic roles yet (role "
+                             f"{elastic.name!r} runs between {elastic.minimum} and "
+                             f"{elastic.replicas} members)")
+        for where, members, rule in ruled:
+            problem = check_segments(rule, members, where)
+            if problem:
+                raise ValueError(problem)
+        if self.topology is not None and self.topology.segment is not None and len(ruled) > 1:
+            raise ValueError(f"{ruled[1][0]}: a role cannot have a topology of its own when "
+                             f"the gang's is cut in segments (segments run across roles, by "
+                             f"rank)")
 
     # Derived views (cached: specs are frozen) ----------------------------------------------
     @cached_property
@@ -264,6 +294,11 @@ class GangSpec(BaseModel):
         for role in self.roles:
             total = total + role.resources * role.minimum
         return total
+
+    @cached_property
+    def layout(self) -> Layout | None:
+        """What placement reads of the topologies asked for (None: none)."""
+        return layout_of(self.topology, [(r.name, r.replicas, r.topology) for r in self.roles])
 
     @cached_property
     def slots_by_name(self) -> dict[str, MemberSlot]:
@@ -347,11 +382,12 @@ def describe_errors(
         for part in item["loc"]:
             path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
         message = item["msg"].removeprefix("Value error, ")
-        if not path:
-            # Checks across fields (`_roles_consistent`) put their field first in the message.
-            match = _LEADING_PATH.match(message)
-            if match:
-                path, message = match.groups()
+        # Checks across fields (`_roles_consistent`, a nested model's own) put their field
+        # first in the message: it goes on the path.
+        match = _LEADING_PATH.match(message)
+        if match and item["type"] == "value_error":
+            lead, message = match.groups()
+            path = f"{path}.{lead}" if path else lead
         if item["type"] not in ("value_error", "missing") and "input" in item:
             message += f" (got {item['input']!r})"
         yield path, message

@@ -67,6 +67,13 @@ def _policies(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
 @click.option("--restart-s", "elastic_restart_s", type=click.FloatRange(0), default=120.0,
               show_default=True, help="With --elastic-resize restart: seconds a resized "
               "job does no work while it starts again (an assumption).")
+@click.option("--rack-nodes", type=click.IntRange(1),
+              help="Label the nodes with racks of this many nodes (rack=r0, r1...; a static "
+              "partition's racks are its own) [default: no racks].")
+@click.option("--topology", type=click.STRING,
+              help="With --rack-nodes: what every job of more than one member asks of the "
+              "racks: required (all in one rack), preferred (as few racks as it can) or "
+              "segment:N (N members of consecutive ranks in one rack) [default: nothing].")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path),
               help="Write report.json, report.txt and the plots here.")
 @click.option("--no-plots", is_flag=True, help="With --out: no PNG plots.")
@@ -75,8 +82,8 @@ def sim(trace: str | None, cycle_file: Path | None, config_paths: tuple[Path, ..
         policies: list[str], start: str | None, end: str | None, days: float | None,
         vc_nodes: Path | None, checkpoint_s: float, grace_s: float, inference_gpus: int,
         inference_gang_gpus: int, elastic_min: float | None, elastic_resize: str,
-        elastic_restart_s: float, out: Path | None,
-        no_plots: bool, quiet: bool) -> None:
+        elastic_restart_s: float, rack_nodes: int | None, topology: str | None,
+        out: Path | None, no_plots: bool, quiet: bool) -> None:
     """Replay TRACE through raygang's scheduler in simulated time and compare policies.
 
     TRACE is a trace CSV (submit_s, duration_s, gpus or shape, queue, priority, name:
@@ -113,7 +120,8 @@ def sim(trace: str | None, cycle_file: Path | None, config_paths: tuple[Path, ..
                                inference_gpus=inference_gpus,
                                inference_gang_gpus=inference_gang_gpus,
                                elastic_min=elastic_min, elastic_resize=elastic_resize,
-                               elastic_restart_s=elastic_restart_s)
+                               elastic_restart_s=elastic_restart_s, rack_nodes=rack_nodes,
+                               topology=topology)
     except TraceError as error:
         raise SimUsageError(str(error)) from None
     except (ValidationError, ValueError, OSError) as error:

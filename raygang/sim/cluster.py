@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from raygang.control.memory import MemoryCluster
@@ -28,6 +28,7 @@ from raygang.core.resources import Resources
 from raygang.core.spec import Resize
 from raygang.sim.inference import INFERENCE_QUEUE, ServiceLog
 from raygang.sim.ledger import JobLog, Stop, TenantUsage
+from raygang.sim.settings import RACK
 
 
 class SimCluster(MemoryCluster):
@@ -36,8 +37,9 @@ class SimCluster(MemoryCluster):
 
     def __init__(self, nodes: Iterable[tuple[str, Resources]], jobs: dict[str, JobLog],
                  usage: TenantUsage, clock: Callable[[], float], checkpoint_s: float,
-                 start_s: float = 0.0, end_s: float = 0.0):
-        super().__init__(nodes, clock)
+                 start_s: float = 0.0, end_s: float = 0.0,
+                 labels: Mapping[str, Mapping[str, str]] | None = None):
+        super().__init__(nodes, clock, labels=labels)
         self.jobs = jobs  # gang name -> its job's log
         self.usage = usage
         self.checkpoint_s = checkpoint_s
@@ -99,6 +101,8 @@ class SimRun:
                 f"the reservation of gang {self.record.gang_id} was not ready within "
                 f"{self.record.spec.reservation_timeout_s:g}s")
         cluster.book(self.record.gang_id, self.bundles)
+        racks = {cluster.nodes[n].labels.get(RACK) for n, _ in self.bundles}
+        self.log.racks = max(self.log.racks, len(racks - {None}))
 
     async def start_members(self) -> None:
         if self.cluster.start_s:
@@ -324,6 +328,8 @@ class ServiceRun:
         await cluster.until(lambda: cluster.fits(self.bundles))  # a stale plan: wait (no
         # timeout: it serves)
         cluster.book(self.record.gang_id, self.bundles)
+        racks = {cluster.nodes[n].labels.get(RACK) for n, _ in self.bundles}
+        self.log.racks = max(self.log.racks, len(racks - {None}))
 
     async def start_members(self) -> None:
         if self.cluster.start_s:

@@ -55,7 +55,7 @@ from raygang.sim.cluster import SimCluster
 from raygang.sim.inference import INFERENCE_QUEUE, InferenceStream, ServiceLog
 from raygang.sim.ledger import JobLog, TenantUsage
 from raygang.sim.policies import Part, SimPolicy, tenant_quotas
-from raygang.sim.settings import SimSettings
+from raygang.sim.settings import RACK, SimSettings
 from raygang.sim.trace import Trace, TraceJob
 
 Progress = Callable[[float, int, int], None]  # (simulated seconds, jobs done, jobs in all)
@@ -144,6 +144,7 @@ def gang_of(job: TraceJob, name: str, queue: str, priority: int | str,
         reservation_timeout_s=settings.reservation_timeout_s,
         checkpoint_interval_s=settings.checkpoint_s or None,  # what the job declares
         resize=settings.elastic_resize,
+        topology=settings.job_topology(job.members),
     )
 
 
@@ -248,8 +249,12 @@ class _Replayer:
         gpus = Resources(GPU=self.settings.gpus_per_node)
         width = len(str(max(part.nodes - 1, 1)))
         nodes = [(f"{part.prefix}n{i:0{width}d}", gpus) for i in range(part.nodes)]
+        per_rack = self.settings.rack_nodes
+        labels = {} if per_rack is None else {
+            node_id: {RACK: f"{part.prefix}r{i // per_rack}"}
+            for i, (node_id, _) in enumerate(nodes)}
         cluster = SimCluster(nodes, self.jobs, self.usage, clock, self.settings.checkpoint_s,
-                             self.settings.start_s, self.settings.end_s)
+                             self.settings.start_s, self.settings.end_s, labels)
         cluster.services = self.services
         cluster.resizes = frozenset(
             {self.settings.elastic_resize} if self.settings.elastic_min is not None else ())

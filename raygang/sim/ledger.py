@@ -45,6 +45,7 @@ class JobLog:
     resize_lost_gpu_s: float = 0.0  # their cost: work redone, and GPUs idle while starting
     skipped: str | None = None  # why it was never submitted (never fits the cluster)
     attempt_start: float | None = None
+    racks: int = 0  # the most racks one of its attempts spanned (0: no racks labelled)
     stopped_for: tuple[str, int] | None = None  # (action, preemptor's GPUs): set by the
     # metrics port when the plan is applied, read when the run is torn down
 

@@ -67,6 +67,7 @@ def summarize(replay: Replay, checkpoint_s: float) -> dict:
         "preemptions": preemptions(logs, checkpoint_s),
         "fairness": fairness(replay),
         "large_gangs": large_gangs(done),
+        "racks": racks(done),
         "tenants": tenants(done),
         "inference": inference(replay),
         "speed": {"wall_s": replay.wall_s, "simulated_h": replay.end_s / HOUR,
@@ -153,6 +154,16 @@ def large_gangs(done: Sequence[JobLog]) -> dict:
             "queueing_by_gpus_h": {str(g): {"jobs": len(w), "min": min(w), "mean": mean(w),
                                             "max": max(w)}
                                    for g, w in sorted(by_size.items())}}
+
+
+def racks(done: Sequence[JobLog]) -> dict:
+    """How the multi-member jobs sat on the racks (when racks are labelled): how many ran
+    across more than one, and their queueing against those in one."""
+    multi = [log for log in done if log.job.members > 1 and log.racks]
+    split = [log for log in multi if log.racks > 1]
+    return {"multi_member_jobs": len(multi), "across_racks": len(split),
+            "across_racks_share": len(split) / len(multi) if multi else math.nan,
+            "queueing_mean_h": mean([log.queued_s / HOUR for log in multi])}
 
 
 def tenants(done: Sequence[JobLog]) -> dict:

@@ -44,6 +44,8 @@ ROWS: list[Row] = [
     ("worst tenant JCT / static", lambda s: s.get("worst_tenant_jct_vs_static", math.nan),
      ".2f"),
     (">=32-GPU gangs: longest wait (h)", lambda s: s["large_gangs"]["queueing_max_h"], ".1f"),
+    ("multi-node jobs: queueing mean (h)", lambda s: _racks(s, "queueing_mean_h"), ".2f"),
+    ("  run across racks", lambda s: _racks(s, "across_racks_share"), ".1%"),
     ("inference: deployments", lambda s: _inference(s, "deployments"), "d"),
     ("  wait to run, mean (s)", lambda s: _inference(s, "wait_mean_s"), ",.0f"),
     ("  wait to run, max (s)", lambda s: _inference(s, "wait_max_s"), ",.0f"),
@@ -54,6 +56,11 @@ ROWS: list[Row] = [
 
 INFERENCE_ROWS = {"inference: deployments", "  wait to run, mean (s)",
                   "  wait to run, max (s)"}
+RACK_ROWS = {"multi-node jobs: queueing mean (h)", "  run across racks"}
+
+
+def _racks(summary: dict, key: str) -> object:
+    return (summary.get("racks") or {}).get(key, math.nan)
 
 
 def _inference(summary: dict, key: str) -> object:
@@ -76,13 +83,18 @@ def text_table(trace: Trace, settings: SimSettings, summaries: Sequence[dict]) -
                 f" (resize: {settings.elastic_resize.value}"
                 + (f", {settings.elastic_restart_s:g} s each"
                    if settings.elastic_resize.value == "restart" else "") + ")"
-                if settings.elastic_min is not None else ""))
+                if settings.elastic_min is not None else "")
+             + (f", racks of {settings.rack_nodes} nodes" if settings.rack_nodes else "")
+             + (f", multi-member jobs ask topology {settings.topology} (rack)"
+                if settings.topology else ""))
     table = Table(title=title, title_justify="left")
     table.add_column("")
     for summary in summaries:
         table.add_column(summary["policy"], justify="right")
     for label, value, fmt in ROWS:
         if label in INFERENCE_ROWS and not settings.inference_gpus:
+            continue
+        if label in RACK_ROWS and settings.rack_nodes is None:
             continue
         table.add_row(label, *(cell(value(s), fmt) for s in summaries))
     buffer = io.StringIO()

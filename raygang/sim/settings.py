@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from raygang.core.spec import Resize
+from raygang.core.topology import Topology
+
+RACK = "rack"  # the label of the simulated racks (`rack_nodes`)
+_TOPOLOGY = re.compile(r"^(required|preferred|segment:[1-9][0-9]*)$")
 
 
 class SimSettings(BaseModel):
@@ -55,9 +61,42 @@ class SimSettings(BaseModel):
         120.0, ge=0, description="with elastic_resize 'restart': how long a resized job does "
         "no work (its group stops, starts again at the new size and loads its checkpoint); "
         "an assumption: a Train worker group of a few nodes restarts in minutes")
+    rack_nodes: int | None = Field(
+        None, ge=1, description="nodes per rack: node i of the cluster (or of a static "
+        "partition) is labelled rack=r<i // rack_nodes>. None: no racks")
+    topology: str | None = Field(
+        None, description="what every job of more than one member asks of the racks: "
+        "'required' (all in one rack), 'preferred' (as few racks as it can), 'segment:N' "
+        "(members of consecutive ranks, N at a time, each N in one rack; a job whose "
+        "members N does not divide asks for nothing). None: nothing")
     product_loop: bool = Field(
         False, description="keep the control plane loop's re-checks after a release, "
         "made for Ray's lagging view (slower; the same decisions: sim.loop)")
+
+    @model_validator(mode="after")
+    def _racks(self) -> SimSettings:
+        if self.topology is None:
+            return self
+        if not _TOPOLOGY.match(self.topology):
+            raise ValueError(f"topology: 'required', 'preferred' or 'segment:N' (N members "
+                             f"of consecutive ranks in one rack), got {self.topology!r}")
+        if self.rack_nodes is None:
+            raise ValueError("topology: needs racks (rack_nodes: nodes per rack)")
+        if self.elastic_min is not None:
+            raise ValueError("topology: not with elastic jobs (elastic_min): an elastic gang "
+                             "cannot ask for a topology yet")
+        return self
+
+    def job_topology(self, members: int) -> Topology | None:
+        """What a job of `members` members asks of the racks."""
+        if self.topology is None or members < 2:
+            return None
+        if self.topology == "required":
+            return Topology(required=RACK)
+        if self.topology == "preferred":
+            return Topology(preferred=RACK)
+        size = int(self.topology.split(":")[1])
+        return Topology(segment=size, segment_level=RACK) if members % size == 0 else None
 
     @model_validator(mode="after")
     def _whole_gangs(self) -> SimSettings:

@@ -115,11 +115,14 @@ def _cancel_everything(loop: asyncio.AbstractEventLoop) -> None:
 
 def make_cluster(*lines: str, seed: int | None = None, clock=None,
                  view_lag_s: float = 0.0) -> MemoryCluster:
-    """Nodes in the builders' syntax; jittered by `seed` (default: the run's seed);
-    `view_lag_s`: the view shows a removal's room that late (as Ray's GCS does)."""
+    """Nodes in the builders' syntax (`@rack=r1`: a label); jittered by `seed` (default:
+    the run's seed); `view_lag_s`: the view shows a removal's room that late (as Ray's GCS
+    does)."""
     seed = _seed.get() if seed is None else seed
-    return MemoryCluster(((n.node_id, n.total) for n in map(node, lines)), clock, seed=seed,
-                         view_lag_s=view_lag_s)
+    nodes = [node(line) for line in lines]
+    return MemoryCluster(((n.node_id, n.total) for n in nodes), clock, seed=seed,
+                         view_lag_s=view_lag_s,
+                         labels={n.node_id: n.labels for n in nodes if n.labels})
 
 
 def make_plane(cluster: MemoryCluster, store: MemoryStore | None = None,
@@ -157,7 +160,7 @@ async def submit(plane: ControlPlane, name: str, shape: str, strategy: str = "PA
     preemption_grace_s...) are taken from `options`, the rest go to the program."""
     gang_fields = {k: options.pop(k) for k in list(options)
                    if k in ("priority", "queue", "max_restarts", "preemption_grace_s",
-                            "reservation_timeout_s", "startup_timeout_s")}
+                            "reservation_timeout_s", "startup_timeout_s", "topology")}
     s = spec(name, shape, strategy, **gang_fields)
     program = RoleProgram(target=MemoryProgram(**options))
     return await plane.submit(s, {role.name: program for role in s.roles}, key)

@@ -6,7 +6,7 @@
 
 Amounts: `name=value` separated by spaces or commas; `memory=8Gi` means 8 GiB. After
 `free`, the named resources are overridden (others stay at the node's total). `dead`
-marks a node that is not alive.
+marks a node that is not alive; `@rack=r1` gives it a label.
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ def node(line: str) -> NodeState:
         raise ValueError(f"bad node {line!r}: expected 'id: amounts'")
     words = rest.split()
     alive = "dead" not in words
-    words = [w for w in words if w != "dead"]
+    labels = dict(w[1:].split("=", 1) for w in words if w.startswith("@"))
+    words = [w for w in words if w != "dead" and not w.startswith("@")]
     if "free" in words:
         at = words.index("free")
         total, free_part = amounts(" ".join(words[:at])), amounts(" ".join(words[at + 1:]))
@@ -70,6 +71,7 @@ def node(line: str) -> NodeState:
         node_id=node_id,
         total=Resources(total),
         free=Resources({**total, **free_part}),
+        labels=labels,
         alive=alive,
         name=node_id,
     )
@@ -118,10 +120,11 @@ def gang(
     config: PolicyConfig | None = None,
     queue: str = "default",
     since: float | None = None,
+    **fields: object,
 ) -> PendingGang:
     """A pending gang; `seq` defaults to creation order (submission order); `since`: when
-    it became pending."""
-    s = spec(gang_id, shape, strategy, priority=priority, queue=queue)
+    it became pending; `fields`: more of its spec (`topology=...`)."""
+    s = spec(gang_id, shape, strategy, priority=priority, queue=queue, **fields)
     cls = (config or PolicyConfig()).priority_class(s)
     return PendingGang(gang_id, s, cls.value, next(_seq) if seq is None else seq,
                        preemptible=cls.preemptible, pending_since=since)

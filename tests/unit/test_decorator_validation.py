@@ -111,3 +111,23 @@ def test_composed_gang_spec_ranks_roles_in_declaration_order():
     assert [s.role for s in llm.spec.slots] == ["router", "prefill", "prefill", "decode", "decode"]
     assert llm.spec.startup_waves() == [["prefill", "decode"], ["router"]]
     assert llm.spec.total == {"CPU": 1, "GPU": 4}
+
+
+def test_a_topology_is_a_role_option_and_a_gang_option_validated_when_applied():
+    decode = raygang.gang_task(replicas=4, num_gpus=1,
+                               topology={"segment": 2, "segment_level": "nvlink"})(Worker)
+    assert decode.role_spec.topology == raygang.Topology(segment=2, segment_level="nvlink")
+    llm = raygang.gang("llm", roles={"prefill": raygang.gang_task(Worker), "decode": decode},
+                       topology=raygang.Topology(required="rack"))
+    assert llm.spec.topology.required == "rack"
+    assert llm.spec.layout.levels == ("rack", "nvlink")
+    with pytest.raises(SpecError) as raised:
+        decode.options(replicas=3)
+    assert raised.value.problems == [("roles[0].topology.segment", "2 does not divide the 3 "
+                                      "members (segments are whole: use a divisor of 3)")]
+    with pytest.raises(SpecError) as raised:
+        raygang.gang_task(topology={"required": "rack zone"})(work)
+    assert raised.value.problems[0][0] == "topology.required"
+    assert "must be a node label key" in raised.value.problems[0][1]
+    with pytest.raises(SpecError, match="topology.segment_level: needed with segment"):
+        llm.options(topology={"segment": 5})

@@ -14,6 +14,7 @@ from raygang.core.plan import Plan
 from raygang.core.preemption.victims import reclaim_protected
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
+from raygang.core.topology import broken
 
 if TYPE_CHECKING:  # the config names the actions, which use the search
     from raygang.core.config import PolicyConfig
@@ -44,7 +45,8 @@ def counted(gang: PlacedGang, config: PolicyConfig) -> Resources:
 def check(plan: Plan, snapshot: ClusterSnapshot, pending: Sequence[PendingGang],
           config: PolicyConfig) -> None:
     """Assert that the plan is sound on this snapshot (elastic gangs read as their minimum
-    plus one unit per surplus member, as the cycle reads them: `core.elastic`)."""
+    plus one unit per surplus member, as the cycle reads them: `core.elastic`), and that
+    every admission keeps its gang's topology (`core.topology.broken`)."""
     free = {n.node_id: n.free for n in snapshot.nodes}
     pieces, leaving_units = elastic.pieces(snapshot.placed)
     running = {g.gang_id: g for g in pieces}
@@ -102,7 +104,11 @@ def check(plan: Plan, snapshot: ClusterSnapshot, pending: Sequence[PendingGang],
         for node_id, _ in victim.bundles:
             stopping.setdefault(node_id, set()).add(victim.gang_id)
     settled = {n.node_id: n.free for n in snapshot.nodes}
+    labels = {n.node_id: n.labels for n in snapshot.nodes}
     for a in plan.admissions:
+        layout = gangs[a.gang_id].layout
+        assert layout is None or broken(layout, a.nodes, labels) is None, \
+            (a, broken(layout, a.nodes, labels))
         assert len(a.victims) >= preempted[a.gang_id], a
         assert set(a.victims) <= set(a.waits_for), a
         for node_id, bundle in zip(a.nodes, gangs[a.gang_id].bundles, strict=True):

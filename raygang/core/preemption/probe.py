@@ -41,7 +41,8 @@ class Probe:
       Otherwise: None.
 
     Each test is compared with its thresholds as it changes, so a verdict is O(1). Every
-    test only gets easier as more is freed.
+    test only gets easier as more is freed. For a gang with a topology the tests are only
+    necessary: a verdict is never True (placed for real).
     """
 
     def __init__(self, gang: PendingGang, capacity: Capacity, book: QueueBook, pool: Pool):
@@ -269,12 +270,17 @@ def _tests(gang: PendingGang, names: tuple[str, ...]
     """(tests, necessary count per test (0: none), sufficient groups [[(test, count)]],
     exact): the tests behind `Probe`'s verdict."""
     bundles = gang.bundles
+    # A gang with a topology fits only inside domains of labels, which no count over all
+    # nodes tells: the tests stay necessary, never sufficient (placed for real).
+    exact = gang.layout is None
     if gang.strategy is Strategy.STRICT_PACK:
-        return (("fits", gang.total.vector(names)),), [1], [], True
+        return (("fits", gang.total.vector(names)),), [1], [], exact
     shapes = {b.vector(names): bundles.count(b) for b in dict.fromkeys(bundles)}
     kind = "fits" if gang.strategy is Strategy.STRICT_SPREAD else "copies"
     tests = [(kind, vec) for vec in shapes]
     necessary = list(shapes.values())
+    if not exact:
+        return tuple(tests), necessary, [], False
     if len(shapes) == 1:
         return tuple(tests), necessary, [], True
     widest = tuple(max(v) for v in zip(*shapes))

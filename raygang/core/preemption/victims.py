@@ -164,7 +164,7 @@ class VictimSearch:
             return None  # cheap: not even the totals are there
         if self.book.limit_problem(gang.queue, gang.total) is not None:
             return None
-        return place(gang.bundles, gang.strategy, self.capacity)
+        return place(gang.bundles, gang.strategy, self.capacity, gang.layout)
 
     def _real_fits(self, freed: dict[int, PlacedGang]) -> tuple[str, ...] | None:
         """`_fits` with exactly the victims `freed` (by candidate position) freed for real."""

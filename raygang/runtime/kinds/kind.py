@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -27,6 +27,7 @@ class Host(Protocol):
     jobs: JobClient
     sessions: dict[str, TrainSession]  # hand-offs under way, by id (Train runs')
     launches: dict[str, JobLaunch]  # running jobs, by gang id (their budgets)
+    node_labels: dict[str, Mapping[str, str]]  # each node's labels, as last observed
 
 
 @dataclass(frozen=True, slots=True)

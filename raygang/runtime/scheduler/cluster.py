@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import ray
@@ -58,12 +58,17 @@ class RayCluster:
         # Hand-offs under way, by id: a Train run's (its gang id, or "<job id>/<run>").
         self.sessions: dict[str, TrainSession] = {}
         self.launches: dict[str, JobLaunch] = {}  # running jobs (Train runs find budgets)
+        # Each node's labels as last observed: what a gang with a topology pins its
+        # bundles to, beside the node id (core/topology.py `pins`).
+        self.node_labels: dict[str, Mapping[str, str]] = {}
 
     def observe(self, held: Iterable[PlacedGang], draining: Collection[str]) -> ClusterSnapshot:
         try:
-            return observe(held, draining)
+            snapshot = observe(held, draining)
         except GCS_DOWN as error:
             raise ClusterUnreachable(f"Ray's GCS did not answer: {error}") from error
+        self.node_labels = {n.node_id: n.labels for n in snapshot.nodes}
+        return snapshot
 
     async def answers(self, timeout: float) -> bool:
         return await gcs_reachable(timeout)

@@ -137,7 +137,7 @@ class _Cycle:
     def _place(self, gang: PendingGang) -> tuple[str, ...] | None:
         if gang.shape in self.no_room:
             return None
-        nodes = place(gang.bundles, gang.strategy, self.capacity)
+        nodes = place(gang.bundles, gang.strategy, self.capacity, gang.layout)
         if nodes is None:
             self.no_room.add(gang.shape)
         return nodes
@@ -186,7 +186,7 @@ class _Cycle:
             undo.append(self._remove(victim))
             targets.append(victim)
             if self.cohort.fits(gang.queue, request, borrow):
-                nodes = place(gang.bundles, gang.strategy, self.capacity)
+                nodes = place(gang.bundles, gang.strategy, self.capacity, gang.layout)
                 if nodes is not None:
                     break
         if nodes is None:
@@ -197,13 +197,13 @@ class _Cycle:
         for i in range(len(targets) - 2, -1, -1):  # give back, last removed first
             back = self._add(targets[i])
             if self.cohort.fits(gang.queue, request, borrow):
-                fit = place(gang.bundles, gang.strategy, self.capacity)
+                fit = place(gang.bundles, gang.strategy, self.capacity, gang.layout)
                 if fit is not None:
                     nodes = fit
                     continue
             back()
             kept.append(targets[i])
-        nodes = place(gang.bundles, gang.strategy, self.capacity)
+        nodes = place(gang.bundles, gang.strategy, self.capacity, gang.layout)
         assert nodes is not None, "the kept victims no longer make room"
         return nodes, kept
 

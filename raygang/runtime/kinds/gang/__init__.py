@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from raygang.control.records import GangRecord
 from raygang.control.status import MemberStatus
+from raygang.core.topology import pins
 from raygang.runtime.kinds.gang.elastic import ElasticLaunch
 from raygang.runtime.kinds.gang.launch import GangLaunch
 from raygang.runtime.kinds.kind import Host, RunKind
@@ -25,8 +26,11 @@ def _launch(record: GangRecord) -> type[GangLaunch]:
 
 def new_run(host: Host, record: GangRecord, nodes: Sequence[str], attempt: int,
             on_member_ready: Callable[[MemberStatus], None]) -> GangLaunch:
+    """Each bundle pinned to its node, and, for a gang with a topology, to the label
+    values of its domains there (Ray then places it nowhere else)."""
     return _launch(record)(record.gang_id, record.spec, record.programs, nodes, attempt,
-                           on_member_ready=on_member_ready)
+                           on_member_ready=on_member_ready,
+                           pins=pins(record.spec.layout, nodes, host.node_labels))
 
 
 def adopt(host: Host, record: GangRecord, leftovers: RayLeftovers) -> GangLaunch | None:

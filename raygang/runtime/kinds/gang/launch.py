@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import ray
@@ -55,11 +55,14 @@ class GangLaunch(NoLiveResize, NoRestartResize):  # fixed size: ElasticLaunch re
         nodes: Sequence[str],
         attempt: int,
         on_member_ready: Callable[[MemberStatus], None] = lambda m: None,
+        pins: Sequence[Mapping[str, str]] = (),
     ):
         self.gang_id = gang_id
         self.spec = spec
         self.programs = programs
         self.nodes = tuple(nodes)
+        # Per bundle, labels its node must carry beyond its id (a topology's domains).
+        self.pins = tuple(pins) or ({},) * len(self.nodes)
         self.attempt = attempt
         self.on_member_ready = on_member_ready
         self.pg: PlacementGroup | None = None  # the minimum's (a rigid gang: all of it)
@@ -119,7 +122,8 @@ class GangLaunch(NoLiveResize, NoRestartResize):  # fixed size: ElasticLaunch re
                 strategy=self.spec.strategy.value,
                 name=pg_name(self.gang_id),
                 lifetime="detached",  # the gang must outlive a restart of the scheduler
-                bundle_label_selector=[{NODE_ID_LABEL: n} for n in self.nodes],
+                bundle_label_selector=[{**pin, NODE_ID_LABEL: n}
+                                       for n, pin in zip(self.nodes, self.pins, strict=True)],
             )
 
         await in_thread(create)
