@@ -57,11 +57,10 @@ def gang_task(_target: Any = None, /, **options: Any):
     Works bare (`@gang_task`) and with options (`@gang_task(replicas=4, num_gpus=1)`).
     Role options: `replicas` (a count, or `(min, max)`: an elastic role), `min_replicas`,
     `resources` (or `num_cpus`/`num_gpus`/`memory`), `after`, `role` (name),
-    `max_concurrency`, `runtime_env`, `topology` (a `raygang.Topology` or its fields as a
-    dict: `{"required": "rack"}`, where the role's members may sit by node labels).
-    Gang options: `name`, `queue`, `priority`, `strategy`, `reservation_timeout_s`,
-    `startup_timeout_s`, `max_restarts`, `preemption_grace_s`, `resize`,
-    `checkpoint_interval_s`.
+    `max_concurrency`, `runtime_env`, `topology` (a `raygang.Topology` or a dict such as
+    `{"required": "rack"}`: where its members sit, by node label). Gang options: `name`,
+    `queue`, `priority`, `strategy`, `reservation_timeout_s`, `startup_timeout_s`,
+    `max_restarts`, `preemption_grace_s`, `resize`, `checkpoint_interval_s`.
     """
     if _target is not None:
         return GangTask(_target, options)
@@ -134,9 +133,8 @@ class GangTask:
 
 
 class Gang:
-    """Several roles that start together: `raygang.gang("llm", roles={...}, strategy=...)`;
-    `topology=` places the whole gang by node labels (each role's own, from its
-    `@gang_task(topology=...)`, applies inside it)."""
+    """Several roles that start together: `raygang.gang("llm", roles={...}, strategy=...)`
+    (`topology=`: the whole gang by node labels; a role's own applies inside it)."""
 
     def __init__(self, name: str, roles: Mapping[str, GangTask], **options: Any):
         unknown = set(options) - (_GANG_OPTIONS - {"name"}) - {"topology"}
@@ -275,16 +273,13 @@ def deploy(
     `max` on its minimum's nodes as they free, shrunk toward `min` before anyone is preempted.
 
     An application of several deployments is one gang: a role per deployment that asks for
-    resources, its replicas the members (each reserving its `placement_group_bundles`,
-    summed on one node, or what its actor asks for), all reserved before any starts.
-    `deployments={"Decode": {"replicas": 2, "bundles": [{"GPU": 1}] * 2}}` gives a
-    deployment's `replicas`, `resources` or `bundles`, `strategy` at deploy time (the
-    rest is read from its own options); `replicas` and `resources` above are then unused.
+    resources (its replicas the members, each reserving its `placement_group_bundles` on one
+    node), all reserved before any starts. `deployments={"Decode": {"replicas": 2}}` sets a
+    deployment's `replicas`, `resources`/`bundles`, `strategy` (else read from its options).
 
     `app` is a bound Serve application (`MyDeployment.bind(...)`) or an import path
     (`"pkg.module:app"`). Options: `queue`, `priority` (default `inference`), `strategy`,
-    `route_prefix` (default `/<name>`), `reservation_timeout_s`, `startup_timeout_s`,
-    `deployments`.
+    `route_prefix` (default `/<name>`), `reservation_timeout_s`, `startup_timeout_s`.
     """
     given = {"resources": resources, "num_cpus": num_cpus, "num_gpus": num_gpus}
     role = _role_spec("replica", {k: v for k, v in given.items() if v is not None},
@@ -432,10 +427,9 @@ def _role_spec(name: str, options: Mapping[str, Any], what: str) -> RoleSpec:
         raise SpecError(what, problems)
     fields: dict[str, Any] = {"name": name, "replicas": options.get("replicas", 1),
                               "after": tuple(options.get("after") or ())}
-    if options.get("min_replicas") is not None:
-        fields["min_replicas"] = options["min_replicas"]
-    if options.get("topology") is not None:
-        fields["topology"] = options["topology"]
+    for optional in ("min_replicas", "topology"):  # given only when set (their defaults)
+        if options.get(optional) is not None:
+            fields[optional] = options[optional]
     if resources or "resources" in options:
         fields["resources"] = resources
     return role_spec(what, **fields)

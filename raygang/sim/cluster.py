@@ -328,8 +328,6 @@ class ServiceRun:
         await cluster.until(lambda: cluster.fits(self.bundles))  # a stale plan: wait (no
         # timeout: it serves)
         cluster.book(self.record.gang_id, self.bundles)
-        racks = {cluster.nodes[n].labels.get(RACK) for n, _ in self.bundles}
-        self.log.racks = max(self.log.racks, len(racks - {None}))
 
     async def start_members(self) -> None:
         if self.cluster.start_s:
