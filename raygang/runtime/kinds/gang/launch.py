@@ -123,7 +123,7 @@ class GangLaunch(NoLiveResize, NoRestartResize):  # fixed size: ElasticLaunch re
             )
 
         await in_thread(create)
-        ready = await ready_within([self._reserved()], self.spec.reservation_timeout_s)
+        ready = await ready_within([self.pg], self.spec.reservation_timeout_s)
         self._at_rest = True
         if not ready:
             raise ReservationTimeout(
