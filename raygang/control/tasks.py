@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any, TypeVar
-
-T = TypeVar("T")
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -33,33 +31,6 @@ async def run_to_completion(work: Awaitable[Any]) -> None:
         except Exception:  # noqa: BLE001 - cleanup: the gang ends regardless
             log.warning("cleanup step failed", exc_info=True)
             return
-
-
-async def in_thread(call: Callable[[], T]) -> T:
-    """`call()` in a thread, for a call that blocks on the GCS: creating a placement group
-    or a named actor waits for the GCS's answer, for as long as the GCS is down, and on the
-    event loop that would stall every gang and request with it.
-
-    A caller cancelled meanwhile is cancelled only once `call` has returned: `call` records
-    what it made (a placement group, an actor handle) where the caller's teardown looks,
-    so a gang stopped mid-creation leaves nothing behind."""
-    future = asyncio.ensure_future(asyncio.to_thread(call))
-    cancelled = False
-    while True:
-        try:
-            result = await asyncio.shield(future)
-        except asyncio.CancelledError:
-            if future.cancelled():  # (a thread's future is not cancelled: never here)
-                raise
-            cancelled = True
-            continue
-        except BaseException:
-            if cancelled:  # cancellation was asked for first: it wins
-                raise asyncio.CancelledError from None
-            raise
-        if cancelled:
-            raise asyncio.CancelledError
-        return result
 
 
 async def wait_within(work: Sequence[Awaitable[Any]], timeout: float | None,

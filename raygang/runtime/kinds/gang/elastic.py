@@ -14,7 +14,7 @@ from ray.util.placement_group import placement_group
 
 from raygang.control.ports import MemberFailure, ReservationTimeout
 from raygang.control.status import GangError
-from raygang.control.tasks import in_thread, run_to_completion
+from raygang.control.tasks import run_to_completion
 from raygang.core.spec import MemberSlot
 from raygang.runtime.kinds.gang.launch import GangLaunch
 from raygang.runtime.kinds.gang.steps import (
@@ -46,13 +46,9 @@ class ElasticLaunch(GangLaunch):
         await self.reserve_members(members)
         try:
             world = sorted([*self.present, *slots], key=lambda s: s.rank)
-
-            def create() -> None:  # named actors: each creation waits for the GCS
-                for slot in slots:
-                    actor_cls = member_actor_class(self.programs[slot.role])
-                    self.handles[slot.rank] = self._create(actor_cls, slot, world)
-
-            await in_thread(create)
+            for slot in slots:
+                actor_cls = member_actor_class(self.programs[slot.role])
+                self.handles[slot.rank] = self._create(actor_cls, slot, world)
             await self._all_or_first_error(
                 [self._await_ready(slot) for slot in slots], self.spec.startup_timeout_s,
                 f"members {', '.join(s.name for s in slots)} were not ready within "
@@ -87,16 +83,12 @@ class ElasticLaunch(GangLaunch):
         """A placement group per member, pinned to its node; ready within the gang's
         reservation timeout (else ReservationTimeout, and the groups are removed)."""
         names = {slot.name for slot, _ in members}
-
-        def create() -> None:  # recorded where _drop looks, even if cancelled meanwhile
+        try:
             for slot, node in members:
                 self.member_pgs[slot.name] = placement_group(
                     [self.spec.bundles[slot.rank].to_dict()], strategy="PACK",
                     name=member_name(self.gang_id, slot), lifetime="detached",
                     bundle_label_selector=[{NODE_ID_LABEL: node}])
-
-        try:
-            await in_thread(create)
             self._unsettled |= names  # until ready, or a whole timeout: see close()
             ready = await ready_within([self.member_pgs[n] for n in names],
                                         self.spec.reservation_timeout_s)

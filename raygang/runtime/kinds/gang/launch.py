@@ -21,7 +21,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from raygang.control.ports import MemberFailure, ReservationTimeout
 from raygang.control.program import RoleProgram
 from raygang.control.status import GangError, MemberStatus
-from raygang.control.tasks import in_thread, run_to_completion
+from raygang.control.tasks import run_to_completion
 from raygang.core.spec import GangSpec, MemberSlot
 from raygang.runtime.kinds.gang.steps import (
     describe_failure,
@@ -115,19 +115,15 @@ class GangLaunch(NoLiveResize, NoRestartResize):  # fixed size: ElasticLaunch re
     # 1. Reserve ------------------------------------------------------------------------
     async def reserve(self) -> None:
         """One placement group, each bundle pinned to the node the plan chose."""
-
-        def create() -> None:  # recorded where teardown looks, even if cancelled meanwhile
-            self.pg = placement_group(
-                [b.to_dict() for b in self.spec.min_bundles],
-                strategy=self.spec.strategy.value,
-                name=pg_name(self.gang_id),
-                lifetime="detached",  # the gang must outlive a restart of the scheduler
-                bundle_label_selector=[{**pin, NODE_ID_LABEL: n}
-                                       for n, pin in zip(self.nodes, self.pins, strict=True)],
-            )
-
-        await in_thread(create)
-        ready = await ready_within([self._reserved()], self.spec.reservation_timeout_s)
+        self.pg = placement_group(
+            [b.to_dict() for b in self.spec.min_bundles],
+            strategy=self.spec.strategy.value,
+            name=pg_name(self.gang_id),
+            lifetime="detached",  # the gang must outlive a restart of the scheduler
+            bundle_label_selector=[{**pin, NODE_ID_LABEL: n}
+                                   for n, pin in zip(self.nodes, self.pins, strict=True)],
+        )
+        ready = await ready_within([self.pg], self.spec.reservation_timeout_s)
         self._at_rest = True
         if not ready:
             raise ReservationTimeout(
@@ -152,13 +148,8 @@ class GangLaunch(NoLiveResize, NoRestartResize):  # fixed size: ElasticLaunch re
                 await ready[dep].wait()
             slots = [s for s in self.present if s.role == role_name]
             actor_cls = member_actor_class(self.programs[role_name])
-            world = self.present
-
-            def create() -> None:  # named actors: each creation waits for the GCS
-                for slot in slots:
-                    self.handles[slot.rank] = self._create(actor_cls, slot, world)
-
-            await in_thread(create)
+            for slot in slots:
+                self.handles[slot.rank] = self._create(actor_cls, slot, self.present)
             await asyncio.gather(*(self._await_ready(slot) for slot in slots))
             ready[role_name].set()
 
