@@ -14,7 +14,12 @@ from pydantic import BaseModel
 
 from raygang.control import kinds
 from raygang.control.config import SchedulerConfig
-from raygang.control.errors import ClusterUnreachable, StoreError, UnschedulableError
+from raygang.control.errors import (
+    ClusterUnreachable,
+    DeploymentExistsError,
+    StoreError,
+    UnschedulableError,
+)
 from raygang.control.inside import Inside
 from raygang.control.journal import Journal
 from raygang.control.loop import SchedulingLoop
@@ -77,6 +82,8 @@ class Intake:
         self._refuse_elastic(spec, submission.kind, submission.parent)
         if submission.parent is None:  # a gang inside a job was checked against its budget
             await self._refuse_never_admitted(spec, submission.kind)
+        # After the last await: two deploys of one name at once cannot both get past it.
+        self.refuse_existing(spec, submission.kind)
         if idempotency_key is None or fingerprint is None:
             return await self.saved(self._enqueue(spec, submission))
         gang_id = self._registry.keys.submit(
@@ -107,6 +114,15 @@ class Intake:
         self._registry.add(record)
         self._loop.wake()
         return record
+
+    def refuse_existing(self, spec: GangSpec, kind: str) -> None:
+        """A gang known by its name (a deployment) whose name is queued or running."""
+        if not kinds.of(kind).by_name:
+            return
+        current = self._registry.deployment(spec.name)
+        if current is not None and not current.state.finished:
+            raise DeploymentExistsError(
+                f"{kind} {spec.name!r} exists ({current.state.value}); undeploy it first")
 
     def _refuse_elastic(self, spec: GangSpec, kind: str, parent: str | None) -> None:
         """Elastic roles where they are not carried out are refused, naming the role."""

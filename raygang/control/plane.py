@@ -21,7 +21,7 @@ from raygang.control import kinds, recovery
 from raygang.control.api import SchedulerAPI
 from raygang.control.config import SchedulerConfig
 from raygang.control.dry_run import what_if
-from raygang.control.errors import (DeploymentExistsError, GangNotFoundError, ResultsLostError,
+from raygang.control.errors import (GangNotFoundError, ResultsLostError,
                                     SchedulerRecoveringError)
 from raygang.control.fleet import SETTLE_S, Fleet
 from raygang.control.history import History
@@ -205,13 +205,8 @@ class ControlPlane:
         app = app if app is not None else deployment.import_path
         if app is None:
             raise ValueError("deployment needs an application: a bound Serve app or import_path")
-        current = self.registry.deployment(deployment.name)
-        if current is not None and not current.state.finished:
-            raise DeploymentExistsError(
-                f"deployment {deployment.name!r} exists ({current.state.value}); "
-                "undeploy it first"
-            )
         spec = deployment.gang_spec()
+        self.intake.refuse_existing(spec, "deployment")  # at once (and again when queued)
         if parent is not None:
             self.inside.check(spec, parent)
         return await self.intake.queue(spec, Submission(

@@ -9,6 +9,7 @@ import asyncio
 
 import pytest
 
+from raygang.control.errors import DeploymentExistsError
 from raygang.control.memory import MemoryProgram
 from raygang.control.program import RoleProgram
 from raygang.core.gang import GangState as S
@@ -16,7 +17,8 @@ from raygang.core.queues import QueueSpec
 from raygang.core.spec import Resize, RoleSpec
 from raygang.core.workload_specs import DeploymentSpec
 
-from tests.control.harness import run, make_cluster, make_plane, released, submit, wait_for
+from tests.control.harness import (make_cluster, make_plane, released, run, stepped_plane,
+                                   submit, wait_for)
 from tests.unit.builders import spec
 
 
@@ -276,4 +278,20 @@ def test_a_queue_reclaiming_its_quota_takes_the_surplus_first():
         assert any("shrinking to 4 members" in ev.reason and "reclaimed for gang" in ev.reason
                    for ev in status.events), [ev.reason for ev in status.events]
         await cancel_all(plane, cluster, owed, e, keep)
+    run(scenario)
+
+
+def test_two_deploys_of_one_name_at_once_queue_one_and_refuse_the_other():
+    # Each reads the cluster between the name's check and the book (the plane's view is
+    # older than the resync interval: nothing cycles): only one may get in.
+    async def scenario():
+        plane = await stepped_plane(make_cluster("w-1: GPU=2"))
+        await asyncio.sleep(1)
+        answers = await asyncio.gather(*(plane.deploy(DeploymentSpec(
+            name="chat", replicas=1, resources={"GPU": 1}), app="pkg.module:app")
+            for _ in range(2)), return_exceptions=True)
+        refused = [a for a in answers if isinstance(a, DeploymentExistsError)]
+        (queued,) = [a for a in answers if isinstance(a, str)]
+        assert len(refused) == 1 and "deployment 'chat' exists" in str(refused[0])
+        assert [d.gang_id for d in await plane.list_deployments()] == [queued]
     run(scenario)

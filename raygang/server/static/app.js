@@ -68,6 +68,11 @@
         getJson("/v1/queues"), getJson("/v1/gangs?limit=1000&order=newest"),
         getJson("/v1/jobs?limit=1000&order=newest"), getJson("/v1/cluster"),
       ]);
+      // Answered: no error, no token form, before anything is drawn (a test, or a user,
+      // who sees the queues must not see the last refresh's error beside them).
+      showError(null);
+      $("token-form").hidden = true;
+      $("forget-token").hidden = !readToken();
       renderQueues(queues);
       renderGangs(gangs);
       renderJobs(jobs);
@@ -76,9 +81,6 @@
         renderHistory(await getJson("/v1/history"));
         historyAt = Date.now();
       }
-      showError(null);
-      $("token-form").hidden = true;
-      $("forget-token").hidden = !readToken();
       $("updated").textContent = "last updated " + new Date().toLocaleTimeString();
       $("updated").dataset.updatedAt = String(Date.now());
       schedule();
