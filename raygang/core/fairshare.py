@@ -23,6 +23,9 @@ from raygang.core.usage import TimeShare, share_weights
 
 Undo = Callable[[], object]  # what it returns (the undo's own undo) is not used
 Share = dict[str, float]  # resource name -> amount (floats: shares are not allocations)
+# A queue's place among its siblings: its dominant share, or with usage ordering
+# (core.usage) (its share capped at 1, its usage over time, its share).
+LevelKey = float | tuple[float, float, float]
 
 
 class QueueBook:
@@ -193,22 +196,23 @@ class QueueBook:
             ratio = max(ratio, used / share if share > 0 else math.inf)
         return ratio
 
-    def order_key(self, leaf: str) -> tuple[object, ...]:
+    def order_key(self, leaf: str) -> tuple[LevelKey, ...]:
         """Ancestors' dominant shares from the top down, then the leaf's own (each its
         `level_key`)."""
         return tuple(self.level_key(name) for name in self.tree.paths[leaf])
 
-    def level_key(self, queue: str) -> object:
-        """Where `queue` stands among its siblings: its dominant share; with usage
-        ordering (`core.usage`), at or above its fair share, its usage over time relative
-        to its fair share first (those below it keep going first)."""
+    def level_key(self, queue: str) -> LevelKey:
+        """Where `queue` stands among its siblings: its dominant share. With usage
+        ordering (`core.usage`): queues below their fair share still go first, furthest
+        below first; at or above it (competing for the surplus), the one that used less
+        over time relative to its fair share goes first; and that usage breaks ties below
+        it too (two queues holding nothing now)."""
         ratio = self.share_ratio(queue)
         history = self.history
         if history is None or not history.policy.order_by_usage:
             return ratio
-        if ratio < 1.0:
-            return (ratio, 0.0, ratio)
-        return (1.0, history.ratio(queue, self.fair.get(queue, {}), self.cluster), ratio)
+        used = history.ratio(queue, self.fair.get(queue, {}), self.cluster)
+        return (min(ratio, 1.0), used, ratio)
 
 
 def in_quota(quota: Resources, usage: Resources, gang: Resources) -> bool:
@@ -291,7 +295,7 @@ class QueueOrder:
     def touched(self, queue: str) -> None:
         paths = self.book.tree.paths
         top = paths[queue][0]
-        ratios: dict[str, object] = {}  # each queue's key once (the top's is everyone's)
+        ratios: dict[str, LevelKey] = {}  # each queue's key once (the top's is everyone's)
         for leaf in self.keys:
             if paths[leaf][0] == top:
                 for name in paths[leaf]:

@@ -18,8 +18,11 @@ configured):
   and each admitted gang is charged at once (`admission_penalty_s` seconds of its
   resources), so that a burst of admissions counts before its run time does. Between
   sibling queues that are at or above their fair share (those competing for the surplus),
-  the one that used less over the window, relative to its fair share, goes first
-  (`order_by_usage`); `resource_weights` weigh the resources in that comparison.
+  the one that used less over the window, relative to its fair share, goes first; below
+  it, the one furthest below still goes first, and usage only breaks ties (two queues
+  holding nothing now) (`order_by_usage`); `resource_weights` weigh the resources in that
+  comparison (KAI: "all else being equal, queues with higher past usage will get to run
+  jobs after queues with lower usage").
 
 Usage lives in a `UsageLedger` the control loop keeps (and stores: it must survive a
 restart of the scheduler). Each cycle gets a `UsageView` of it in its snapshot; the core
@@ -73,8 +76,9 @@ class UsagePolicy(BaseModel):
         "penalty, one usageSamplingInterval of 5 min)")
     order_by_usage: bool = Field(
         True, description="between sibling queues at or above their fair share, the one "
-        "that used less over the window (relative to its fair share) goes first (Kueue's "
-        "admission fair sharing); otherwise the one furthest below it, as without usage")
+        "that used less over the window (relative to its fair share) goes first, and "
+        "between queues equally far below it too (Kueue's admission fair sharing); "
+        "otherwise only the current share orders queues")
     resource_weights: dict[str, float] = Field(
         default_factory=dict, description="how much each resource counts when queues are "
         "ordered by usage (Kueue's resourceWeights); empty: the dominant resource, as fair "
