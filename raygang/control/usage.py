@@ -51,9 +51,11 @@ class UsageKeeper:
         self._due(now)
 
     def admitted(self, now: float, charges: Iterable[tuple[str, Resources]]) -> None:
-        """Charge each admitted gang (queue, what it holds) its admission penalty."""
+        """Each admitted gang (queue, what it holds) holds that from now on (its
+        reservation), and is charged its admission penalty."""
         seconds = self.ledger.policy.admission_penalty_s
         for queue, amount in charges:
+            self.ledger.started(queue, amount)
             self.ledger.charge(queue, amount, seconds)
         self._due(now)
 

@@ -282,6 +282,10 @@ class UsageLedger:
         if not self.closed and self.open is not None:  # nothing else left: exact again
             self.total = _copy(self.open)
 
+    def started(self, queue: str, amount: Resources) -> None:
+        """`queue` holds `amount` more from now on (a gang admitted since the last look)."""
+        self.held[queue] = self.held.get(queue, Resources()) + amount
+
     def charge(self, queue: str, amount: Resources, seconds: float) -> None:
         """Count `amount` held for `seconds` now (the admission penalty)."""
         if self.open is None or seconds <= 0 or not amount:

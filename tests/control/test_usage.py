@@ -1,0 +1,112 @@
+"""Time-based fair share in the loop (control.usage): a queue that ran the cluster lately
+yields to one that did not, and what each queue used survives a restart (no Ray)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from raygang.control.store import MemoryStore
+from raygang.control.usage import USAGE
+from raygang.control.virtual import VirtualClock, VirtualTimeLoop
+from raygang.core.gang import GangState as S
+
+from tests.control import harness
+from tests.control.harness import make_plane, released, run, submit, wait_for
+
+QUEUES = [{"name": "a"}, {"name": "b"}, {"name": "c"}]
+ON = {"enabled": True}
+# No reclaim: the order of admissions alone is what is looked at. The loop looks every
+# 5 s of virtual time (usage is booked when it looks).
+OPTIONS = dict(queues=QUEUES, actions=["allocate"], resync_interval_s=5.0)
+
+
+async def _who_goes_first(plane) -> str:
+    """a runs the node for 10 minutes; then c holds it for 30 s, while a and b each queue
+    a gang of the whole node (a's first). Returns the queue whose gang runs first once
+    the node is free: when it frees, a and b hold nothing, only a's past differs."""
+    warm = await submit(plane, "warm", "4xGPU=1", queue="a", seconds=600)
+    await plane.wait(warm, timeout=700)  # waits on the gang's events, no polling
+    await released(plane)
+    blocker = await submit(plane, "blocker", "4xGPU=1", queue="c", seconds=30)
+    await wait_for(plane, blocker, S.RUNNING, timeout=10)
+    again = await submit(plane, "again", "4xGPU=1", queue="a", seconds=60)
+    other = await submit(plane, "other", "4xGPU=1", queue="b", seconds=60)
+    running = {asyncio.ensure_future(plane.wait(g, timeout=60, until_running=True)): q
+               for q, g in (("a", again), ("b", other))}
+    done, waiting = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+    for task in waiting:
+        task.cancel()
+    first = done.pop()
+    assert first.result().state is S.RUNNING, first.result()
+    return running[first]
+
+
+@pytest.mark.parametrize("usage, first", [({}, "a"), (ON, "b")])
+def test_a_queue_that_ran_the_cluster_lately_yields_to_one_that_did_not(usage, first):
+    async def scenario():
+        plane = make_plane(harness.make_cluster("n0: GPU=4"), usage=usage, **OPTIONS)
+        return await _who_goes_first(plane)
+    # Without usage a and b hold nothing when the node frees: a tie, broken by name (a).
+    assert run(scenario, virtual_s=2000) == first
+
+
+def test_the_usage_survives_a_restart_of_the_scheduler():
+    """a runs for 10 minutes on a first scheduler, which dies (its loop is never run
+    again); a second one on the same store finds a's usage and lets b go first. (A window
+    of 168 min: its slices, a minute each, are written as they close.)"""
+    on = {**ON, "window_s": 168 * 60.0}
+    clock = VirtualClock()
+    cluster = harness.make_cluster("n0: GPU=4", seed=0, clock=clock)
+    store = MemoryStore()
+    first_loop = VirtualTimeLoop(clock, wall_limit_s=30)
+
+    async def before():
+        plane = make_plane(cluster, store, usage=on, **OPTIONS)
+        warm = await submit(plane, "warm", "4xGPU=1", queue="a", seconds=600)
+        await plane.wait(warm, timeout=700)
+        await asyncio.sleep(60)  # the usage is written (at most every 30 s)
+        return plane.loop.usage.ledger.view()
+
+    async def after():
+        plane = make_plane(cluster, store, usage=on, **OPTIONS)
+        await plane.ready()
+        assert plane.recovery["usage"] is True
+        view = plane.loop.usage.ledger.view()
+        # c holds the node while a and b queue (a's first), so both wait for it.
+        blocker = await submit(plane, "blocker", "4xGPU=1", queue="c", seconds=30)
+        await wait_for(plane, blocker, S.RUNNING, timeout=10)
+        again = await submit(plane, "again", "4xGPU=1", queue="a", seconds=60)
+        other = await submit(plane, "other", "4xGPU=1", queue="b", seconds=60)
+        await plane.wait(other, timeout=200)
+        return view, plane.registry.get(again).state
+
+    try:
+        seen = first_loop.run_until_complete(asyncio.wait_for(before(), 1000))
+        second_loop = VirtualTimeLoop(clock, wall_limit_s=30)
+        try:
+            found, a_state = second_loop.run_until_complete(asyncio.wait_for(after(), 1000))
+        finally:
+            _close(second_loop)
+    finally:
+        _close(first_loop)
+    assert "slice-" in " ".join(first_loop_keys(store))
+    # a held the node's 4 GPUs for 600 s, and its admission was charged 300 s of them.
+    assert seen.used["a"]["GPU"] == pytest.approx(4 * 900, rel=0.01)
+    assert found.used["a"]["GPU"] == pytest.approx(seen.used["a"]["GPU"], rel=0.01)
+    assert found.capacity["GPU"] >= seen.capacity["GPU"] * 0.99
+    assert a_state is not S.SUCCEEDED  # b went first: a's gang was still waiting or running
+
+
+def first_loop_keys(store: MemoryStore) -> list[str]:
+    return list(store._tables.get(USAGE, {}))
+
+
+def _close(loop: VirtualTimeLoop) -> None:
+    tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.wait(tasks, timeout=10))
+    loop.close()
