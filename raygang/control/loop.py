@@ -26,7 +26,7 @@ from raygang.control.registry import Registry
 from raygang.control.status import QueueHistory
 from raygang.control.sight import ClusterView
 from raygang.control.tasks import first_set, spawn_free, wait_within
-from raygang.control.usage import UsageKeeper
+from raygang.control.usage import LoopUsage, UsageKeeper
 from raygang.core.backlog import Backlog
 from raygang.core.config import PolicyConfig
 from raygang.core.cycle_dump import dump_cycle
@@ -56,7 +56,9 @@ class SchedulingLoop:
                  clock: Callable[[], float], decide: Decide = schedule,
                  release_recheck_s: tuple[float, ...] = RELEASE_RECHECK_S,
                  history: History | None = None,
-                 spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]] = spawn_free):
+                 spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]] = spawn_free,
+                 usage_due: Callable[[UsageKeeper], None] | None = None):
+        """`usage_due`: told when the queues' usage over time is due to be written."""
         self._registry = registry
         self._fleet = fleet
         self._cluster = cluster
@@ -81,10 +83,10 @@ class SchedulingLoop:
         self.sight = ClusterView(cluster, fleet, clock, self._draining, self.wake, spawn)
         self._noted: set[str] = set()  # pending gangs with a scale note
         self._dumps: list[asyncio.Future[dict[str, Any]]] = []  # requests for the next cycle's dump
-        # The queues' usage over time (`control.usage`), when time-based fair share is
-        # on; `usage_due` is told when it is due to be written (the journal's writer).
-        self.usage: UsageKeeper | None = None
-        self.usage_due: Callable[[UsageKeeper], None] = lambda keeper: None
+        # The queues' usage over time, when time-based fair share is on (control.usage)
+        self.usage = LoopUsage(lambda: self._config().usage)
+        if usage_due is not None:
+            self.usage.due = usage_due
 
     # Waking ---------------------------------------------------------------------------
     def wake(self) -> None:
@@ -195,24 +197,16 @@ class SchedulingLoop:
         if not backlog.lines and not self._fleet.may_grow() and not self._dumps:
             self.last_plan = Plan()
             self.waits, self.waiting_since = {}, {}
-            if self.usage is not None:  # no cycle: usage goes on all the same
-                self.usage.held(now, self._fleet.held())
-                self._usage_due()
+            self.usage.idle(now, self._fleet.held)
             return None
         self._started = self._metrics.cycle_started()
         return now, backlog
 
     def _prepared(self, now: float, backlog: Backlog, snapshot: ClusterSnapshot) -> Prepared:
         self._phase_at = self._metrics.phase_done("observe", self._started)
-        policy = self._config().policy
-        if self.usage is not None:  # the snapshot carries the queues' usage over time
-            snapshot = self.usage.observed(now, snapshot, policy.usage)
+        snapshot = self.usage.observed(now, snapshot)  # with the queues' usage over time
         self.sight.observed = (now, snapshot)
-        return now, snapshot, backlog, policy
-
-    def _usage_due(self) -> None:
-        if self.usage is not None and self.usage.dirty:
-            self.usage_due(self.usage)
+        return now, snapshot, backlog, self._config().policy
 
     def _apply(self, now: float, plan: Plan, snapshot: ClusterSnapshot) -> None:
         applying = self._metrics.phase_done("decide", self._phase_at)
@@ -229,9 +223,7 @@ class SchedulingLoop:
                 record = self._registry.get(admission.gang_id)
                 self._fleet.admit(record, admission, now)
                 charges.append((record.spec.queue, record.spec.min_total))
-        if self.usage is not None:  # Kueue's entry penalty, kept (core.usage)
-            self.usage.admitted(now, charges)
-            self._usage_due()
+        self.usage.admitted(now, charges)  # held from now on, and Kueue's entry penalty
         for growth in plan.growths:  # on settled capacity: nobody waits for it
             self._fleet.grow(growth)
         self._fleet.note_growth(plan.grow_waits)

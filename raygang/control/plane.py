@@ -37,7 +37,6 @@ from raygang.control.program import RoleProgram
 from raygang.control.records import GangRecord
 from raygang.control.registry import Registry
 from raygang.control.tasks import TaskSet, first_set
-from raygang.control.usage import UsageKeeper
 from raygang.control.status import (ClusterStatus, DryRunResult, GangStatus, QueueHistory,
                                     QueueStatus)
 from raygang.control.views import cluster_status, queue_statuses
@@ -89,11 +88,8 @@ class ControlPlane:
                            ending=self._ending,
                            spawn=self.tasks.spawn, settle_s=settle_s)
         self.loop = SchedulingLoop(self.registry, self.fleet, cluster, self._metrics, scaling,
-                                   lambda: self.config, clock, decide, release_recheck_s,
-                                   history, spawn=self.tasks.spawn)
-        if config.usage.enabled:  # read back from the store when the plane recovers
-            self.loop.usage = UsageKeeper(config.usage)
-        self.loop.usage_due = journal.usage_changed
+                                   lambda: self.config, clock, decide, release_recheck_s, history,
+                                   spawn=self.tasks.spawn, usage_due=journal.usage_changed)
         self.inside = Inside(self.registry, self.fleet, cluster, clock,
                              lambda: self.config.resync_interval_s, self.cancel,
                              spawn=self.tasks.spawn)
@@ -149,7 +145,7 @@ class ControlPlane:
                 self.recovery = await recovery.rebuild(
                     self.journal, self.registry, self.fleet, self._cluster,
                     self.config.restart_policy, self._clock, self._apply_queues,
-                    self.changed, self._restore_usage)
+                    self.changed, self.loop.usage.restore)
                 break
             except Exception as error:
                 log.exception("recovering the scheduler's state failed; retrying")
@@ -426,14 +422,6 @@ class ControlPlane:
     # Bookkeeping ----------------------------------------------------------------------
     def _apply_queues(self, queues: list[QueueSpec]) -> None:
         self.config = self.config.with_queues(queues)
-
-    def _restore_usage(self, records: dict[str, bytes]) -> bool:
-        """The queues' usage over time as the store kept it (`control.usage`), if it is
-        kept; True if some was found."""
-        if not self.config.usage.enabled:
-            return False
-        self.loop.usage = UsageKeeper.load(self.config.usage, records)
-        return self.loop.usage.ledger.at is not None
 
     def _released(self, record: GangRecord) -> None:
         """A gang's driver let go of everything it held."""

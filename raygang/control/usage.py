@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from raygang.core.resources import Resources
@@ -97,6 +97,49 @@ class UsageKeeper:
         keeper.ledger = UsageLedger.load(policy, data)
         keeper._saved_slices = {_slice_key(s["start"]) for s in data["closed"]}
         return keeper
+
+
+class LoopUsage:
+    """The loop's side: a keeper while time-based fair share is on (`policy()`), told of
+    each cycle's snapshot, of what is held between cycles and of what a plan admitted;
+    `due` is told when the keeper is due to be written (the journal's writer)."""
+
+    def __init__(self, policy: Callable[[], UsagePolicy]):
+        self._policy = policy
+        self.keeper = UsageKeeper(policy()) if policy().enabled else None
+        self.due: Callable[[UsageKeeper], None] = lambda keeper: None
+
+    def restore(self, records: dict[str, bytes]) -> bool:
+        """The usage as the store kept it (after a restart); True if some was found."""
+        policy = self._policy()
+        if not policy.enabled:
+            return False
+        self.keeper = UsageKeeper.load(policy, records)
+        return self.keeper.ledger.at is not None
+
+    def observed(self, now: float, snapshot: ClusterSnapshot) -> ClusterSnapshot:
+        """A cycle's snapshot, with the queues' usage up to `now` (as is, if off)."""
+        if self.keeper is None:
+            return snapshot
+        snapshot = self.keeper.observed(now, snapshot, self._policy())
+        self._tell(self.keeper)
+        return snapshot
+
+    def idle(self, now: float, held: Callable[[], Iterable[PlacedGang]]) -> None:
+        """No cycle (nothing waits): usage goes on all the same, with what is `held`."""
+        if self.keeper is not None:
+            self.keeper.held(now, held())
+            self._tell(self.keeper)
+
+    def admitted(self, now: float, charges: Iterable[tuple[str, Resources]]) -> None:
+        """A plan's admissions, carried out: (queue, what the gang holds) each."""
+        if self.keeper is not None:
+            self.keeper.admitted(now, charges)
+            self._tell(self.keeper)
+
+    def _tell(self, keeper: UsageKeeper) -> None:
+        if keeper.dirty:
+            self.due(keeper)
 
 
 def _by_queue(placed: Iterable[PlacedGang]) -> dict[str, Resources]:

@@ -67,13 +67,13 @@ def test_the_usage_survives_a_restart_of_the_scheduler():
         warm = await submit(plane, "warm", "4xGPU=1", queue="a", seconds=600)
         await plane.wait(warm, timeout=700)
         await asyncio.sleep(60)  # the usage is written (at most every 30 s)
-        return plane.loop.usage.ledger.view()
+        return plane.loop.usage.keeper.ledger.view()
 
     async def after():
         plane = make_plane(cluster, store, usage=on, **OPTIONS)
         await plane.ready()
         assert plane.recovery["usage"] is True
-        view = plane.loop.usage.ledger.view()
+        view = plane.loop.usage.keeper.ledger.view()
         # c holds the node while a and b queue (a's first), so both wait for it.
         blocker = await submit(plane, "blocker", "4xGPU=1", queue="c", seconds=30)
         await wait_for(plane, blocker, S.RUNNING, timeout=10)
