@@ -220,9 +220,9 @@ class SchedulingLoop:
         charges = []
         for admission in plan.admissions:
             if admission.gang_id in admitted:
-                record = self._registry.get(admission.gang_id)
-                self._fleet.admit(record, admission, now)
-                charges.append((record.spec.queue, record.spec.min_total))
+                admitting = self._registry.get(admission.gang_id)
+                self._fleet.admit(admitting, admission, now)
+                charges.append((admitting.spec.queue, admitting.spec.min_total))
         self.usage.admitted(now, charges)  # held from now on, and Kueue's entry penalty
         for growth in plan.growths:  # on settled capacity: nobody waits for it
             self._fleet.grow(growth)

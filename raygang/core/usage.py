@@ -103,7 +103,7 @@ class UsagePolicy(BaseModel):
         """What one resource-second counts `seconds` later (1 without a half-life)."""
         if self.half_life_s is None or seconds <= 0:
             return 1.0
-        return 0.5 ** (seconds / self.half_life_s)
+        return float(0.5 ** (seconds / self.half_life_s))
 
     def integral(self, seconds: float) -> float:
         """Resource-seconds that one resource held for `seconds` counts at their end."""
