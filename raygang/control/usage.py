@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -24,6 +26,7 @@ from raygang.core.usage import UsageLedger, UsagePolicy
 USAGE = "usage"  # the store's table
 HEAD = "head"  # its key for the ledger's head; each closed slice's is `slice-<start>`
 SAVE_S = 30.0
+IDLE_S = 10.0  # with no cycle, usage is booked at most this often
 
 
 class UsageKeeper:
@@ -32,7 +35,7 @@ class UsageKeeper:
     def __init__(self, policy: UsagePolicy):
         self.ledger = UsageLedger(policy)
         self._saved_at = float("-inf")
-        self._saved_slices: set[str] = set()
+        self._saved: deque[float] = deque()  # the starts of the closed slices written
         self.dirty = False
 
     def observed(self, now: float, snapshot: ClusterSnapshot, policy: UsagePolicy
@@ -44,11 +47,14 @@ class UsageKeeper:
         self._due(now)
         return dataclasses.replace(snapshot, usage=self.ledger.view())
 
-    def held(self, now: float, placed: Iterable[PlacedGang]) -> None:
-        """Book the time up to `now` without a cycle (nothing waits): what `placed` holds
-        from now on, on the capacity last observed."""
-        self.ledger.advance(now, _by_queue(placed), self.ledger.capacity)
-        self._due(now)
+    def held(self, now: float, placed: Callable[[], Iterable[PlacedGang]]) -> None:
+        """Book the time up to `now` without a cycle (nothing waits): what `placed()`
+        holds from now on, on the capacity last observed. At most every `IDLE_S`: a loop
+        with nothing waiting wakes every second (an error of seconds on runs of hours)."""
+        at = self.ledger.at
+        if at is None or now - at >= IDLE_S:
+            self.ledger.advance(now, _by_queue(placed()), self.ledger.capacity)
+            self._due(now)
 
     def admitted(self, now: float, charges: Iterable[tuple[str, Resources]]) -> None:
         """Each admitted gang (queue, what it holds) holds that from now on (its
@@ -62,26 +68,35 @@ class UsageKeeper:
     def _due(self, now: float) -> None:
         closed = self.ledger.closed
         if now - self._saved_at >= SAVE_S or (
-                closed and _slice_key(closed[-1].start) not in self._saved_slices):
+                closed and (not self._saved or closed[-1].start > self._saved[-1])):
             self.dirty = True
 
     # The store ---------------------------------------------------------------------------
     def writes(self) -> tuple[dict[str, bytes], list[str]]:
         """(records to put, keys to delete) to bring the store up to the ledger, which
-        counts as saved from now on (`forget_saved` if the writes fail)."""
-        data = self.ledger.data()
-        closed = {_slice_key(s["start"]): s for s in data.pop("closed")}
-        puts = {key: _dumps(s) for key, s in closed.items() if key not in self._saved_slices}
-        puts[HEAD] = _dumps(data)
-        gone = [key for key in self._saved_slices if key not in closed]
-        self._saved_slices = set(closed)
-        self._saved_at = self.ledger.at if self.ledger.at is not None else float("-inf")
+        counts as saved from now on (`forget_saved` if the writes fail). Slices close at
+        the end of the window and leave at its start: only those are written or deleted."""
+        closed, saved = self.ledger.closed, self._saved
+        first = closed[0].start if closed else math.inf
+        gone = []
+        while saved and saved[0] < first:
+            gone.append(_slice_key(saved.popleft()))
+        last = saved[-1] if saved else -math.inf
+        puts = {}
+        for part in reversed(closed):
+            if part.start <= last:
+                break
+            puts[_slice_key(part.start)] = _dumps(part.data())
+            saved.append(part.start)
+        self._saved = deque(sorted(saved))
+        puts[HEAD] = _dumps(self.ledger.head())
+        self._saved_at = self.ledger.at if self.ledger.at is not None else -math.inf
         self.dirty = False
         return puts, gone
 
     def forget_saved(self) -> None:
         """A write failed: write everything again next time."""
-        self._saved_slices.clear()
+        self._saved.clear()
         self.dirty = True
 
     @classmethod
@@ -95,7 +110,7 @@ class UsageKeeper:
         slices = [json.loads(raw) for key, raw in records.items() if key != HEAD]
         data["closed"] = sorted(slices, key=lambda s: s["start"])
         keeper.ledger = UsageLedger.load(policy, data)
-        keeper._saved_slices = {_slice_key(s["start"]) for s in data["closed"]}
+        keeper._saved = deque(s["start"] for s in data["closed"])
         return keeper
 
 
@@ -128,7 +143,7 @@ class LoopUsage:
     def idle(self, now: float, held: Callable[[], Iterable[PlacedGang]]) -> None:
         """No cycle (nothing waits): usage goes on all the same, with what is `held`."""
         if self.keeper is not None:
-            self.keeper.held(now, held())
+            self.keeper.held(now, held)
             self._tell(self.keeper)
 
     def admitted(self, now: float, charges: Iterable[tuple[str, Resources]]) -> None:
@@ -143,9 +158,11 @@ class LoopUsage:
 
 
 def _by_queue(placed: Iterable[PlacedGang]) -> dict[str, Resources]:
+    """What each queue holds (gangs of one shape counted once: thousands run)."""
+    shapes = Counter((gang.queue, gang.total) for gang in placed)
     held: dict[str, list[Resources]] = {}
-    for gang in placed:
-        held.setdefault(gang.queue, []).append(gang.total)
+    for (queue, total), count in shapes.items():
+        held.setdefault(queue, []).append(total * count)
     return {q: Resources.sum(v) for q, v in held.items()}
 
 

@@ -302,11 +302,14 @@ class UsageLedger:
     def data(self) -> dict[str, Any]:
         """JSON-able: what `load` reads back (the totals are summed again from the
         slices, so rounding does not add up over restarts)."""
+        return {**self.head(), "closed": [s.data() for s in self.closed]}
+
+    def head(self) -> dict[str, Any]:
+        """`data` but the closed slices (which never change: written once each)."""
         return {"format": LEDGER_FORMAT, "at": self.at,
                 "held": {q: r.to_dict() for q, r in self.held.items()},
                 "capacity": self.capacity.to_dict(),
-                "open": None if self.open is None else self.open.data(),
-                "closed": [s.data() for s in self.closed]}
+                "open": None if self.open is None else self.open.data()}
 
     @classmethod
     def load(cls, policy: UsagePolicy, data: Mapping[str, Any]) -> UsageLedger:
