@@ -49,6 +49,13 @@ HELIOS_DAY = "2020-09-28"
 HELIOS_ATTRIBUTION = ("Helios VC sizes: SenseTime HeliosData / HeliosArtifact, Hu et al., "
                       "SC'21, CC BY 4.0 / MIT")
 POLICIES = ("raygang-no-tbf", "raygang-tbf", "static", "kueue", "kai")
+# raygang with other time-based fair share settings (`usage:`), as `raygang sim` replays
+# them: `--config <slice>/queues.yaml --config <out>/<variant>.yaml --policy raygang`.
+VARIANTS = {
+    "tbf-share": {"enabled": True, "order_by_usage": False},  # KAI's rule alone
+    "tbf-order": {"enabled": True, "k_value": 0.0},  # Kueue's order and penalty alone
+    "tbf-hl12h": {"enabled": True, "half_life_s": 12 * 3600.0},  # usage halves in 12 h
+}
 
 
 @dataclass(frozen=True)
@@ -67,7 +74,7 @@ SLICES = {s.name: s for s in (
     Slice("philly-oct09-40n", "2017-10-09", 40),
     Slice("philly-oct16-48n", "2017-10-16", 48),
     Slice("philly-sep25-40n", "2017-09-25", 40),
-    Slice("philly-oct05-x2-48n", "2017-10-05", 48, compress=2.0),
+    Slice("philly-oct02-x2-48n", "2017-10-02", 48, days=2.0, compress=2.0),
     Slice("helios-oct09-40n", "2017-10-09", 40, quotas="helios"),
     Slice("skewed-oct16-48n", "2017-10-16", 48, quotas="skewed"),
     Slice("demand-oct23-56n", "2017-10-23", 56, quotas="demand"),
@@ -142,11 +149,16 @@ def run_one(args: tuple[str, str, str]) -> str:
     name, policy, out = args
     s, where = SLICES[name], Path(out) / name
     config = SchedulerConfig.from_files([where / "queues.yaml"])
+    if policy in VARIANTS:
+        config = SchedulerConfig.model_validate({**config.model_dump(),
+                                                 "usage": VARIANTS[policy]})
     trace = load_csv(where / "trace.csv", 8,
                      queues=[q.name for q in config.queues if q.name != "default"]
                      + ["default"])  # as `raygang sim` reads it
     settings = SimSettings(nodes=s.nodes, inference_gpus=s.inference)
-    comparison = simulate(trace, [policy], settings, config)
+    comparison = simulate(trace, ["raygang" if policy in VARIANTS else policy], settings,
+                          config)
+    comparison.summaries[0]["policy"] = policy
     data = comparison.to_json()
     data["jobs"] = {log.job.name: [log.job.queue, None if log.skipped else log.jct_s]
                     for log in comparison.replays[0].jobs.values()}
@@ -225,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.table:
         for name in names:
             write(SLICES[name], args.out)
+        for variant, usage in VARIANTS.items():
+            (args.out / f"{variant}.yaml").write_text(f"usage: {json.dumps(usage)}\n")
         work = [(n, p, str(args.out)) for n in names for p in policies
                 if not (args.out / n / f"{p}.json").exists()]
         with ProcessPoolExecutor(args.jobs) as pool:

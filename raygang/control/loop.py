@@ -389,8 +389,9 @@ class SchedulingLoop:
             self._config().resync_interval_s if max_age is None else max_age)
 
     async def held_view(self) -> ClusterSnapshot:
-        """A recent view of the nodes with what raygang holds now (usage must be current)."""
-        return self.sight.with_held(await self.view())
+        """A recent view of the nodes with what raygang holds now (usage must be current),
+        and the queues' usage over time if it is kept (fair shares move with it)."""
+        return self.usage.shown(self.sight.with_held(await self.view()))
 
     # Scaling the cluster --------------------------------------------------------------
     async def run_scaling(self) -> None:

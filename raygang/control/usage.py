@@ -140,6 +140,12 @@ class LoopUsage:
         self._tell(self.keeper)
         return snapshot
 
+    def shown(self, snapshot: ClusterSnapshot) -> ClusterSnapshot:
+        """`snapshot` with the usage as of the last look (for `queues()`), if kept."""
+        if self.keeper is None:
+            return snapshot
+        return dataclasses.replace(snapshot, usage=self.keeper.ledger.view())
+
     def idle(self, now: float, held: Callable[[], Iterable[PlacedGang]]) -> None:
         """No cycle (nothing waits): usage goes on all the same, with what is `held`."""
         if self.keeper is not None:

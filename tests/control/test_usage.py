@@ -33,6 +33,7 @@ async def _who_goes_first(plane) -> str:
     await wait_for(plane, blocker, S.RUNNING, timeout=10)
     again = await submit(plane, "again", "4xGPU=1", queue="a", seconds=60)
     other = await submit(plane, "other", "4xGPU=1", queue="b", seconds=60)
+    shares = {q.name: q.fair_share.get("GPU", 0.0) for q in await plane.queues()}
     running = {asyncio.ensure_future(plane.wait(g, timeout=60, until_running=True)): q
                for q, g in (("a", again), ("b", other))}
     done, waiting = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
@@ -40,7 +41,7 @@ async def _who_goes_first(plane) -> str:
         task.cancel()
     first = done.pop()
     assert first.result().state is S.RUNNING, first.result()
-    return running[first]
+    return running[first], (shares["a"], shares["b"])
 
 
 @pytest.mark.parametrize("usage, first", [({}, "a"), (ON, "b")])
@@ -49,7 +50,10 @@ def test_a_queue_that_ran_the_cluster_lately_yields_to_one_that_did_not(usage, f
         plane = make_plane(harness.make_cluster("n0: GPU=4"), usage=usage, **OPTIONS)
         return await _who_goes_first(plane)
     # Without usage a and b hold nothing when the node frees: a tie, broken by name (a).
-    assert run(scenario, virtual_s=2000) == first
+    # With it, b goes first, and `queues()` shows a's fair share lowered by its usage.
+    found, (a_share, b_share) = run(scenario, virtual_s=2000)
+    assert found == first
+    assert (a_share < b_share) == bool(usage)
 
 
 def test_the_usage_survives_a_restart_of_the_scheduler():
