@@ -170,6 +170,7 @@ def autoscaler_mode(runs: int, interval_s: int, members: int) -> dict:
         try:
             raygang.start(raygang.SchedulerConfig.model_validate({"scaling": {
                 "mode": "autoscaler", "idle_timeout_s": sc.IDLE_TIMEOUT_S,
+                "scale_down_delay_s": sc.AUTOSCALER_HOLD_S,
                 "node_types": [{"name": "gpu", "resources": {"CPU": 2, "GPU": 2},
                                 "max_nodes": 4}]}}))
             sc.scaler_ready()  # timed: a submission to a running scaler, not its start

@@ -183,3 +183,43 @@ def test_reads_under_way_are_shared_and_a_slow_healthy_cluster_is_never_unreacha
         await plane.close(1.0)
 
     asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_no_resize_while_the_cluster_does_not_answer_and_both_ways_after():
+    """An elastic gang neither grows into room freed during an outage nor is shrunk for an
+    urgent gang that arrives in it; both happen once the cluster answers again."""
+    from tests.control.test_elastic_runs import elastic, size_of
+
+    async def scenario():
+        cluster = make_cluster("n0: GPU=4")
+        plane = make_plane(cluster)
+        blocker = await submit(plane, "blocker", "2xGPU=1", seconds=None)
+        await wait_for(plane, blocker, S.RUNNING)
+        e = await elastic(plane, "e", 1, 4)
+        await size_of(plane, e, 2)
+
+        cluster.outage = True
+        await plane.cancel(blocker)  # the user's decision: carried out, its room freed
+        await asyncio.sleep(2.0)
+        status = await plane.status(e)
+        assert status.state is S.RUNNING and len(status.members) == 2  # no growth
+        cluster.outage = False
+        await size_of(plane, e, 4)
+
+        cluster.outage = True
+        urgent = await submit(plane, "urgent", "2xGPU=1", priority="inference", seconds=None)
+        await asyncio.sleep(2.0)
+        assert (await plane.status(urgent)).state is S.PENDING
+        status = await plane.status(e)
+        assert len(status.members) == 4 and not any(
+            "shrinking" in ev.reason for ev in status.events)
+        cluster.outage = False
+        await wait_for(plane, urgent, S.RUNNING)
+        await size_of(plane, e, 2)
+        status = await plane.status(e)
+        assert status.state is S.RUNNING and status.preemptions == 0
+        for gang in (urgent, e):
+            await plane.cancel(gang)
+        await plane.shutdown()
+
+    run(scenario)
