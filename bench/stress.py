@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout
 
 from raygang.sim.philly import ATTRIBUTION, load_philly, proportional_nodes  # noqa: E402
-from raygang.sim.trace import Trace, TraceJob  # noqa: E402
+from raygang.sim.trace import Trace  # noqa: E402
 
 TRACES = ROOT.parent / "shared" / "traces"
 PHILLY = TRACES / "philly" / "philly_jobs_sep_oct.csv.gz"

@@ -192,7 +192,7 @@ def share_weights(weights: list[float], usage: list[float], k_value: float) -> l
 class _Slice:
     """Resource-seconds per queue and of the capacity, over one stretch of time."""
 
-    __slots__ = ("start", "end", "used", "capacity")
+    __slots__ = ("capacity", "end", "start", "used")
 
     def __init__(self, start: float, end: float, used: dict[str, Amounts] | None = None,
                  capacity: Amounts | None = None):

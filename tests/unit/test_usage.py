@@ -11,8 +11,8 @@ import pytest
 from pydantic import ValidationError
 
 from raygang.core import PolicyConfig, QueueBook, QueueTree, schedule, water_fill
-from raygang.core.cycle_dump import dump_cycle, load_cycle
 from raygang.core.backlog import Backlog
+from raygang.core.cycle_dump import dump_cycle, load_cycle
 from raygang.core.usage import (
     UsageLedger,
     UsagePolicy,
@@ -20,7 +20,6 @@ from raygang.core.usage import (
     share_weights,
     time_share,
 )
-
 from tests.unit.builders import cluster, gang, queue, res
 
 H = 3600.0
