@@ -3,6 +3,7 @@
     python bench/stress.py --out stress                       # every slice, the default policies
     python bench/stress.py --out stress --slices philly-oct09-40n --policies raygang-tbf
     python bench/stress.py --out stress --table               # the table of what was run
+    python bench/stress.py --out stress --regret --plot fig.png  # the sweep that chose
 
 Built from ../shared/traces: the Philly job file (Microsoft, CC BY 4.0; see its
 SOURCE.txt) and the Helios virtual-cluster sizes (SenseTime, SC'21; see its SOURCE.txt).
@@ -23,6 +24,11 @@ Slices (quota shapes: every tenant's guarantee in whole nodes, adding up to the 
   get the smallest guarantees;
 - `demand-*`: quotas in proportion to each tenant's demand (GPU-hours) in the slice;
 - `*-inf`: with a diurnal inference stream beside it (`--inference 64`).
+
+Noise probes (`PROBES`, not part of the set): a slice of the set with every submission
+moved by up to `jitter_s` either way (seeded). A policy's figures on a probe against the
+slice's say how far its result moves for reasons nobody would call a policy's: a
+difference between two policies smaller than that is not a difference (`--regret`).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import argparse
 import csv
 import json
 import math
+import random
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -49,6 +56,8 @@ HELIOS_DAY = "2020-09-28"
 HELIOS_ATTRIBUTION = ("Helios VC sizes: SenseTime HeliosData / HeliosArtifact, Hu et al., "
                       "SC'21, CC BY 4.0 / MIT")
 POLICIES = ("raygang-no-tbf", "raygang-tbf", "static", "kueue", "kai")
+CANDIDATES = ("raygang-no-tbf", "raygang-tbf", "tbf-share", "tbf-order", "tbf-hl12h")
+BASELINES = ("kueue", "kai")
 # raygang with other time-based fair share settings (`usage:`), as `raygang sim` replays
 # them: `--config <slice>/queues.yaml --config <out>/<variant>.yaml --policy raygang`.
 VARIANTS = {
@@ -67,6 +76,7 @@ class Slice:
     quotas: str = "philly"  # philly | helios | skewed | demand
     compress: float = 1.0  # submissions this many times denser
     inference: int = 0  # peak GPUs of the inference stream
+    jitter_s: float = 0.0  # each submission moved by up to this either way (a probe)
 
 
 SLICES = {s.name: s for s in (
@@ -81,6 +91,14 @@ SLICES = {s.name: s for s in (
     Slice("philly-oct02-48n-inf", "2017-10-02", 48, inference=64),
     Slice("helios-oct09-40n-inf", "2017-10-09", 40, quotas="helios", inference=64),
 )}
+# The slices where usage moved the mean JCT most, with submissions moved by up to 60 s.
+PROBES = {s.name: s for s in (
+    Slice("philly-oct02-48n-j60", "2017-10-02", 48, jitter_s=60.0),
+    Slice("demand-oct23-56n-j60", "2017-10-23", 56, quotas="demand", jitter_s=60.0),
+    Slice("helios-oct09-40n-inf-j60", "2017-10-09", 40, quotas="helios", inference=64,
+          jitter_s=60.0),
+)}
+ALL = {**SLICES, **PROBES}
 
 
 def build(s: Slice, gpus_per_node: int = 8) -> tuple[Trace, dict[str, int]]:
@@ -88,6 +106,10 @@ def build(s: Slice, gpus_per_node: int = 8) -> tuple[Trace, dict[str, int]]:
     trace = load_philly(PHILLY, start=s.start, days=s.days, nodes=s.nodes,
                         gpus_per_node=gpus_per_node)
     jobs = [j.model_copy(update={"submit_s": j.submit_s / s.compress}) for j in trace.jobs]
+    if s.jitter_s:
+        moved = random.Random(s.name)
+        jobs = sorted((j.model_copy(update={"submit_s": max(0.0, j.submit_s + moved.uniform(
+            -s.jitter_s, s.jitter_s))}) for j in jobs), key=lambda j: j.submit_s)
     demand = {q: 0.0 for q in trace.quotas}
     for job in jobs:
         demand[job.queue] = demand.get(job.queue, 0.0) + job.gpu_seconds
@@ -147,7 +169,7 @@ def run_one(args: tuple[str, str, str]) -> str:
     from raygang.sim.trace import load_csv
 
     name, policy, out = args
-    s, where = SLICES[name], Path(out) / name
+    s, where = ALL[name], Path(out) / name
     config = SchedulerConfig.from_files([where / "queues.yaml"])
     if policy in VARIANTS:
         config = SchedulerConfig.model_validate({**config.model_dump(),
@@ -207,7 +229,7 @@ def table(out: Path, policies: list[str]) -> str:
     head = (f"{'slice':<22}{'policy':<16}{'JCT mean':>9}{'p99':>7}{'worst/st':>9}"
             f"{'preempt':>8}{'GPU-h lost':>11}{'32-GPU wait':>12}")
     lines = [head, "-" * len(head)]
-    for name in SLICES:
+    for name in ALL:
         found = summaries(out, name)
         for policy in policies:
             p = found.get(policy)
@@ -225,6 +247,133 @@ def table(out: Path, policies: list[str]) -> str:
     return "\n".join(lines)
 
 
+# The sweep that chooses ----------------------------------------------------------------
+def _metric(p: dict, key: str) -> float:
+    return {"jct": p["jct_h"]["mean"], "p99": p["jct_h"]["p99"],
+            "lost": p["preemptions"]["gpu_hours_lost"]}[key]
+
+
+def regrets(out: Path, candidates: list[str], key: str = "jct") -> dict[str, dict[str, float]]:
+    """Per candidate, per slice: its `key` over the best of every candidate and baseline
+    replayed on the slice, less 1 (0: it was the best)."""
+    found: dict[str, dict[str, float]] = {c: {} for c in candidates}
+    for name in SLICES:
+        ran = summaries(out, name)
+        best = min((_metric(ran[p], key) for p in (*candidates, *BASELINES) if p in ran),
+                   default=None)
+        for c in candidates:
+            if c in ran and best is not None:
+                found[c][name] = _metric(ran[c], key) / max(best, 1e-9) - 1.0
+    return found
+
+
+def noise(out: Path, policies: list[str]) -> dict[str, float]:
+    """Per probe and policy: how far its mean JCT moved from the slice's, a share."""
+    moved = {}
+    for probe in PROBES:
+        base, again = summaries(out, probe.rsplit("-j", 1)[0]), summaries(out, probe)
+        for policy in policies:
+            if policy in base and policy in again:
+                moved[f"{probe} {policy}"] = (_metric(again[policy], "jct")
+                                              / _metric(base[policy], "jct") - 1.0)
+    return moved
+
+
+def sweep(out: Path, candidates: list[str]) -> str:
+    """The table that chose the default: each candidate's mean-JCT regret per slice, its
+    worst case and mean, and the other goals' worst cases; then the choice."""
+    jct, p99 = regrets(out, candidates), regrets(out, candidates, "p99")
+    names = [n for n in SLICES if any(n in jct[c] for c in candidates)]
+    lines = ["mean JCT regret (% over the best policy on the slice):", "",
+             "| candidate | " + " | ".join(names) + " | worst | mean |",
+             "|---" * (len(names) + 3) + "|"]
+    for c in candidates:
+        cells = [f"{100 * jct[c][n]:.1f}" if n in jct[c] else "-" for n in names]
+        worst = max(jct[c].values(), default=math.nan)
+        mean = sum(jct[c].values()) / max(len(jct[c]), 1)
+        lines.append(f"| {c} | " + " | ".join(cells) + f" | **{100 * worst:.1f}** | "
+                     f"{100 * mean:.1f} |")
+    lines += ["", ("| candidate | worst JCT regret | worst p99 regret | GPU-h lost / best "
+                   "peer's, worst | worst tenant / static, worst |"), "|---|---|---|---|---|"]
+    for c in candidates:
+        lost, tenant = [], []
+        for n in names:
+            ran = summaries(out, n)
+            peers = [_metric(ran[b], "lost") for b in BASELINES if b in ran]
+            if c in ran and peers:
+                lost.append(_metric(ran[c], "lost") / max(min(peers), 1e-9))
+            worst_t = worst_vs_static(ran[c], ran.get("static")) if c in ran else None
+            if worst_t is not None:
+                tenant.append(worst_t)
+        w = max(jct[c], key=jct[c].__getitem__)
+        lines.append(f"| {c} | {100 * jct[c][w]:.1f} % ({w}) | "
+                     f"{100 * max(p99[c].values()):.1f} % | {max(lost):.2f} | "
+                     f"{max(tenant):.2f} |")
+    moved = noise(out, candidates)
+    paired = paired_noise(moved)
+    margin = max((abs(v) for v in paired.values()), default=0.0)
+    lines += ["", "noise: mean JCT on a probe (submissions moved by up to 60 s) against the "
+              "slice: " + ", ".join(f"{k} {100 * v:+.1f} %" for k, v in moved.items()),
+              "the difference between two policies moved by: "
+              + ", ".join(f"{k} {100 * v:+.1f} points" for k, v in paired.items()),
+              "", choose(jct, margin)]
+    return "\n".join(lines)
+
+
+def paired_noise(moved: dict[str, float]) -> dict[str, float]:
+    """Per probe and pair of policies replayed on it: how far the difference between the
+    two moved (the noise that matters when two policies are compared on one slice)."""
+    by_probe: dict[str, dict[str, float]] = {}
+    for key, value in moved.items():
+        probe, policy = key.split(" ")
+        by_probe.setdefault(probe, {})[policy] = value
+    paired = {}
+    for probe, found in by_probe.items():
+        names = sorted(found)
+        for i, first in enumerate(names):
+            for second in names[i + 1:]:
+                paired[f"{probe} {second} - {first}"] = found[second] - found[first]
+    return paired
+
+
+def choose(jct: dict[str, dict[str, float]], margin: float,
+           default: str = "raygang-no-tbf") -> str:
+    """The candidate of least worst-case mean-JCT regret; the default stays unless one
+    beats it by more than `margin` (how far moving submissions by a minute moves the
+    difference between two policies)."""
+    worst = {c: max(v.values()) for c, v in jct.items() if v}
+    best = min(worst, key=lambda c: (worst[c], c != default, c))
+    if best != default and worst[default] - worst[best] <= margin:
+        return (f"choice: {default} (worst case {100 * worst[default]:.1f} %); {best}'s "
+                f"{100 * worst[best]:.1f} % is within the noise ({100 * margin:.1f} %)")
+    return f"choice: {best} (worst case {100 * worst[best]:.1f} %)"
+
+
+def plot(out: Path, path: Path, policies: list[str]) -> None:
+    """Each policy's mean JCT over the best on each slice, as bars."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    jct = regrets(out, policies)
+    names = [n for n in SLICES if all(n in jct[p] for p in policies)]
+    fig, ax = plt.subplots(figsize=(10, 3.8))
+    width = 0.8 / len(policies)
+    for i, p in enumerate(policies):
+        ax.bar([k + i * width for k in range(len(names))], [100 * jct[p][n] for n in names],
+               width, label=p)
+    ax.set_xticks([k + 0.4 - width / 2 for k in range(len(names))], names, rotation=30,
+                  ha="right", fontsize=8)
+    ax.set_ylabel("mean JCT over the best (%)")
+    ax.set_title("Stress set: mean JCT regret per slice (lower is better)", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.text(0.01, 0.01, "Philly trace: Microsoft, CC BY 4.0 (Jeon et al., ATC'19); quota "
+             "shapes: Helios VC sizes (Hu et al., SC'21)", fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -232,11 +381,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--jobs", type=int, default=2, help="replays at once")
     parser.add_argument("--table", action="store_true", help="only print the table")
+    parser.add_argument("--regret", action="store_true",
+                        help="only print the sweep that chose the default (markdown)")
+    parser.add_argument("--plot", type=Path, help="with --regret: the figure, as PNG")
     args = parser.parse_args(argv)
     names, policies = args.slices.split(","), args.policies.split(",")
+    if args.regret:
+        print(sweep(args.out, list(CANDIDATES)))
+        if args.plot:
+            plot(args.out, args.plot, ["raygang-no-tbf", "raygang-tbf", *BASELINES])
+        return 0
     if not args.table:
         for name in names:
-            write(SLICES[name], args.out)
+            write(ALL[name], args.out)
         for variant, usage in VARIANTS.items():
             (args.out / f"{variant}.yaml").write_text(f"usage: {json.dumps(usage)}\n")
         work = [(n, p, str(args.out)) for n in names for p in policies
