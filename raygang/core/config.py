@@ -162,9 +162,9 @@ class PreemptionPolicy(BaseModel):
 
 class PolicyConfig(BaseModel):
     """What the core decides by: queues, priority classes, the actions of a cycle, backfill,
-    restart backoff, when idle nodes go and how usage over time counts. The runtime's own settings (the store, Serve's
-    port, the Kubernetes access, the loop's timing) extend it in
-    `raygang.control.config.SchedulerConfig`, the one config file users write."""
+    restart backoff, when idle nodes go and how usage over time counts. The runtime's own
+    settings (the store, Serve's port, the Kubernetes access, the loop's timing) extend it
+    in `raygang.control.config.SchedulerConfig`, the one config file users write."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
