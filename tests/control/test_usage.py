@@ -175,6 +175,62 @@ def test_the_usage_survives_a_restart_of_the_scheduler():
     assert a_state is not S.SUCCEEDED  # b went first: a's gang was still waiting or running
 
 
+
+class UsageOutageStore(MemoryStore):
+    """A store that refuses writes of the usage table while `down` (a timed-out write)."""
+
+    def __init__(self):
+        super().__init__()
+        self.down = False
+        self.refused = 0
+
+    async def put(self, table, key, value):
+        if self.down and table == USAGE:
+            self.refused += 1
+            raise TimeoutError("the GCS did not answer within 30 s")
+        await super().put(table, key, value)
+
+
+def test_usage_the_store_refused_is_written_whole_once_it_answers():
+    """The store refuses the usage table while a runs for 10 minutes (the slices that
+    closed meanwhile among it), then answers again. A scheduler started afterwards on the
+    same store finds all of a's usage: what was refused is written again, not skipped."""
+    on = {**ON, "window_s": 168 * 60.0}
+    clock = VirtualClock()
+    cluster = harness.make_cluster("n0: GPU=4", seed=0, clock=clock)
+    store = UsageOutageStore()
+    store.down = True
+    first_loop = VirtualTimeLoop(clock, wall_limit_s=30)
+
+    async def before():
+        plane = make_plane(cluster, store, usage=on, **OPTIONS)
+        warm = await submit(plane, "warm", "4xGPU=1", queue="a", seconds=600)
+        await plane.wait(warm, timeout=700)
+        refused_keys = first_loop_keys(store)
+        store.down = False
+        await asyncio.sleep(60)  # the writer retries (and the head is due every 30 s)
+        return plane.loop.usage.keeper.ledger.view(), refused_keys
+
+    async def after():
+        plane = make_plane(cluster, store, usage=on, **OPTIONS)
+        await plane.ready()
+        return plane.loop.usage.keeper.ledger.view()
+
+    try:
+        (seen, refused_keys) = first_loop.run_until_complete(asyncio.wait_for(before(), 1000))
+        second_loop = VirtualTimeLoop(clock, wall_limit_s=30)
+        try:
+            found = second_loop.run_until_complete(asyncio.wait_for(after(), 1000))
+        finally:
+            _close(second_loop)
+    finally:
+        _close(first_loop)
+    assert store.refused > 0 and refused_keys == []  # nothing of the usage got through
+    slices = [k for k in first_loop_keys(store) if k.startswith("slice-")]
+    assert len(slices) >= 10  # a minute each: every one that closed during a's run
+    assert found.used["a"]["GPU"] == pytest.approx(seen.used["a"]["GPU"], rel=0.01)
+    assert seen.used["a"]["GPU"] >= 4 * 900 * 0.999
+
 def first_loop_keys(store: MemoryStore) -> list[str]:
     return list(store._tables.get(USAGE, {}))
 
