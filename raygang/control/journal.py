@@ -7,6 +7,8 @@
 - A gang's end, and its small results, are written before its members are torn down
   (`write`, `keep_results`): a scheduler restarting in between must not run it again.
 - A queue changed at run time is written before it is applied (`put_queue`).
+- The queues' usage over time (`control.usage`), when kept, by the writer task as the
+  loop marks it due (`usage_changed`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from raygang.control.durable import (
 from raygang.control.errors import StoreError
 from raygang.control.records import GangRecord
 from raygang.control.store import Store
+from raygang.control.usage import USAGE, UsageKeeper
 from raygang.core.queues import QueueSpec
 
 log = logging.getLogger(__name__)
@@ -45,6 +48,7 @@ class Journal:
         self._dirty: dict[str, GangRecord | None] = {}  # gang id -> to write (None: delete)
         self._dirty_wake = asyncio.Event()
         self._results_gone: set[str] = set()  # kept results of forgotten gangs, to delete
+        self._usage: UsageKeeper | None = None  # usage over time, due to be written
 
     # Writing --------------------------------------------------------------------------
     async def saved(self, record: GangRecord, forget: Callable[[GangRecord], None]) -> str:
@@ -75,6 +79,11 @@ class Journal:
         if record.live.saved:
             self._dirty[record.gang_id] = record
             self._dirty_wake.set()
+
+    def usage_changed(self, keeper: UsageKeeper) -> None:
+        """The queues' usage is due to be written: the writer task writes it soon."""
+        self._usage = keeper
+        self._dirty_wake.set()
 
     def forget(self, record: GangRecord) -> None:
         """A finished gang no longer remembered: out of the store too (and its results)."""
@@ -108,9 +117,32 @@ class Journal:
                     log.warning("writing gang %s to the store failed", gang_id, exc_info=True)
                     self._dirty.setdefault(gang_id, record)
                     failed = True
+            failed = not await self._write_usage() or failed
             if failed:
                 await asyncio.sleep(STORE_RETRY_S)
                 self._dirty_wake.set()
+
+    async def _write_usage(self) -> bool:
+        """Write the queues' usage if it is due; False if the store refused."""
+        keeper, self._usage = self._usage, None
+        if keeper is None or not keeper.dirty:
+            return True
+        puts, gone = keeper.writes()
+        try:
+            for key, value in puts.items():
+                await self.store.put(USAGE, key, value)
+            for key in gone:
+                await self.store.delete(USAGE, key)
+        except Exception:
+            log.warning("writing the queues' usage to the store failed", exc_info=True)
+            keeper.forget_saved()
+            self._usage = keeper
+            return False
+        return True
+
+    async def load_usage(self) -> dict[str, bytes]:
+        """The queues' usage as written (`control.usage`); empty if none was."""
+        return await self.store.load(USAGE)
 
     async def keep_results(self, record: GangRecord,
                            fetch: Callable[[list[Any]], Awaitable[list[Any]]]) -> None:
@@ -133,7 +165,7 @@ class Journal:
 
     async def clear(self) -> None:
         """Forget everything (a shutdown ends this scheduler's history; a crash keeps it)."""
-        for table in (GANGS, QUEUES, RESULTS):
+        for table in (GANGS, QUEUES, RESULTS, USAGE):
             for key in await self.store.keys(table):
                 await self.store.delete(table, key)
 

@@ -26,6 +26,7 @@ from raygang.control.registry import Registry
 from raygang.control.status import QueueHistory
 from raygang.control.sight import ClusterView
 from raygang.control.tasks import first_set, spawn_free, wait_within
+from raygang.control.usage import LoopUsage, UsageKeeper
 from raygang.core.backlog import Backlog
 from raygang.core.config import PolicyConfig
 from raygang.core.cycle_dump import dump_cycle
@@ -55,7 +56,9 @@ class SchedulingLoop:
                  clock: Callable[[], float], decide: Decide = schedule,
                  release_recheck_s: tuple[float, ...] = RELEASE_RECHECK_S,
                  history: History | None = None,
-                 spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]] = spawn_free):
+                 spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]] = spawn_free,
+                 usage_due: Callable[[UsageKeeper], None] | None = None):
+        """`usage_due`: told when the queues' usage over time is due to be written."""
         self._registry = registry
         self._fleet = fleet
         self._cluster = cluster
@@ -80,6 +83,10 @@ class SchedulingLoop:
         self.sight = ClusterView(cluster, fleet, clock, self._draining, self.wake, spawn)
         self._noted: set[str] = set()  # pending gangs with a scale note
         self._dumps: list[asyncio.Future[dict[str, Any]]] = []  # requests for the next cycle's dump
+        # The queues' usage over time, when time-based fair share is on (control.usage)
+        self.usage = LoopUsage(lambda: self._config().usage)
+        if usage_due is not None:
+            self.usage.due = usage_due
 
     # Waking ---------------------------------------------------------------------------
     def wake(self) -> None:
@@ -190,12 +197,14 @@ class SchedulingLoop:
         if not backlog.lines and not self._fleet.may_grow() and not self._dumps:
             self.last_plan = Plan()
             self.waits, self.waiting_since = {}, {}
+            self.usage.idle(now, self._fleet.held)
             return None
         self._started = self._metrics.cycle_started()
         return now, backlog
 
     def _prepared(self, now: float, backlog: Backlog, snapshot: ClusterSnapshot) -> Prepared:
         self._phase_at = self._metrics.phase_done("observe", self._started)
+        snapshot = self.usage.observed(now, snapshot)  # with the queues' usage over time
         self.sight.observed = (now, snapshot)
         return now, snapshot, backlog, self._config().policy
 
@@ -208,9 +217,13 @@ class SchedulingLoop:
         for preemption in plan.preemptions:
             if preemption.preemptor in admitted:
                 self._fleet.preempt(preemption)
+        charges = []
         for admission in plan.admissions:
             if admission.gang_id in admitted:
-                self._fleet.admit(self._registry.get(admission.gang_id), admission, now)
+                admitting = self._registry.get(admission.gang_id)
+                self._fleet.admit(admitting, admission, now)
+                charges.append((admitting.spec.queue, admitting.spec.min_total))
+        self.usage.admitted(now, charges)  # held from now on, and Kueue's entry penalty
         for growth in plan.growths:  # on settled capacity: nobody waits for it
             self._fleet.grow(growth)
         self._fleet.note_growth(plan.grow_waits)
@@ -376,8 +389,9 @@ class SchedulingLoop:
             self._config().resync_interval_s if max_age is None else max_age)
 
     async def held_view(self) -> ClusterSnapshot:
-        """A recent view of the nodes with what raygang holds now (usage must be current)."""
-        return self.sight.with_held(await self.view())
+        """A recent view of the nodes with what raygang holds now (usage must be current),
+        and the queues' usage over time if it is kept (fair shares move with it)."""
+        return self.usage.shown(self.sight.with_held(await self.view()))
 
     # Scaling the cluster --------------------------------------------------------------
     async def run_scaling(self) -> None:

@@ -88,8 +88,8 @@ class ControlPlane:
                            ending=self._ending,
                            spawn=self.tasks.spawn, settle_s=settle_s)
         self.loop = SchedulingLoop(self.registry, self.fleet, cluster, self._metrics, scaling,
-                                   lambda: self.config, clock, decide, release_recheck_s,
-                                   history, spawn=self.tasks.spawn)
+                                   lambda: self.config, clock, decide, release_recheck_s, history,
+                                   spawn=self.tasks.spawn, usage_due=journal.usage_changed)
         self.inside = Inside(self.registry, self.fleet, cluster, clock,
                              lambda: self.config.resync_interval_s, self.cancel,
                              spawn=self.tasks.spawn)
@@ -145,7 +145,7 @@ class ControlPlane:
                 self.recovery = await recovery.rebuild(
                     self.journal, self.registry, self.fleet, self._cluster,
                     self.config.restart_policy, self._clock, self._apply_queues,
-                    self.changed)
+                    self.changed, self.loop.usage.restore)
                 break
             except Exception as error:
                 log.exception("recovering the scheduler's state failed; retrying")

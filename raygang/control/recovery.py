@@ -14,6 +14,7 @@ from the journal and from what is left in the cluster.
 - What belongs to no unfinished gang is removed (orphans of a crash between creating
   something and recording it).
 - Idempotency keys are restored, so a client retrying across the restart gets its gang.
+- The queues' usage over time (time-based fair share, `control.usage`) is read back.
 """
 
 from __future__ import annotations
@@ -38,16 +39,20 @@ log = logging.getLogger(__name__)
 async def rebuild(journal: Journal, registry: Registry, fleet: Fleet, cluster: Cluster,
                   policy: RestartPolicy, clock: Callable[[], float],
                   apply_queues: Callable[[list[QueueSpec]], None],
-                  changed: Callable[[GangRecord], None]) -> dict[str, Any]:
+                  changed: Callable[[GangRecord], None],
+                  restore_usage: Callable[[dict[str, bytes]], bool] | None = None,
+                  ) -> dict[str, Any]:
     """Fill `registry` (and `fleet`, with the adopted gangs) from the journal, after
-    handing the queue changes read back to `apply_queues`; returns what it found and did."""
+    handing the queue changes read back to `apply_queues` and the queues' usage over time
+    to `restore_usage` (which says whether it found any); returns what it found and did."""
     started = time.monotonic()
     queues, records = await journal.load()
     if queues:
         apply_queues(queues)
+    usage = restore_usage is not None and restore_usage(await journal.load_usage())
     found: dict[str, Any] = {"gangs": len(records), "pending": 0, "adopted": 0,
                              "requeued": 0, "cancelled": 0, "finished": 0,
-                             "orphans_removed": 0}
+                             "orphans_removed": 0, "usage": usage}
     now = clock()
     leftovers = cluster.leftovers({r.gang_id for r in records})
     for record in records:

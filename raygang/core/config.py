@@ -22,6 +22,7 @@ from raygang.core.lifecycle import RestartPolicy
 from raygang.core.queues import DEFAULT_QUEUE, QueueSpec, QueueTree
 from raygang.core.resources import Resources
 from raygang.core.spec import NAME_PATTERN, GangSpec
+from raygang.core.usage import UsagePolicy
 
 
 class PriorityClass(BaseModel):
@@ -161,9 +162,9 @@ class PreemptionPolicy(BaseModel):
 
 class PolicyConfig(BaseModel):
     """What the core decides by: queues, priority classes, the actions of a cycle, backfill,
-    restart backoff and when idle nodes go. The runtime's own settings (the store, Serve's
-    port, the Kubernetes access, the loop's timing) extend it in
-    `raygang.control.config.SchedulerConfig`, the one config file users write."""
+    restart backoff, when idle nodes go and how usage over time counts. The runtime's own
+    settings (the store, Serve's port, the Kubernetes access, the loop's timing) extend it
+    in `raygang.control.config.SchedulerConfig`, the one config file users write."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -200,6 +201,10 @@ class PolicyConfig(BaseModel):
     preemption: PreemptionPolicy = Field(
         default_factory=PreemptionPolicy,
         description="minimum runtimes before reclaim or preempt, and the victims' order")
+    usage: UsagePolicy = Field(
+        default_factory=UsagePolicy,
+        description="time-based fair share: what each queue used lately lowers its share "
+        "of the capacity beyond quotas and its place in line (core.usage)")
 
     _tree: QueueTree = PrivateAttr()
 

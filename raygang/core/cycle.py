@@ -40,6 +40,7 @@ from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
 from raygang.core.reasons import Reasons
 from raygang.core.statement import Statement
+from raygang.core.usage import time_share
 from raygang.core import preemption
 from raygang.core.preemption.victims import victim_key
 
@@ -78,7 +79,8 @@ class Cycle:
             self.capacity.release(bundle for g in leaving for bundle in g.bundles)
             self.draining.add(leaving)
         self.ever = EverFits(snapshot)
-        self.book = QueueBook(self.tree, snapshot.placed)
+        self.book = QueueBook(self.tree, snapshot.placed,
+                              time_share(config.usage, snapshot.usage, self.tree.paths))
         # Every move of the cycle goes through its statement (core.statement); these name
         # its parts, as actions and reasons read them.
         st = self.statement = Statement(self.capacity, self.book, self.draining)

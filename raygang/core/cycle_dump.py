@@ -30,6 +30,7 @@ from raygang.core.resources import Resources
 from raygang.core.schedule import schedule
 from raygang.core.snapshot import ClusterSnapshot, Elastic, NodeState, PlacedGang
 from raygang.core.spec import GangSpec, Strategy, describe_errors
+from raygang.core.usage import UsageView
 
 FORMAT = "raygang.cycle/1"
 
@@ -139,9 +140,17 @@ class PendingData(_Model):
                            self.pending_since)
 
 
+class UsageData(_Model):
+    """`core.usage.UsageView`: per leaf queue, resource-seconds over the window."""
+
+    used: dict[str, dict[str, float]] = {}
+    capacity: dict[str, float] = {}
+
+
 class SnapshotData(_Model):
     nodes: tuple[NodeData, ...]
     placed: tuple[PlacedData, ...] = ()
+    usage: UsageData | None = None  # absent in dumps of a cycle without usage over time
 
 
 class CycleDump(_Model):
@@ -158,8 +167,10 @@ class CycleDump(_Model):
     error: str | None = None
 
     def cluster_snapshot(self) -> ClusterSnapshot:
+        usage = self.snapshot.usage
         return ClusterSnapshot(tuple(n.node() for n in self.snapshot.nodes),
-                               tuple(g.gang() for g in self.snapshot.placed))
+                               tuple(g.gang() for g in self.snapshot.placed),
+                               None if usage is None else UsageView(usage.used, usage.capacity))
 
     def pending(self) -> Backlog:
         """The backlog as the cycle read it: each line in its recorded order (not sorted
@@ -196,7 +207,10 @@ def dump_cycle(snapshot: ClusterSnapshot, backlog: Backlog, config: PolicyConfig
     return CycleDump(
         format=FORMAT, now=now, config=config,
         snapshot=SnapshotData(nodes=tuple(NodeData.of(n) for n in snapshot.nodes),
-                              placed=tuple(PlacedData.of_gang(g) for g in snapshot.placed)),
+                              placed=tuple(PlacedData.of_gang(g) for g in snapshot.placed),
+                              usage=None if snapshot.usage is None else UsageData(
+                                  used={q: dict(a) for q, a in snapshot.usage.used.items()},
+                                  capacity=dict(snapshot.usage.capacity))),
         backlog={queue: tuple(PendingData.of(g) for g in line)
                  for queue, line in backlog.lines.items()},
         plan=plan_data(plan) if isinstance(plan, Plan) else plan, error=error,

@@ -6,6 +6,8 @@ wants: its demand, and its limit), and what is left is divided between the child
 still want more in proportion to their weights (water-filling). A queue's dominant share is
 its largest usage/fair-share ratio over the resources it uses (DRF); queues further below
 their fair share go first, comparing ancestors before their children (hierarchical DRF).
+With time-based fair share (`core.usage`), what each queue used lately moves the weights
+the surplus is divided by, and the order between queues at or above their fair share.
 """
 
 from __future__ import annotations
@@ -17,16 +19,23 @@ from raygang.core.queues import QueueTree, exceeds_limit
 from raygang.core.resources import UNIT, Resources, format_amount
 from raygang.core.gang import PendingGang
 from raygang.core.snapshot import NodeState, PlacedGang
+from raygang.core.usage import TimeShare, share_weights
 
 Undo = Callable[[], object]  # what it returns (the undo's own undo) is not used
 Share = dict[str, float]  # resource name -> amount (floats: shares are not allocations)
+# A queue's place among its siblings: its dominant share, or with usage ordering
+# (core.usage) (its share capped at 1, its usage over time, its share).
+LevelKey = float | tuple[float, float, float]
 
 
 class QueueBook:
     """Usage per queue during one cycle (a parent's is the sum of its children's), with undo."""
 
-    def __init__(self, tree: QueueTree, placed: Iterable[PlacedGang] = ()):
+    def __init__(self, tree: QueueTree, placed: Iterable[PlacedGang] = (),
+                 history: TimeShare | None = None):
+        """`history`: usage over time (`core.usage`), if it moves shares and order."""
         self.tree = tree
+        self.history = history
         self.usage: dict[str, Resources] = {name: Resources() for name in tree.specs}
         by_queue: dict[str, list[Resources]] = {}
         for gang in placed:
@@ -46,6 +55,10 @@ class QueueBook:
         for name in self.tree.paths[queue]:
             self.usage[name] = self.usage[name] + amount
         return lambda: self.remove(queue, amount)
+
+    def charge(self, queue: str, amount: Resources) -> Undo:
+        """An admission's penalty on the queue's usage over time (none without)."""
+        return _nothing if self.history is None else self.history.charge(queue, amount)
 
     def remove(self, queue: str, amount: Resources) -> Undo:
         for name in self.tree.paths[queue]:
@@ -152,9 +165,22 @@ class QueueBook:
                      self.tree.specs[k].weight)
                     for k in kids
                 ]
-                for kid, amount in zip(kids, water_fill(pool.get(res, 0.0), items)):
+                amounts = water_fill(pool.get(res, 0.0), items,
+                                     *self._used(kids, res, pool.get(res, 0.0)))
+                for kid, amount in zip(kids, amounts):
                     shares[kid][res] = amount
         self.fair = {name: share for name, share in shares.items() if name is not None}
+
+    def _used(self, kids: list[str], res: str, pool: float
+              ) -> tuple[list[float] | None, float]:
+        """(each kid's usage of `res` over time as a share of `pool`, KAI's k), or
+        (None, 0) where usage does not move shares."""
+        history = self.history
+        if history is None or not history.policy.k_value or pool <= 0:
+            return None, 0.0
+        cluster = self.cluster.get(res)
+        return ([history.amount(k, res, cluster) / pool for k in kids],
+                history.policy.k_value)
 
     def share_ratio(self, queue: str) -> float:
         """Dominant share: the largest usage / fair share over the resources it uses
@@ -170,9 +196,23 @@ class QueueBook:
             ratio = max(ratio, used / share if share > 0 else math.inf)
         return ratio
 
-    def order_key(self, leaf: str) -> tuple[float, ...]:
-        """Ancestors' dominant shares from the top down, then the leaf's own."""
-        return tuple(self.share_ratio(name) for name in self.tree.paths[leaf])
+    def order_key(self, leaf: str) -> tuple[LevelKey, ...]:
+        """Ancestors' dominant shares from the top down, then the leaf's own (each its
+        `level_key`)."""
+        return tuple(self.level_key(name) for name in self.tree.paths[leaf])
+
+    def level_key(self, queue: str) -> LevelKey:
+        """Where `queue` stands among its siblings: its dominant share. With usage
+        ordering (`core.usage`): queues below their fair share still go first, furthest
+        below first; at or above it (competing for the surplus), the one that used less
+        over time relative to its fair share goes first; and that usage breaks ties below
+        it too (two queues holding nothing now)."""
+        ratio = self.share_ratio(queue)
+        history = self.history
+        if history is None or not history.policy.order_by_usage:
+            return ratio
+        used = history.ratio(queue, self.fair.get(queue, {}), self.cluster)
+        return (min(ratio, 1.0), used, ratio)
 
 
 def in_quota(quota: Resources, usage: Resources, gang: Resources) -> bool:
@@ -202,9 +242,12 @@ def _wants(tree: QueueTree, demand: Mapping[str, Resources]) -> dict[str, Share]
     return want
 
 
-def water_fill(pool: float, items: list[tuple[float, float, float]]) -> list[float]:
+def water_fill(pool: float, items: list[tuple[float, float, float]],
+               usage: list[float] | None = None, k_value: float = 0.0) -> list[float]:
     """Divide `pool` among (quota, want, weight) claimants: quotas first (capped by want;
-    pro rata if they overcommit the pool), then the rest by weight, never above want."""
+    pro rata if they overcommit the pool), then the rest by weight, never above want.
+    With `usage` (each claimant's usage over time, as a share of the pool), each round
+    divides by KAI's share weights instead (`core.usage.share_weights`, factor `k_value`)."""
     given = [min(quota, want) for quota, want, _ in items]
     guaranteed = sum(given)
     if guaranteed >= pool:
@@ -212,8 +255,13 @@ def water_fill(pool: float, items: list[tuple[float, float, float]]) -> list[flo
     rest = pool - guaranteed
     active = [i for i, (_, want, _) in enumerate(items) if want > given[i]]
     while rest > 1e-9 and active:
-        weights = sum(items[i][2] for i in active)
-        portion = {i: rest * items[i][2] / weights for i in active}
+        if usage is None:
+            weight = {i: items[i][2] for i in active}
+        else:  # re-derived every round over those still wanting more, as KAI does
+            weight = dict(zip(active, share_weights([items[i][2] for i in active],
+                                                    [usage[i] for i in active], k_value)))
+        weights = sum(weight.values())
+        portion = {i: rest * weight[i] / weights for i in active}
         full = [i for i in active if items[i][1] - given[i] <= portion[i]]
         if not full:  # nobody saturates: everyone takes its weighted portion
             for i in active:
@@ -224,6 +272,10 @@ def water_fill(pool: float, items: list[tuple[float, float, float]]) -> list[flo
             given[i] = items[i][1]
         active = [i for i in active if i not in full]
     return given
+
+
+def _nothing() -> None:
+    return None
 
 
 class QueueOrder:
@@ -243,12 +295,12 @@ class QueueOrder:
     def touched(self, queue: str) -> None:
         paths = self.book.tree.paths
         top = paths[queue][0]
-        ratios: dict[str, float] = {}  # each queue's share once (the top's is everyone's)
+        ratios: dict[str, LevelKey] = {}  # each queue's key once (the top's is everyone's)
         for leaf in self.keys:
             if paths[leaf][0] == top:
                 for name in paths[leaf]:
                     if name not in ratios:
-                        ratios[name] = self.book.share_ratio(name)
+                        ratios[name] = self.book.level_key(name)
                 self.keys[leaf] = tuple(ratios[name] for name in paths[leaf])
 
     def done(self, queue: str) -> None:

@@ -10,6 +10,7 @@ from raygang.core.config import PolicyConfig
 from raygang.core.fairshare import QueueBook
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot
+from raygang.core.usage import time_share
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +36,8 @@ def queue_report(
     distinct totals its waiting gangs ask for and how many ask each (as `Backlog.totals`):
     a report costs the queues and the shapes that wait, not the gangs."""
     tree = config.queue_tree
-    book = QueueBook(tree, snapshot.placed)
+    book = QueueBook(tree, snapshot.placed, time_share(config.usage, snapshot.usage,
+                                                       tree.paths))
     waiting = dict.fromkeys(tree.specs, 0)
     running = dict.fromkeys(tree.specs, 0)
     for queue, totals in pending.items():

@@ -9,6 +9,7 @@ from typing import Any
 
 from raygang.core.resources import Resources
 from raygang.core.spec import Strategy
+from raygang.core.usage import UsageView
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,9 @@ class PlacedGang:
 class ClusterSnapshot:
     nodes: tuple[NodeState, ...]
     placed: tuple[PlacedGang, ...] = ()
+    # What each queue used over time (`core.usage`), kept by the control loop; None: not
+    # kept (time-based fair share off, or a cycle built by hand).
+    usage: UsageView | None = None
 
     @property
     def alive_nodes(self) -> tuple[NodeState, ...]:

@@ -67,6 +67,7 @@ class Statement:
         waits = self.draining.take(nodes, gang.bundles, own)
         unreserve = self.capacity.reserve(zip(nodes, gang.bundles))
         unbook = self.book.add(gang.queue, gang.total)
+        uncharge = self.book.charge(gang.queue, gang.total)  # usage over time (core.usage)
         if not gang.preemptible:
             self.book.add_firm(gang.queue, gang.total)
         self.admitted.add(gang.gang_id)
@@ -77,6 +78,7 @@ class Statement:
                 self.admitted.discard(gang.gang_id)
                 if not gang.preemptible:
                     self.book.add_firm(gang.queue, Resources() - gang.total)
+                uncharge()
                 unbook()
                 unreserve()
                 restore()

@@ -38,7 +38,7 @@ def _policies(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
 @click.option("--gpus-per-node", type=click.IntRange(1), default=8, show_default=True)
 @click.option("--policy", "policies", multiple=True, callback=_policies,
               help="Policies to compare, comma-separated or repeated: raygang, fifo, "
-              "static, sjf, kueue, kai, kai-tbf [default: raygang].")
+              "static, sjf, kueue, kai, kai-tbf, raygang-tbf, raygang-no-tbf [default: raygang].")
 @click.option("--start", help="Philly traces: first submission time kept "
               "(YYYY-MM-DD[ HH:MM:SS]).")
 @click.option("--end", help="Philly traces: submissions before this time are kept.")

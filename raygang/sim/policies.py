@@ -16,13 +16,18 @@ its rules are the core's, documented there; the others cite the scheduler they f
   first, non-preemptive, with backfill (a job that does not fit lets the next one try).
 - `kueue`: Kueue's rules (`sim.baselines.kueue`).
 - `kai`: KAI Scheduler's rules (`sim.baselines.kai`); `kai-tbf` adds its time-based fair
-  share.
+  share (the product's `core.usage`, configured as KAI configures it).
+- `raygang-tbf` / `raygang-no-tbf`: `raygang` with time-based fair share (`core.usage`)
+  on / off, whatever the default: the comparison that chose the default.
+
+The baselines keep time-based fair share off (KAI's needs Prometheus and is off unless
+configured; Kueue's admission fair sharing orders LocalQueues of one ClusterQueue, which
+the Kueue-style baseline does not model), whatever the config replayed says.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from raygang.control.config import SchedulerConfig
@@ -54,8 +59,6 @@ class SimPolicy:
     by_duration: bool = False  # ordered by true duration, shortest first (an oracle)
     config: dict = field(default_factory=dict)  # policy keys set over the user's config
     decide: Decide | None = None  # None: core.schedule itself
-    # A decision function with a state of its own (a usage history), made anew per replay.
-    fresh: Callable[[], Decide] | None = None
 
     def queue(self, job: TraceJob) -> str:
         return DEFAULT_QUEUE if self.shared_queue or self.partitioned else job.queue
@@ -90,7 +93,7 @@ class SimPolicy:
 
     def decider(self) -> Decide:
         """What a control plane of this policy decides with (a fresh one per plane)."""
-        return self.fresh() if self.fresh is not None else self.decide or schedule
+        return self.decide or schedule
 
 
 def tenant_queues(trace: Trace, config: SchedulerConfig) -> tuple[QueueSpec, ...]:
@@ -110,8 +113,9 @@ def tenant_quotas(trace: Trace, config: SchedulerConfig) -> dict[str, int]:
 
 
 # The baselines hold nothing for long-waiting gangs (raygang's sla_waiting_time_s is its
-# own rule; FIFO and the static partitions, one blocked line each, would not change).
-_NO_HOLD = {"sla_waiting_time_s": None}
+# own rule; FIFO and the static partitions, one blocked line each, would not change), and
+# remember no usage (see above).
+_NO_HOLD = {"sla_waiting_time_s": None, "usage": {"enabled": False}}
 
 POLICIES: dict[str, SimPolicy] = {p.name: p for p in (
     SimPolicy("raygang", "raygang's core.schedule: a queue per tenant, quota = guarantee"),
@@ -124,13 +128,18 @@ POLICIES: dict[str, SimPolicy] = {p.name: p for p in (
               "no preemption", shared_queue=True, by_duration=True,
               config={"actions": ["allocate"], "backfill": True, **_NO_HOLD}),
     SimPolicy("kueue", "Kueue: a ClusterQueue per tenant in one cohort, nominal quota, "
-              "borrowing, BestEffortFIFO, reclaim within the cohort", decide=kueue.decide),
+              "borrowing, BestEffortFIFO, reclaim within the cohort", decide=kueue.decide,
+              config={"usage": {"enabled": False}}),
     SimPolicy("kai", "KAI Scheduler: raygang's cycle, reclaim protecting only what a "
               "queue runs within its deserved quota", decide=kai.decide,
               config={"preemption": kai.PREEMPTION, **_NO_HOLD}),
     SimPolicy("kai-tbf", "KAI Scheduler with its time-based fair share (168 h window, "
-              "kValue 0.5): over-quota shares fall with past usage", fresh=kai.WithUsage,
-              config={"preemption": kai.PREEMPTION, **_NO_HOLD}),
+              "kValue 0.5): over-quota shares fall with past usage", decide=kai.decide,
+              config={"preemption": kai.PREEMPTION, **_NO_HOLD, "usage": kai.USAGE}),
+    SimPolicy("raygang-tbf", "raygang with time-based fair share on (core.usage)",
+              config={"usage": {"enabled": True}}),
+    SimPolicy("raygang-no-tbf", "raygang with time-based fair share off (core.usage)",
+              config={"usage": {"enabled": False}}),
 )}
 
 

@@ -89,7 +89,7 @@ def test_kueue_reclaims_from_a_borrowing_queue_the_most_recently_admitted_first(
 
 
 @pytest.mark.parametrize("policy_name", ["raygang", "fifo", "static", "sjf", "kueue", "kai",
-                                         "kai-tbf"])
+                                         "kai-tbf", "raygang-tbf", "raygang-no-tbf"])
 def test_every_policy_completes_every_job_that_fits(policy_name):
     t = trace(*(job(f"j{i}", i * 7, 50 + 13 * i, gpus=(1, 2, 4, 8, 16)[i % 5],
                     queue=("t1", "t2")[i % 2]) for i in range(20)),
@@ -142,24 +142,25 @@ def test_kai_time_based_fair_share_gives_less_over_quota_to_the_queue_that_used_
 
 
 def test_kai_usage_history_slides_and_decays():
-    from raygang.sim.baselines.kai import TimeBasedFairShare, WithUsage
-    from tests.unit.builders import busy, running
+    """kai-tbf's usage is the product's ledger (core.usage) configured as KAI's: a queue's
+    GPU-seconds over the window, decayed by the half-life if any, over the cluster's."""
+    from raygang.core.usage import UsageLedger, UsagePolicy
+    from raygang.sim.baselines.kai import USAGE
+    from tests.unit.builders import res
 
-    def usage_after(tbf, hours):
-        history = WithUsage(tbf)
-        snapshot = busy("w-1: GPU=8", placed=[running("g", "w-1: 4xGPU=1", queue="t1")])
+    def usage_after(hours, **policy):
+        ledger = UsageLedger(UsagePolicy(**{**USAGE, **policy}))
         for h in range(hours + 1):
-            history.record(snapshot, h * 3600.0)
-        return history.usage()
+            ledger.advance(h * 3600.0, {"t1": res("GPU=4")}, res("GPU=8"))
+        return ledger.view().fraction("t1", "GPU")
 
-    assert usage_after(TimeBasedFairShare(), 5) == {"t1": 0.5}  # 4 of 8 GPUs all along
-    assert usage_after(TimeBasedFairShare(window_s=2 * 3600), 10) == {"t1": 0.5}
-    decayed = WithUsage(TimeBasedFairShare(half_life_s=3600))
-    idle = busy("w-1: GPU=8")
-    decayed.record(busy("w-1: GPU=8", placed=[running("g", "w-1: 8xGPU=1", queue="t1")]), 0.0)
-    decayed.record(idle, 3600.0)  # one hour at 8 of 8
-    decayed.record(idle, 7200.0)  # one hour at 0 of 8: the first hour counts half
-    assert abs(decayed.usage()["t1"] - 0.5 / 1.5) < 1e-9
+    assert usage_after(5) == 0.5  # 4 of 8 GPUs all along
+    assert usage_after(10, window_s=2 * 3600) == 0.5
+    decayed = UsageLedger(UsagePolicy(**{**USAGE, "half_life_s": 3600}))
+    decayed.advance(0.0, {"t1": res("GPU=8")}, res("GPU=8"))
+    decayed.advance(3600.0, {}, res("GPU=8"))  # one hour at 8 of 8
+    decayed.advance(7200.0, {}, res("GPU=8"))  # one hour at 0 of 8: the first counts half
+    assert abs(decayed.view().fraction("t1", "GPU") - 0.5 / 1.5) < 1e-9
 
 
 def test_an_elastic_job_starts_at_its_minimum_grows_and_its_work_follows_its_size():

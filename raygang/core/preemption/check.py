@@ -15,6 +15,7 @@ from raygang.core.preemption.victims import reclaim_protected
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
 from raygang.core.topology import broken
+from raygang.core.usage import time_share
 
 if TYPE_CHECKING:  # the config names the actions, which use the search
     from raygang.core.config import PolicyConfig
@@ -57,7 +58,8 @@ def check(plan: Plan, snapshot: ClusterSnapshot, pending: Sequence[PendingGang],
             free[node_id] = free[node_id] + bundle
     gangs = {g.gang_id: g for g in pending}
     tree = config.queue_tree
-    book = QueueBook(tree, snapshot.placed)  # the cycle's fair shares, to see what reclaim
+    book = QueueBook(tree, snapshot.placed,  # the cycle's fair shares, to see what reclaim
+                     time_share(config.usage, snapshot.usage, tree.paths))
     book.share_out(snapshot.alive_nodes, [g for g in pending if not tree.problem(g.spec)])
     amounts = reclaimable(book, pieces, config, plan.at)  # was allowed to take
     reclaimed: Counter[tuple[str, str]] = Counter()

@@ -1,0 +1,409 @@
+"""A stress set of `raygang sim` slices, and the policies compared on every one of them.
+
+    python bench/stress.py --out stress                       # every slice, the default policies
+    python bench/stress.py --out stress --slices philly-oct09-40n --policies raygang-tbf
+    python bench/stress.py --out stress --table               # the table of what was run
+    python bench/stress.py --out stress --regret --plot fig.png  # the sweep that chose
+
+Built from ../shared/traces: the Philly job file (Microsoft, CC BY 4.0; see its
+SOURCE.txt) and the Helios virtual-cluster sizes (SenseTime, SC'21; see its SOURCE.txt).
+Each slice is written as a trace CSV and a scheduler config with its queues and quotas
+(`<out>/<slice>/trace.csv`, `queues.yaml`), so that one slice is replayed again with a
+plain `raygang sim` command (written to `<out>/<slice>/command.txt`); each policy's
+report lands in `<out>/<slice>/<policy>.json`. A week of Philly takes minutes per policy
+on this 2-core machine, so the slices are 3 days on 40-56 nodes (and one compressed in
+time): the same loads as a week on 64-80 nodes, at a third of the cost.
+
+Slices (quota shapes: every tenant's guarantee in whole nodes, adding up to the cluster):
+- `philly-*`: Philly's virtual clusters, quotas from their node counts (the Helios
+  authors' philly_vc_nodes.csv), as `raygang sim` maps Philly;
+- `*-x2-*`: the same days with submissions twice as dense (half the gaps): overload;
+- `helios-*`: the Helios Venus cluster's VC sizes on 2020-09-28 (one of 16 VCs has a
+  quarter of the GPUs), given to Philly's tenants by rank of their demand in the slice;
+- `skewed-*`: the same sizes given the other way round: the tenants that ask for most
+  get the smallest guarantees;
+- `demand-*`: quotas in proportion to each tenant's demand (GPU-hours) in the slice;
+- `*-inf`: with a diurnal inference stream beside it (`--inference 64`).
+
+Noise probes (`PROBES`, not part of the set): a slice of the set with every submission
+moved by up to `jitter_s` either way (seeded). A policy's figures on a probe against the
+slice's say how far its result moves for reasons nobody would call a policy's: a
+difference between two policies smaller than that is not a difference (`--regret`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import random
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout
+
+from raygang.sim.philly import ATTRIBUTION, load_philly, proportional_nodes  # noqa: E402
+from raygang.sim.trace import Trace  # noqa: E402
+
+TRACES = ROOT.parent / "shared" / "traces"
+PHILLY = TRACES / "philly" / "philly_jobs_sep_oct.csv.gz"
+HELIOS = TRACES / "helios-vc" / "venus_vc_gpu_number.csv"
+HELIOS_DAY = "2020-09-28"
+HELIOS_ATTRIBUTION = ("Helios VC sizes: SenseTime HeliosData / HeliosArtifact, Hu et al., "
+                      "SC'21, CC BY 4.0 / MIT")
+POLICIES = ("raygang-no-tbf", "raygang-tbf", "static", "kueue", "kai")
+CANDIDATES = ("raygang-no-tbf", "raygang-tbf", "tbf-share", "tbf-order", "tbf-hl12h")
+BASELINES = ("kueue", "kai")
+# raygang with other time-based fair share settings (`usage:`), as `raygang sim` replays
+# them: `--config <slice>/queues.yaml --config <out>/<variant>.yaml --policy raygang`.
+VARIANTS = {
+    "tbf-share": {"enabled": True, "order_by_usage": False},  # KAI's rule alone
+    "tbf-order": {"enabled": True, "k_value": 0.0},  # Kueue's order and penalty alone
+    "tbf-hl12h": {"enabled": True, "half_life_s": 12 * 3600.0},  # usage halves in 12 h
+}
+
+
+@dataclass(frozen=True)
+class Slice:
+    name: str
+    start: str
+    nodes: int
+    days: float = 3.0
+    quotas: str = "philly"  # philly | helios | skewed | demand
+    compress: float = 1.0  # submissions this many times denser
+    inference: int = 0  # peak GPUs of the inference stream
+    jitter_s: float = 0.0  # each submission moved by up to this either way (a probe)
+
+
+SLICES = {s.name: s for s in (
+    Slice("philly-oct02-48n", "2017-10-02", 48),
+    Slice("philly-oct09-40n", "2017-10-09", 40),
+    Slice("philly-oct16-48n", "2017-10-16", 48),
+    Slice("philly-sep25-40n", "2017-09-25", 40),
+    Slice("philly-oct02-x2-48n", "2017-10-02", 48, days=2.0, compress=2.0),
+    Slice("helios-oct09-40n", "2017-10-09", 40, quotas="helios"),
+    Slice("skewed-oct16-48n", "2017-10-16", 48, quotas="skewed"),
+    Slice("demand-oct23-56n", "2017-10-23", 56, quotas="demand"),
+    Slice("philly-oct02-48n-inf", "2017-10-02", 48, inference=64),
+    Slice("helios-oct09-40n-inf", "2017-10-09", 40, quotas="helios", inference=64),
+)}
+# The slices where usage moved the mean JCT most, with submissions moved by up to 60 s.
+PROBES = {s.name: s for s in (
+    Slice("philly-oct02-48n-j60", "2017-10-02", 48, jitter_s=60.0),
+    Slice("demand-oct23-56n-j60", "2017-10-23", 56, quotas="demand", jitter_s=60.0),
+    Slice("helios-oct09-40n-inf-j60", "2017-10-09", 40, quotas="helios", inference=64,
+          jitter_s=60.0),
+)}
+ALL = {**SLICES, **PROBES}
+
+
+def build(s: Slice, gpus_per_node: int = 8) -> tuple[Trace, dict[str, int]]:
+    """The slice's jobs and each tenant's quota in GPUs."""
+    trace = load_philly(PHILLY, start=s.start, days=s.days, nodes=s.nodes,
+                        gpus_per_node=gpus_per_node)
+    jobs = [j.model_copy(update={"submit_s": j.submit_s / s.compress}) for j in trace.jobs]
+    if s.jitter_s:
+        moved = random.Random(s.name)
+        jobs = sorted((j.model_copy(update={"submit_s": max(0.0, j.submit_s + moved.uniform(
+            -s.jitter_s, s.jitter_s))}) for j in jobs), key=lambda j: j.submit_s)
+    demand = {q: 0.0 for q in trace.quotas}
+    for job in jobs:
+        demand[job.queue] = demand.get(job.queue, 0.0) + job.gpu_seconds
+    if s.quotas == "philly":
+        quotas = dict(trace.quotas)
+    elif s.quotas == "demand":
+        weights = {q: max(1, round(d / 3600)) for q, d in demand.items()}
+        quotas = {q: n * gpus_per_node for q, n in proportional_nodes(weights, s.nodes).items()}
+    else:
+        sizes = sorted(_helios_sizes(), reverse=True)
+        by_demand = sorted(demand, key=lambda q: (-demand[q], q))
+        if s.quotas == "skewed":
+            by_demand.reverse()
+        sizes = (sizes + [min(sizes)] * len(by_demand))[:len(by_demand)]
+        weights = dict(zip(by_demand, sizes))
+        quotas = {q: n * gpus_per_node for q, n in proportional_nodes(weights, s.nodes).items()}
+    return Trace(tuple(jobs), source=str(PHILLY), attribution=ATTRIBUTION,
+                 start=trace.start, notes=trace.notes, quotas=quotas), quotas
+
+
+def _helios_sizes() -> list[int]:
+    with HELIOS.open() as text:
+        for row in csv.DictReader(text):
+            if row["date"] == HELIOS_DAY:
+                return [int(v) for k, v in row.items()
+                        if k not in ("date", "total") and int(v) > 0]
+    raise ValueError(f"{HELIOS}: no row for {HELIOS_DAY}")
+
+
+def write(s: Slice, out: Path) -> Path:
+    """The slice as `raygang sim` reads it: trace.csv, queues.yaml, command.txt."""
+    trace, quotas = build(s)
+    where = out / s.name
+    where.mkdir(parents=True, exist_ok=True)
+    with (where / "trace.csv").open("w", newline="") as f:
+        rows = csv.writer(f)
+        rows.writerow(["submit_s", "duration_s", "shape", "queue", "priority", "name"])
+        for job in trace.jobs:
+            rows.writerow([f"{job.submit_s:g}", f"{job.duration_s:g}",
+                           f"{job.members}x{job.gpus_per_member}", job.queue, "training",
+                           job.name])
+    lines = ["queues:"] + [f"  - {{name: '{q}', quota: {{GPU: {g}}}}}"
+                           for q, g in sorted(quotas.items())]
+    (where / "queues.yaml").write_text("\n".join(lines) + "\n")
+    inference = f" --inference {s.inference}" if s.inference else ""
+    (where / "command.txt").write_text(
+        f"raygang sim {where}/trace.csv --config {where}/queues.yaml --nodes {s.nodes}"
+        f"{inference} --policy {','.join(POLICIES)} -q\n")
+    return where
+
+
+def run_one(args: tuple[str, str, str]) -> str:
+    """Replay one slice under one policy; writes `<policy>.json` beside the slice."""
+    from raygang.control.config import SchedulerConfig
+    from raygang.sim.api import simulate
+    from raygang.sim.settings import SimSettings
+    from raygang.sim.trace import load_csv
+
+    name, policy, out = args
+    s, where = ALL[name], Path(out) / name
+    config = SchedulerConfig.from_files([where / "queues.yaml"])
+    if policy in VARIANTS:
+        config = SchedulerConfig.model_validate({**config.model_dump(),
+                                                 "usage": VARIANTS[policy]})
+    trace = load_csv(where / "trace.csv", 8,
+                     queues=[q.name for q in config.queues if q.name != "default"]
+                     + ["default"])  # as `raygang sim` reads it
+    settings = SimSettings(nodes=s.nodes, inference_gpus=s.inference)
+    comparison = simulate(trace, ["raygang" if policy in VARIANTS else policy], settings,
+                          config)
+    comparison.summaries[0]["policy"] = policy
+    data = comparison.to_json()
+    data["jobs"] = {log.job.name: [log.job.queue, None if log.skipped else log.jct_s]
+                    for log in comparison.replays[0].jobs.values()}
+    (where / f"{policy}.json").write_text(json.dumps(_finite(data), indent=1))
+    return f"{name} {policy}: {comparison.summaries[0]['speed']['wall_s']:.0f} s"
+
+
+def _finite(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+# The table ------------------------------------------------------------------------------
+def summaries(out: Path, name: str) -> dict[str, dict]:
+    found = {}
+    for path in sorted((out / name).glob("*.json")):
+        data = json.loads(path.read_text())
+        found[path.stem] = {**data["policies"][0], "jobs": data["jobs"]}
+    return found
+
+
+def tenant_vs_static(policy: dict, static: dict | None) -> dict[str, float]:
+    """Each tenant's mean JCT over its mean JCT alone in its partition, on the jobs done
+    under both (as `raygang sim` compares them, `sim.api`)."""
+    if static is None:
+        return {}
+    pairs: dict[str, list[tuple[float, float]]] = {}
+    for name, (queue, jct) in policy["jobs"].items():
+        alone = static["jobs"].get(name, [queue, None])[1]
+        if jct is not None and alone is not None:
+            pairs.setdefault(queue, []).append((jct, alone))
+    return {q: sum(a for a, _ in v) / max(sum(b for _, b in v), 1e-9)
+            for q, v in pairs.items()}
+
+
+def worst_vs_static(policy: dict, static: dict | None) -> float | None:
+    return max(tenant_vs_static(policy, static).values(), default=None)
+
+
+def table(out: Path, policies: list[str]) -> str:
+    head = (f"{'slice':<22}{'policy':<16}{'JCT mean':>9}{'p99':>7}{'worst/st':>9}"
+            f"{'preempt':>8}{'GPU-h lost':>11}{'32-GPU wait':>12}")
+    lines = [head, "-" * len(head)]
+    for name in ALL:
+        found = summaries(out, name)
+        for policy in policies:
+            p = found.get(policy)
+            if p is None:
+                continue
+            worst = worst_vs_static(p, found.get("static"))
+            wait = p["large_gangs"]["queueing_max_h"]
+            lines.append(
+                f"{name:<22}{policy:<16}{p['jct_h']['mean']:>9.2f}{p['jct_h']['p99']:>7.1f}"
+                f"{'-' if worst is None else f'{worst:.2f}':>9}"
+                f"{p['preemptions']['count']:>8}{p['preemptions']['gpu_hours_lost']:>11.1f}"
+                f"{'-' if wait is None else f'{wait:.1f}':>12}")
+    lines.append(f"data: {ATTRIBUTION}")
+    lines.append(f"quota shapes: {HELIOS_ATTRIBUTION}")
+    return "\n".join(lines)
+
+
+# The sweep that chooses ----------------------------------------------------------------
+def _metric(p: dict, key: str) -> float:
+    return {"jct": p["jct_h"]["mean"], "p99": p["jct_h"]["p99"],
+            "lost": p["preemptions"]["gpu_hours_lost"]}[key]
+
+
+def regrets(out: Path, candidates: list[str], key: str = "jct") -> dict[str, dict[str, float]]:
+    """Per candidate, per slice: its `key` over the best of every candidate and baseline
+    replayed on the slice, less 1 (0: it was the best)."""
+    found: dict[str, dict[str, float]] = {c: {} for c in candidates}
+    for name in SLICES:
+        ran = summaries(out, name)
+        best = min((_metric(ran[p], key) for p in (*candidates, *BASELINES) if p in ran),
+                   default=None)
+        for c in candidates:
+            if c in ran and best is not None:
+                found[c][name] = _metric(ran[c], key) / max(best, 1e-9) - 1.0
+    return found
+
+
+def noise(out: Path, policies: list[str]) -> dict[str, float]:
+    """Per probe and policy: how far its mean JCT moved from the slice's, a share."""
+    moved = {}
+    for probe in PROBES:
+        base, again = summaries(out, probe.rsplit("-j", 1)[0]), summaries(out, probe)
+        for policy in policies:
+            if policy in base and policy in again:
+                moved[f"{probe} {policy}"] = (_metric(again[policy], "jct")
+                                              / _metric(base[policy], "jct") - 1.0)
+    return moved
+
+
+def sweep(out: Path, candidates: list[str]) -> str:
+    """The table that chose the default: each candidate's mean-JCT regret per slice, its
+    worst case and mean, and the other goals' worst cases; then the choice."""
+    jct, p99 = regrets(out, candidates), regrets(out, candidates, "p99")
+    names = [n for n in SLICES if any(n in jct[c] for c in candidates)]
+    lines = ["mean JCT regret (% over the best policy on the slice):", "",
+             "| candidate | " + " | ".join(names) + " | worst | mean |",
+             "|---" * (len(names) + 3) + "|"]
+    for c in candidates:
+        cells = [f"{100 * jct[c][n]:.1f}" if n in jct[c] else "-" for n in names]
+        worst = max(jct[c].values(), default=math.nan)
+        mean = sum(jct[c].values()) / max(len(jct[c]), 1)
+        lines.append(f"| {c} | " + " | ".join(cells) + f" | **{100 * worst:.1f}** | "
+                     f"{100 * mean:.1f} |")
+    lines += ["", ("| candidate | worst JCT regret | worst p99 regret | GPU-h lost / best "
+                   "peer's, worst | worst tenant / static, worst |"), "|---|---|---|---|---|"]
+    for c in candidates:
+        lost, tenant = [], []
+        for n in names:
+            ran = summaries(out, n)
+            peers = [_metric(ran[b], "lost") for b in BASELINES if b in ran]
+            if c in ran and peers:
+                lost.append(_metric(ran[c], "lost") / max(min(peers), 1e-9))
+            worst_t = worst_vs_static(ran[c], ran.get("static")) if c in ran else None
+            if worst_t is not None:
+                tenant.append(worst_t)
+        w = max(jct[c], key=jct[c].__getitem__)
+        lines.append(f"| {c} | {100 * jct[c][w]:.1f} % ({w}) | "
+                     f"{100 * max(p99[c].values()):.1f} % | {max(lost):.2f} | "
+                     f"{max(tenant):.2f} |")
+    moved = noise(out, candidates)
+    paired = paired_noise(moved)
+    margin = max((abs(v) for v in paired.values()), default=0.0)
+    lines += ["", "noise: mean JCT on a probe (submissions moved by up to 60 s) against the "
+              "slice: " + ", ".join(f"{k} {100 * v:+.1f} %" for k, v in moved.items()),
+              "the difference between two policies moved by: "
+              + ", ".join(f"{k} {100 * v:+.1f} points" for k, v in paired.items()),
+              "", choose(jct, margin)]
+    return "\n".join(lines)
+
+
+def paired_noise(moved: dict[str, float]) -> dict[str, float]:
+    """Per probe and pair of policies replayed on it: how far the difference between the
+    two moved (the noise that matters when two policies are compared on one slice)."""
+    by_probe: dict[str, dict[str, float]] = {}
+    for key, value in moved.items():
+        probe, policy = key.split(" ")
+        by_probe.setdefault(probe, {})[policy] = value
+    paired = {}
+    for probe, found in by_probe.items():
+        names = sorted(found)
+        for i, first in enumerate(names):
+            for second in names[i + 1:]:
+                paired[f"{probe} {second} - {first}"] = found[second] - found[first]
+    return paired
+
+
+def choose(jct: dict[str, dict[str, float]], margin: float,
+           default: str = "raygang-no-tbf") -> str:
+    """The candidate of least worst-case mean-JCT regret; the default stays unless one
+    beats it by more than `margin` (how far moving submissions by a minute moves the
+    difference between two policies)."""
+    worst = {c: max(v.values()) for c, v in jct.items() if v}
+    best = min(worst, key=lambda c: (worst[c], c != default, c))
+    if best != default and worst[default] - worst[best] <= margin:
+        return (f"choice: {default} (worst case {100 * worst[default]:.1f} %); {best}'s "
+                f"{100 * worst[best]:.1f} % is within the noise ({100 * margin:.1f} %)")
+    return f"choice: {best} (worst case {100 * worst[best]:.1f} %)"
+
+
+def plot(out: Path, path: Path, policies: list[str]) -> None:
+    """Each policy's mean JCT over the best on each slice, as bars."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    jct = regrets(out, policies)
+    names = [n for n in SLICES if all(n in jct[p] for p in policies)]
+    fig, ax = plt.subplots(figsize=(10, 3.8))
+    width = 0.8 / len(policies)
+    for i, p in enumerate(policies):
+        ax.bar([k + i * width for k in range(len(names))], [100 * jct[p][n] for n in names],
+               width, label=p)
+    ax.set_xticks([k + 0.4 - width / 2 for k in range(len(names))], names, rotation=30,
+                  ha="right", fontsize=8)
+    ax.set_ylabel("mean JCT over the best (%)")
+    ax.set_title("Stress set: mean JCT regret per slice (lower is better)", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.text(0.01, 0.01, "Philly trace: Microsoft, CC BY 4.0 (Jeon et al., ATC'19); quota "
+             "shapes: Helios VC sizes (Hu et al., SC'21)", fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--slices", default=",".join(SLICES))
+    parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--jobs", type=int, default=2, help="replays at once")
+    parser.add_argument("--table", action="store_true", help="only print the table")
+    parser.add_argument("--regret", action="store_true",
+                        help="only print the sweep that chose the default (markdown)")
+    parser.add_argument("--plot", type=Path, help="with --regret: the figure, as PNG")
+    args = parser.parse_args(argv)
+    names, policies = args.slices.split(","), args.policies.split(",")
+    if args.regret:
+        print(sweep(args.out, list(CANDIDATES)))
+        if args.plot:
+            plot(args.out, args.plot, ["raygang-no-tbf", "raygang-tbf", *BASELINES])
+        return 0
+    if not args.table:
+        for name in names:
+            write(ALL[name], args.out)
+        for variant, usage in VARIANTS.items():
+            (args.out / f"{variant}.yaml").write_text(f"usage: {json.dumps(usage)}\n")
+        work = [(n, p, str(args.out)) for n in names for p in policies
+                if not (args.out / n / f"{p}.json").exists()]
+        with ProcessPoolExecutor(args.jobs) as pool:
+            for line in pool.map(run_one, work):
+                print(line, flush=True)
+    print(table(args.out, policies))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
