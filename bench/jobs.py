@@ -31,9 +31,9 @@ return -> Train's group placed) and how often the neighbour took the capacity in
 
     python bench/jobs.py            # bursts 50 and 200, 3 Train runs each, 10 hand-offs
                                     # per condition: ~13 min here
-    python bench/jobs.py --quick    # burst 2, 1 run of each (the quiet hand-off run is
-                                    # the Train figures' raygang run), no warm-up, the
-                                    # neighbour starts at most 2 tasks: every figure, for tests
+    python bench/jobs.py --quick    # burst 2, raw then raygang, no warm-up, and one Train
+                                    # run through raygang (the hand-off window's quiet
+                                    # row; no unmanaged run, no neighbour): for tests
     python bench/jobs.py --bursts 1000 --sides raygang --train-runs 0 --handoff-runs 0 \
         --timeout 2400              # 1,000 jobs at once, all accepted, listed and run
 """
@@ -314,16 +314,11 @@ def train_runs(runs: int, warmup: bool, gpus: float, roots: set[int], storage: P
     return times, handoff_failed, others
 
 
-def bench_train(runs: int, warmup: bool, gpus: float, roots: set[int],
-                quiet: dict | None = None) -> None:
-    """Unmanaged and raygang Train runs; with `quiet` (the hand-off window's quiet row: Train
-    runs through raygang, the same as these), the raygang side is those runs."""
+def bench_train(runs: int, warmup: bool, gpus: float, roots: set[int]) -> None:
+    """Unmanaged and raygang Train runs, alternating."""
     with tempfile.TemporaryDirectory(prefix="raygang-bench-train-") as storage:
-        times, handoff_failed, others = train_runs(runs, warmup, gpus, roots, Path(storage),
-                                                   (False,) if quiet else (False, True))
-    if quiet:
-        times["raygang"], handoff_failed = quiet["latencies"], quiet["hits"]
-    order = "; raygang's are the quiet hand-off runs below" if quiet else ", alternating"
+        times, handoff_failed, others = train_runs(runs, warmup, gpus, roots, Path(storage))
+    order = ", alternating"
     print(f"train: DataParallelTrainer, 2 workers, use_gpu=True, no torch; fit() -> rank 0's "
           f"first ray.train.report; {runs} run(s) each{order}"
           f"{' after a warm-up' if warmup else ''}; other Ray clusters seen on this machine "
@@ -378,13 +373,11 @@ class Neighbour(threading.Thread):
     """Work started outside raygang: 1-GPU tasks of `seconds` each, arriving as a Poisson
     stream sized to keep `busy` GPUs busy on average. When the GPUs outside raygang's are
     all taken, arrivals wait in Ray's queue, and one that waits while raygang hands a
-    Train run's GPUs over takes one of them: the hand-off window hit. `limit` caps the
-    arrivals: on a loaded machine, where a task's new worker process takes longer to start
-    than the stream allows, the queue grows without end and holds every GPU."""
+    Train run's GPUs over takes one of them: the hand-off window hit."""
 
-    def __init__(self, busy: float, seconds: float = 4.0, limit: int | None = None):
+    def __init__(self, busy: float, seconds: float = 4.0):
         super().__init__(daemon=True)
-        self.rate, self.seconds, self.limit = busy / seconds, seconds, limit
+        self.rate, self.seconds = busy / seconds, seconds
         self.refs: list = []
         self._done = threading.Event()
         self.start()
@@ -393,8 +386,6 @@ class Neighbour(threading.Thread):
         import random
         rng = random.Random(7)
         while not self._done.wait(rng.expovariate(self.rate)):
-            if self.limit is not None and len(self.refs) >= self.limit:
-                return
             self.refs.append(outside_task.remote(self.seconds))
 
     def stop(self) -> None:
@@ -405,10 +396,10 @@ class Neighbour(threading.Thread):
         ray.wait(self.refs, num_returns=len(self.refs), timeout=60)
 
 
-def handoff_runs(runs: int, busy: float, storage: Path, limit: int | None = None) -> dict:
+def handoff_runs(runs: int, busy: float, storage: Path) -> dict:
     """`runs` Train runs through raygang, one after the other, beside a neighbour keeping
-    `busy` GPUs busy on average (0: none) with at most `limit` tasks."""
-    neighbour = Neighbour(busy, limit=limit) if busy else None
+    `busy` GPUs busy on average (0: none)."""
+    neighbour = Neighbour(busy) if busy else None
     marks = storage / f"windows-{busy:g}.txt"
     hits = requeues = 0
     latencies = []
@@ -440,17 +431,17 @@ def handoff_runs(runs: int, busy: float, storage: Path, limit: int | None = None
             "outside": len(neighbour.refs) if neighbour else 0}
 
 
-def bench_handoff(runs: int, gpus: float, limit: int | None = None) -> list[dict]:
+def bench_handoff(runs: int, gpus: float, neighbours: tuple[float, ...]) -> list[dict]:
     """How long the hand-off window is, and how often work started outside raygang takes
-    the capacity in it: quiet, and beside a busy neighbour (of at most `limit` tasks)."""
+    the capacity in it: for each neighbour (GPUs it keeps busy on average; 0: quiet)."""
     with tempfile.TemporaryDirectory(prefix="raygang-bench-handoff-") as storage:
-        return [handoff_runs(runs, busy, Path(storage), limit) for busy in (0, (gpus - 2) / 2)]
+        return [handoff_runs(runs, busy, Path(storage)) for busy in neighbours]
 
 
-def print_handoff(rows: list[dict], runs: int, gpus: float, limit: int | None) -> None:
+def print_handoff(rows: list[dict], runs: int, gpus: float) -> None:
     print(f"hand-off window: {runs} Train run(s) of 2 workers (use_gpu=True) through raygang, "
           f"one after another, quiet and beside a neighbour: 1-GPU tasks of 4 s started "
-          f"outside raygang (Poisson arrivals{f', at most {limit}' if limit else ''}) keeping "
+          f"outside raygang (Poisson arrivals) keeping "
           f"on average {(gpus - 2) / 2:g} of the "
           f"{gpus - 2:g} GPUs the run does not need busy, so some arrivals wait for a GPU; "
           f"window = the "
@@ -562,11 +553,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sides", default="raw,raygang",
                         help="which sides run the bursts: raw,raygang or one of them")
     parser.add_argument("--quick", action="store_true",
-                        help="burst 2, raw then raygang, 1 Train run each, no warm-up, "
-                             "a neighbour of at most 2 tasks (for tests)")
+                        help="burst 2, raw then raygang, no warm-up, one quiet Train run "
+                             "through raygang (for tests)")
     args = parser.parse_args(argv)
-    if args.quick:
-        args.bursts, args.abba_up_to, args.train_runs, args.timeout = "2", 0, 1, 120
+    if args.quick:  # each Train run costs ~5 s here, ~20 s on a loaded machine
+        args.bursts, args.abba_up_to, args.train_runs, args.timeout = "2", 0, 0, 120
         args.handoff_runs = 1
     bursts = [int(b) for b in args.bursts.split(",") if b]
 
@@ -593,18 +584,14 @@ def main(argv: list[str] | None = None) -> int:
         if bursts:
             bench_jobs(bursts, args.abba_up_to, args.timeout, roots, gpus,
                        tuple(args.sides.split(",")), warmup=not args.quick)
-        limit = 2 if args.quick else None
-        handoff = None
-        if args.quick and args.handoff_runs:
-            # The quiet hand-off run (Train through raygang) is the Train figures' raygang
-            # run too: one Train run fewer (~5 s here, ~20 s on a loaded machine).
-            handoff = bench_handoff(args.handoff_runs, gpus, limit)
         if args.train_runs:
-            bench_train(args.train_runs, warmup=not args.quick, gpus=gpus, roots=roots[0],
-                        quiet=handoff[0] if handoff else None)
+            bench_train(args.train_runs, warmup=not args.quick, gpus=gpus, roots=roots[0])
+        else:
+            print("train: not run (--train-runs 0)")
         if args.handoff_runs:
-            print_handoff(handoff or bench_handoff(args.handoff_runs, gpus, limit),
-                          args.handoff_runs, gpus, limit)
+            neighbours = (0,) if args.quick else (0, (gpus - 2) / 2)
+            print_handoff(bench_handoff(args.handoff_runs, gpus, neighbours),
+                          args.handoff_runs, gpus)
     finally:
         if cluster is not None:  # a joined cluster keeps its scheduler
             raygang.shutdown()
