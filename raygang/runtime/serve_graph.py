@@ -67,7 +67,8 @@ def complete(deployment: DeploymentSpec, app: Any = None) -> DeploymentSpec:
     app = app if app is not None else deployment.import_path
     if app is None:
         return deployment  # the plane says what is missing
-    return deployment.with_app(read(app))
+    with serving.BUILDING:
+        return deployment.with_app(read(app))
 
 
 def placed(app: Any, deployment: DeploymentSpec, spec: GangSpec,

@@ -13,6 +13,7 @@ Importing this module imports `ray.serve` (~0.7 s); import it lazily where that 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -36,6 +37,13 @@ from raygang.runtime.ray_private import (
 )
 
 DEFAULT_HTTP_PORT = 8000
+# Serve builds a deployment's config with a switch that is global to the process
+# (cloudpickle's "pickle this module by value": register, dump, unregister). Two builds in
+# two threads at once unregister each other's module, and one of them fails ("<module
+# ...request_router> is not registered for pickle by value": two deploys at once failed
+# so). The scheduler actor builds in threads (reading an app's graph, placing it, `serve.run`),
+# each under this lock.
+BUILDING = threading.RLock()
 POLL_S = 0.25
 # Resource requests a user may have put in the deployment's ray_actor_options: replaced,
 # because the replica must ask exactly for its bundle to be placed in it.
@@ -196,7 +204,8 @@ def _explain(status) -> str:
 
 def _deploy(name: str, app: Application, route_prefix: str, scalable: bool) -> None:
     ensure_serve_started()
-    serve_run_without_waiting(app, name, route_prefix, external_scaler_enabled=scalable)
+    with BUILDING:
+        serve_run_without_waiting(app, name, route_prefix, external_scaler_enabled=scalable)
 
 
 async def start_app(name: str, app: Any, route_prefix: str, timeout_s: float,

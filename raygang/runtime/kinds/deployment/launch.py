@@ -96,18 +96,22 @@ class ServeLaunch:
         from raygang.runtime import serving
 
         d = self.deployment
-        try:
-            if d.deployments is not None:  # several deployments: each on its role's nodes
-                from raygang.runtime import serve_graph
 
-                app = serve_graph.placed(self.app, d, self.spec, self.nodes)
-            else:
-                app = serving.with_options(
+        def build() -> Any:  # in a thread, as Serve's other builds here (serving.BUILDING)
+            with serving.BUILDING:
+                if d.deployments is not None:  # several deployments: each on its role's nodes
+                    from raygang.runtime import serve_graph
+
+                    return serve_graph.placed(self.app, d, self.spec, self.nodes)
+                return serving.with_options(
                     serving.resolve_app(self.app),
                     serving.deployment_options(len(self.nodes), d.resources.to_dict(),
                                                self.nodes, d.strategy.value,
                                                gang=not self.spec.elastic),
                 )
+
+        try:
+            app = await asyncio.to_thread(build)
             await asyncio.to_thread(serving.ensure_serve_started, self.http_port)
         except Exception as error:
             raise MemberFailure(GangError(error_type=type(error).__name__, message=str(error)))
