@@ -156,6 +156,10 @@ def test_pending_gang_says_which_nodes_it_waits_for():
     assert driver.note("c") == "no node can be added: group gpu is at its maximum of 3 nodes"
     assert driver.note("d").startswith("no worker group can ever host it: needs GPU 16")
     assert driver.note("e") is None
+    # Asked for, and a later plan places it on the nodes coming up without naming their
+    # group (one is up before its label is read): it still says what it waits for.
+    driver.requested["f"] = Request("gpu", 1, 1_790_000_000.0)
+    assert driver.note("f") == "waiting for 1 node of group gpu (requested at 2026-09-21T14:13:20Z)"
 
     record = GangRecord("a", spec("a", "4xGPU=1"), {}, 100, 0, 0.0)
     record.set_waiting(code=None, message="needs 4×{GPU: 1}", position=1)

@@ -191,15 +191,16 @@ class ScaleDriver:
             return f"no worker group can ever host it: {plan.infeasible[gang_id]}"
         if gang_id in plan.at_max:
             return f"no node can be added: {plan.at_max[gang_id]}"
-        if gang_id not in plan.waiting_for:
-            return None
-        group, _ = plan.waiting_for[gang_id]
         request = self.requested.get(gang_id)
+        if gang_id not in plan.waiting_for:
+            # Its nodes were asked for and it still waits: a plan made while they come up
+            # (one up, its group label not read yet) may place it on them without naming
+            # their group, yet the request stands until it is admitted.
+            return None if request is None else _waiting_for(request)
+        group, _ = plan.waiting_for[gang_id]
         if request is None or request.group != group:
             return f"waiting for nodes of group {group} already requested"
-        plural = "node" if request.nodes == 1 else "nodes"
-        return (f"waiting for {request.nodes} {plural} of group {group} "
-                f"(requested at {_iso(request.at)})")
+        return _waiting_for(request)
 
     def status(self) -> ScalingStatus:
         return ScalingStatus(
@@ -212,6 +213,12 @@ class ScaleDriver:
             last_error=self.last_error,
             actions=list(self.actions),
         )
+
+
+def _waiting_for(request: Request) -> str:
+    plural = "node" if request.nodes == 1 else "nodes"
+    return (f"waiting for {request.nodes} {plural} of group {request.group} "
+            f"(requested at {_iso(request.at)})")
 
 
 def _iso(at: float) -> str:
