@@ -46,6 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout
 
+from raygang.sim.api import json_safe  # noqa: E402
 from raygang.sim.philly import ATTRIBUTION, load_philly, proportional_nodes  # noqa: E402
 from raygang.sim.trace import Trace  # noqa: E402
 
@@ -184,18 +185,8 @@ def run_one(args: tuple[str, str, str]) -> str:
     data = comparison.to_json()
     data["jobs"] = {log.job.name: [log.job.queue, None if log.skipped else log.jct_s]
                     for log in comparison.replays[0].jobs.values()}
-    (where / f"{policy}.json").write_text(json.dumps(_finite(data), indent=1))
+    (where / f"{policy}.json").write_text(json.dumps(json_safe(data), indent=1))
     return f"{name} {policy}: {comparison.summaries[0]['speed']['wall_s']:.0f} s"
-
-
-def _finite(value: object) -> object:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
 
 
 # The table ------------------------------------------------------------------------------

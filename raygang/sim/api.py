@@ -50,7 +50,7 @@ class Comparison:
         """report.json, report.txt and (with matplotlib) the plots, into `out`."""
         out.mkdir(parents=True, exist_ok=True)
         written = [out / "report.json", out / "report.txt"]
-        written[0].write_text(json.dumps(_finite(self.to_json()), indent=2) + "\n")
+        written[0].write_text(json.dumps(json_safe(self.to_json()), indent=2) + "\n")
         written[1].write_text(self.table() + "\n")
         if plots:
             from raygang.sim.plots import write_plots
@@ -98,12 +98,12 @@ def _relative_to_static(replays: list[Replay], summaries: list[dict]) -> None:
         summary["worst_tenant_jct_vs_static"] = max(ratios.values(), default=math.nan)
 
 
-def _finite(value: object) -> object:
+def json_safe(value: object) -> object:
     """JSON has no NaN: write null."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_finite(v) for v in value]
+        return [json_safe(v) for v in value]
     return value
