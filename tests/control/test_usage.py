@@ -89,20 +89,27 @@ def test_the_admission_penalty_counts_a_burst_of_admissions(penalty_s, first):
     assert burst <= used["b"]["GPU"] <= burst + 5 * 4 * (1 + IDLE_S + 1)
 
 
+def _old_run_then_a_new_one(usage: dict, gap_s: float) -> tuple[float, str]:
+    """a runs the node for 10 minutes; `gap_s` later b runs it for 2. Returns a's usage
+    then (GPU-seconds) and which of a and b goes first in the race after."""
+    async def scenario():
+        plane = make_plane(harness.make_cluster("n0: GPU=4"), **OPTIONS,
+                           usage={**ON, **usage})
+        await _ran(plane, "a", 600)
+        await asyncio.sleep(gap_s)
+        await _ran(plane, "b", 120)
+        view = plane.loop.usage.keeper.ledger.view()
+        return view.used.get("a", {}).get("GPU", 0.0), await _race(plane)
+    a_used, (found, _) = run(scenario, virtual_s=gap_s + 5000)
+    return a_used, found
+
+
 @pytest.mark.parametrize("half_life_s, first", [(None, "b"), (600.0, "a")])
 def test_a_half_life_lets_old_usage_fade(half_life_s, first):
     """a ran the node for 10 minutes, two hours ago; b for 2 minutes just now. Every
     second counting the same, a used more and b goes first; with a half-life of 10
     minutes, a's usage has halved 12 times and a goes first."""
-    async def scenario():
-        plane = make_plane(harness.make_cluster("n0: GPU=4"), **OPTIONS,
-                           usage={**ON, "half_life_s": half_life_s})
-        await _ran(plane, "a", 600)
-        await asyncio.sleep(2 * 3600)
-        await _ran(plane, "b", 120)
-        view = plane.loop.usage.keeper.ledger.view()
-        return view.used["a"]["GPU"], await _race(plane)
-    a_used, (found, _) = run(scenario, virtual_s=10000)
+    a_used, found = _old_run_then_a_new_one({"half_life_s": half_life_s}, 2 * 3600)
     assert found == first
     if half_life_s is None:  # 600 s run and 300 s penalty, up to IDLE_S late
         assert 4 * 900 <= a_used <= 4 * (900 + IDLE_S + 2)
@@ -115,15 +122,7 @@ def test_usage_older_than_the_window_does_not_count(window_s, first):
     """a ran the node for 10 minutes, three hours ago; b for 2 minutes just now. With a
     week's window a used more, and b goes first; with a window of 168 minutes, a's run
     has left it, and a goes first."""
-    async def scenario():
-        plane = make_plane(harness.make_cluster("n0: GPU=4"), **OPTIONS,
-                           usage={**ON, "window_s": window_s})
-        await _ran(plane, "a", 600)
-        await asyncio.sleep(3 * 3600)
-        await _ran(plane, "b", 120)
-        view = plane.loop.usage.keeper.ledger.view()
-        return view.used.get("a", {}).get("GPU", 0.0), await _race(plane)
-    a_used, (found, _) = run(scenario, virtual_s=15000)
+    a_used, found = _old_run_then_a_new_one({"window_s": window_s}, 3 * 3600)
     assert found == first
     assert (a_used == 0.0) == (window_s < 3 * 3600)
 

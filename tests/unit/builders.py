@@ -197,3 +197,22 @@ def assignment(text: str) -> tuple[str, ...]:
         count, star, node_id = token.partition("*")
         out.extend([node_id] * int(count) if star else [token])
     return tuple(out)
+
+
+def scattered(rng, free: dict[str, int], gangs: int,
+              sizes: Sequence[int]) -> Iterable[tuple[int, tuple[tuple[str, Resources], ...]]]:
+    """Running gangs for property tests: for each of `gangs`, `rng.choice(sizes)` bundles
+    of {GPU: 1, CPU: 1} on random nodes with a GPU left in `free` (taken from it). Yields
+    (index, bundles) of each gang that got any; lazily, so a caller's own draws for a gang
+    come before the next gang's."""
+    for g in range(gangs):
+        where = []
+        for _ in range(rng.choice(sizes)):
+            options = [n for n, f in free.items() if f > 0]
+            if not options:
+                break
+            node = rng.choice(options)
+            free[node] -= 1
+            where.append((node, Resources(GPU=1, CPU=1)))
+        if where:
+            yield g, tuple(where)

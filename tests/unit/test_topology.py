@@ -10,6 +10,7 @@ import pytest
 
 from raygang.core import (
     Capacity,
+    GangSpec,
     ClusterSnapshot,
     NodeState,
     PendingGang,
@@ -29,7 +30,8 @@ from raygang.core.preemption.plain import searching_plainly
 from raygang.core.scale import NodeGroup, ScalePolicy, plan_scale
 from raygang.core.topology import broken, pins
 
-from tests.unit.builders import assignment, busy, capacity, cluster, gang, res, running, spec
+from tests.unit.builders import (assignment, busy, capacity, cluster, gang, res, running,
+                                 scattered, spec)
 
 # Three racks in two zones, 4 GPUs a node; x-1 has no labels.
 RACKS = (
@@ -238,6 +240,13 @@ def test_placement_keeps_every_rule_and_the_capacity(seed):
         assert len(set(got)) == 1
 
 
+def _racked_gang(rng: random.Random, topology: dict) -> tuple[Capacity, GangSpec]:
+    """A random racked cluster and a gang of 1 to 8 members asking for `topology`."""
+    cap = Capacity(random_racked(rng).alive_nodes)
+    return cap, spec("g", f"{rng.randint(1, 8)}xGPU={rng.choice([1, 2])}",
+                     rng.choice(list(Strategy)), topology=topology)
+
+
 def _domains(cap: Capacity, level: str) -> list[list[str]]:
     return list(cap.domains(level).values())
 
@@ -245,9 +254,7 @@ def _domains(cap: Capacity, level: str) -> list[list[str]]:
 @pytest.mark.parametrize("seed", SEEDS)
 def test_required_places_exactly_when_some_domain_alone_holds_the_gang(seed):
     rng = random.Random(seed)
-    cap = Capacity(random_racked(rng).alive_nodes)
-    s = spec("g", f"{rng.randint(1, 8)}xGPU={rng.choice([1, 2])}", rng.choice(list(Strategy)),
-             topology={"required": "rack"})
+    cap, s = _racked_gang(rng, {"required": "rack"})
     some = any(place(s.bundles, s.strategy, cap.subset(ids)) is not None
                for ids in _domains(cap, "rack"))
     assert (place(s.bundles, s.strategy, cap, s.layout) is not None) == some
@@ -256,9 +263,7 @@ def test_required_places_exactly_when_some_domain_alone_holds_the_gang(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_preferred_uses_one_domain_when_one_holds_it_and_never_makes_a_gang_wait(seed):
     rng = random.Random(seed)
-    cap = Capacity(random_racked(rng).alive_nodes)
-    s = spec("g", f"{rng.randint(1, 8)}xGPU={rng.choice([1, 2])}", rng.choice(list(Strategy)),
-             topology={"preferred": "rack"})
+    cap, s = _racked_gang(rng, {"preferred": "rack"})
     got = place(s.bundles, s.strategy, cap, s.layout)
     assert (got is None) == (place(s.bundles, s.strategy, cap) is None)
     one = any(place(s.bundles, s.strategy, cap.subset(ids)) is not None
@@ -342,19 +347,10 @@ def _scenario(seed: int):
              for r in range(rng.randint(2, 4)) for i in range(rng.randint(1, 3))]
     free = {line.split(":")[0]: 4 for line in racks}
     placed: list[PlacedGang] = []
-    for g in range(rng.randint(0, 8)):
-        where = []
-        for _ in range(rng.choice([1, 2, 3])):
-            options = [n for n, f in free.items() if f > 0]
-            if not options:
-                break
-            node = rng.choice(options)
-            free[node] -= 1
-            where.append((node, Resources(GPU=1, CPU=1)))
-        if where:
-            placed.append(PlacedGang(f"r-{g}", rng.choice([10, 100, 1000]), tuple(where),
-                                     running_since=rng.choice([0.0, 50.0]),
-                                     preemptible=rng.random() > 0.2))
+    for g, where in scattered(rng, free, rng.randint(0, 8), [1, 2, 3]):
+        placed.append(PlacedGang(f"r-{g}", rng.choice([10, 100, 1000]), where,
+                                 running_since=rng.choice([0.0, 50.0]),
+                                 preemptible=rng.random() > 0.2))
     config = PolicyConfig()
     classes = {c.name: c for c in config.priority_classes}
     pending = []

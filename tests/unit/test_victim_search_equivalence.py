@@ -24,7 +24,7 @@ from raygang.core import (
 from raygang.core.preemption.check import check
 from raygang.core.preemption.plain import searching_plainly
 
-from tests.unit.builders import busy, queue, spec
+from tests.unit.builders import busy, queue, scattered, spec
 
 
 SEEDS = range(300)
@@ -36,23 +36,14 @@ def scenario(seed: int):
     nodes = [f"w-{i}: GPU={rng.choice([2, 4, 8])} CPU=16" for i in range(rng.randint(2, 6))]
     free = {f"w-{i}": int(line.split("GPU=")[1].split()[0]) for i, line in enumerate(nodes)}
     running: list[PlacedGang] = []
-    for g in range(rng.randint(0, 12)):
-        where = []
-        for _ in range(rng.choice([1, 1, 2, 3])):
-            options = [n for n, f in free.items() if f > 0]
-            if not options:
-                break
-            node = rng.choice(options)
-            free[node] -= 1
-            where.append((node, Resources(GPU=1, CPU=1)))
-        if where:
-            running.append(PlacedGang(
-                f"r-{g}", rng.choice([10, 100, 500, 1000]), tuple(where),
-                queue=rng.choice(QUEUES), preemptible=rng.random() > 0.15,
-                running_since=rng.choice([None, 0.0, 50.0, 90.0]),
-                min_runtime_s=rng.choice([0, 0, 30]), draining=rng.random() < 0.1,
-                elastic=_elastic(rng, len(where)) if rng.random() < 0.3 else None,
-            ))
+    for g, where in scattered(rng, free, rng.randint(0, 12), [1, 1, 2, 3]):
+        running.append(PlacedGang(
+            f"r-{g}", rng.choice([10, 100, 500, 1000]), where,
+            queue=rng.choice(QUEUES), preemptible=rng.random() > 0.15,
+            running_since=rng.choice([None, 0.0, 50.0, 90.0]),
+            min_runtime_s=rng.choice([0, 0, 30]), draining=rng.random() < 0.1,
+            elastic=_elastic(rng, len(where)) if rng.random() < 0.3 else None,
+        ))
     pending = []
     for g in range(rng.randint(1, 6)):
         cls = rng.choice(["inference", "training", "batch"])
