@@ -73,14 +73,30 @@ def test_a_job_queued_behind_another_runs_after_it_and_a_stopped_one_never_start
     assert listed[second.gang_id].ray_job_id == f"raygang-{second.gang_id}-0"
 
 
-def test_a_job_s_output_and_failure_are_reported(jobs):
-    failing = raygang.submit_job(f"{PY} -c \"print('about to fail'); raise SystemExit(3)\"",
-                                 gpus=1, name="failing")
+FAILING = """
+import os, ray
+ray.init()
+# A task of the job, as Train's PlacementGroupCleaner is: its state API finds the cluster
+# by RAY_ADDRESS, else the newest on the machine (the other test clusters here).
+seen = ray.get(ray.remote(num_cpus=0)(lambda: os.environ.get("RAY_ADDRESS")).remote())
+print(f"a task sees RAY_ADDRESS={seen}", flush=True)
+print("about to fail", flush=True)
+raise SystemExit(3)
+"""
+
+
+def test_a_job_s_output_and_failure_are_reported_and_its_tasks_know_their_cluster(
+        jobs, tmp_path):
+    script = tmp_path / "failing.py"
+    script.write_text(FAILING)
+    failing = raygang.submit_job(f"{PY} {script}", gpus=1, name="failing")
     jobs.append(failing)
     status = failing.wait(timeout=90)
     assert status.state is GangState.FAILED
     assert status.error.error_type == "JobFailed" and "about to fail" in status.error.message
-    assert "about to fail" in failing.logs()
+    logs = failing.logs()
+    assert "about to fail" in logs
+    assert f"a task sees RAY_ADDRESS={ray.get_runtime_context().gcs_address}" in logs
 
 
 RESUMING = """

@@ -220,8 +220,14 @@ class JobLaunch(NoLiveResize, NoRestartResize):  # a job's budget has a fixed si
             "RAY_TRAIN_CALLBACKS": TRAIN_CALLBACK,
             "RAY_JOB_STOP_WAIT_TIME_S": str(max(1, int(job.preemption_grace_s))),
         }
+        if gcs_address := self.client.gcs_address():
+            # The job's actors look their cluster up by RAY_ADDRESS too: Train's
+            # PlacementGroupCleaner asks the state API whether its controller lives, and
+            # without it that API picks the newest Ray cluster on the machine; on another
+            # cluster the controller is "gone" and the cleaner removes the run's group.
+            runtime_env["env_vars"]["RAY_ADDRESS"] = gcs_address
         return dict(
-            entrypoint=driver_command(job.entrypoint, self.client.gcs_address()),
+            entrypoint=driver_command(job.entrypoint, gcs_address),
             submission_id=self.job_id,
             runtime_env=runtime_env,
             metadata={**job.metadata, "raygang_gang_id": self.gang_id},
