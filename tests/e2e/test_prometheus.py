@@ -38,7 +38,7 @@ from raygang.ops import alerts, dashboards
 from raygang.ops.__main__ import MONITORING
 from tests.integration.helpers import wait_state, wait_until
 
-DEADLINE_S = 60  # metrics reach the agents every 2 s here, Prometheus scrapes every 1 s
+DEADLINE_S = 60  # metrics reach the agents every 10 s, Prometheus scrapes every 1 s
 RATE_WINDOW = "2m"
 
 pytestmark = pytest.mark.skipif(

@@ -1,7 +1,7 @@
 """The scheduler's metrics reach Ray's Prometheus endpoints with their labels and values.
 
 Ray's workers push metrics to their node's agent every `metrics_report_interval_ms` (10 s
-by default; 2 s on the test session's cluster), so every check polls the endpoints until it
+by default, as on the test session's cluster), so every check polls the endpoints until it
 holds or a deadline passes.
 """
 
