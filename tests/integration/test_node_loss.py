@@ -1,5 +1,6 @@
 """A node dies under a running gang: the gang is torn down whole (never left partly placed)
-and runs again elsewhere, or fails with the reason when it may not restart."""
+and runs again elsewhere. (One that may not restart fails with the reason: the same
+member death as tests/integration/test_failures.py's, which checks that.)"""
 
 from __future__ import annotations
 
@@ -58,19 +59,3 @@ def test_a_gang_on_a_lost_node_restarts_whole_elsewhere(ray_cluster):
                 ray_cluster.remove_node(node)
     wait_for(lambda: not raygang_placement_groups() and not raygang_member_actors(), 30,
              "no raygang group or member left")
-
-
-def test_a_gang_that_may_not_restart_fails_with_the_reason(ray_cluster):
-    node = add_lossy_node(ray_cluster)
-    try:
-        task = raygang.gang_task(demo.sleep, name="no-restart", replicas=2, num_cpus=0,
-                                 resources={LOSSY: 1}, max_restarts=0)
-        ref = task.remote(seconds=30.0)
-        ref.ready(timeout=60)
-        ray_cluster.remove_node(node, allow_graceful=False)
-        done = ref.wait(timeout=90)
-        assert done.state.value == "FAILED", done
-        assert done.error.error_type == "ActorDiedError", done.error
-    finally:
-        if node in ray_cluster.worker_nodes:
-            ray_cluster.remove_node(node)

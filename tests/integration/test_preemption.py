@@ -11,7 +11,6 @@ from ray.util.placement_group import placement_group_table
 import raygang
 from raygang import GangState
 from raygang.runtime.names import pg_name
-from tests.conftest import SCHEDULER_CONFIG, _scheduler_with
 from tests.integration.helpers import wait_state
 
 
@@ -178,96 +177,6 @@ def test_the_grace_period_waits_for_running_bodies_only(gangs):
                         "worker": raygang.gang_task(Worker).options(num_gpus=2)},
         strategy="STRICT_PACK", priority="batch", preemption_grace_s=60).remote()
     assert 2 <= _preempt_with_inference(gangs, victim) < 20
-
-
-# Capacity still being freed ---------------------------------------------------------------
-GUARDED = raygang.SchedulerConfig(queues=SCHEDULER_CONFIG.queues, priority_classes=[
-    raygang.PriorityClass(name="guarded", value=5, min_runtime_s=3),
-    raygang.PriorityClass(name="pinned", value=50, min_runtime_s=3600)])
-
-
-@raygang.gang_task(num_gpus=4, priority="guarded", preemption_grace_s=6)
-class Stubborn:
-    """Ignores `preempted` and has no hook: it keeps its GPUs for the whole grace."""
-
-    def run(self):
-        time.sleep(3600)
-
-
-@pytest.fixture
-def guarded(gangs):
-    _scheduler_with(GUARDED)
-    yield gangs
-    for ref in gangs:
-        ref.cancel()
-    gangs.clear()
-    _scheduler_with(SCHEDULER_CONFIG)
-
-
-def test_a_gang_on_capacity_still_being_freed_waits_and_its_timeout_does_not_run(guarded):
-    gangs = guarded
-    gangs.append(filler := Filler.options(priority="pinned").remote())
-    wait_state(filler, GangState.RUNNING)
-    gangs.append(victim := Stubborn.remote())
-    wait_state(victim, GangState.RUNNING)
-    # Both wait while the victim is younger than its class's min_runtime_s (3 s); then one
-    # cycle admits both: the first preempts it, the second takes the 2 GPUs it frees
-    # beyond the first's need. The victim holds them for its whole grace (6 s), 3 times
-    # the second's reservation timeout.
-    gangs.append(first := Inference.options(name="first").remote())
-    gangs.append(second := Inference.options(name="second", reservation_timeout_s=2).remote())
-    for ref in (first, second):
-        wait_state(ref, GangState.RUNNING, timeout=60)
-    assert victim.status().preemptions == 1 and filler.status().state is GangState.RUNNING
-    events = second.status().events
-    admitted = next(e for e in events if e.to_state is GangState.ADMITTED)
-    assert admitted.reason.endswith("waiting for 1 preempted gang(s) to stop")
-    assert not [e.reason for e in events if "requeued" in e.reason]  # no timeout ran out
-    reserved = next(e for e in events if e.to_state is GangState.RESERVED)
-    assert reserved.at - admitted.at >= 5  # it waited out the victim's grace first
-
-
-TEAMS = raygang.SchedulerConfig(queues=[
-    raygang.QueueSpec(name="team-a", quota={"GPU": 4}),
-    raygang.QueueSpec(name="team-b", quota={"GPU": 4}),
-], preemption={"reclaim_min_runtime_s": 0, "reclaim_delay_s": 0})  # reclaim at once: the
-# defaults wait 5 min pending and 15 min running (tests/unit/test_preemption_policy.py)
-
-
-@pytest.fixture
-def teams(gangs):
-    """The scheduler with two teams of 4 guaranteed GPUs each (all 8), then as before."""
-    _scheduler_with(TEAMS)
-    yield gangs
-    for ref in gangs:  # before the scheduler goes: its replacement does not know them
-        ref.cancel()
-    gangs.clear()
-    _scheduler_with(SCHEDULER_CONFIG)
-
-
-def test_a_team_below_quota_reclaims_what_another_team_borrowed(teams, tmp_path):
-    gangs = teams
-    marks = tmp_path / "checkpoints.txt"
-    # team-a: quota 4 GPUs, runs 8 (4 borrowed from team-b's idle quota)
-    a_in = Trainer.options(name="a-in", queue="team-a").remote(str(marks))
-    gangs.append(a_in)
-    wait_state(a_in, GangState.RUNNING)
-    a_over = Trainer.options(name="a-over", queue="team-a").remote(str(marks))
-    gangs.append(a_over)
-    wait_state(a_over, GangState.RUNNING)
-    # team-b submits within its quota, at a lower priority even: a-over is reclaimed,
-    # a-in (within team-a's quota) keeps running
-    b = Trainer.options(name="b", queue="team-b", priority="batch").remote(str(marks))
-    gangs.append(b)
-    wait_state(b, GangState.RUNNING, timeout=60)
-    status = wait_state(a_over, GangState.PENDING, GangState.ADMITTED)
-    assert status.preemptions == 1
-    assert any(e.reason.startswith(f"reclaimed by gang {b.gang_id}") for e in status.events)
-    assert a_in.status().state is GangState.RUNNING and a_in.status().preemptions == 0
-    # its members checkpointed through on_preempt before they were stopped
-    lines = marks.read_text().splitlines()
-    assert sorted(line.rsplit(" ", 1)[0] for line in lines) == [
-        f"a-over rank {r} attempt 0" for r in range(4)]
 
 
 @raygang.gang_task(num_gpus=1, num_cpus=0)
