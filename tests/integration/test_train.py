@@ -129,31 +129,6 @@ def gangs(ray_cluster):
         ref.cancel()
 
 
-def test_a_train_run_waits_for_raygang_then_runs_on_exactly_the_reserved_nodes(gangs, tmp_path):
-    blocker = AllGpus.remote()
-    gangs.append(blocker)
-    wait_state(blocker, GangState.RUNNING)
-    fit = Fit(trainer(tmp_path, "waits"), queue="default")
-    run = train_gang("waits")
-    status = wait_state(run, GangState.PENDING)
-    time.sleep(2)  # it keeps waiting: Train has started no worker
-    status = run.status()
-    assert status.state is GangState.PENDING and status.queue_position == 1
-    assert "GPU" in status.reason
-    assert logged(tmp_path, "waits") == []
-
-    blocker.cancel()
-    result = fit.outcome()
-    assert result.error is None
-    status = run.status()
-    assert status.state is GangState.SUCCEEDED
-    reserved = sorted(m.node_id for m in status.members)
-    assert len(reserved) == 2
-    assert sorted(entry["node"] for entry in logged(tmp_path, "waits")) == reserved
-    events = [e.reason for e in status.events]
-    assert "Train's worker group placed on them" in events
-
-
 def test_a_train_run_preempted_by_a_deployment_checkpoints_requeues_and_resumes(
         gangs, tmp_path, http_port):
     half = HalfGpus.remote()  # priority 500: inference preempts the Train run, not this
@@ -279,10 +254,30 @@ def test_a_run_reserved_across_two_nodes_gets_one_worker_on_each_even_if_one_fre
     assert sorted(e["node"] for e in logged(tmp_path, "split")) == sorted([node_a, node_b])
 
 
-def test_a_killed_train_controller_fails_the_gang_and_leaves_nothing(gangs, tmp_path):
-    fit = Fit(trainer(tmp_path, "killed", steps=10_000))
+def test_a_train_run_waits_for_raygang_runs_on_the_reserved_nodes_and_a_killed_controller_fails_it(
+        gangs, tmp_path):
+    # One Train run for both (a Train start costs ~20 CPU-s here); a run to its end under
+    # raygang is the elastic test's and the preempted one's.
+    blocker = AllGpus.remote()
+    gangs.append(blocker)
+    wait_state(blocker, GangState.RUNNING)
+    fit = Fit(trainer(tmp_path, "killed", steps=10_000), queue="default")
     run = train_gang("killed")
-    wait_state(run, GangState.RUNNING, timeout=90)
+    wait_state(run, GangState.PENDING)
+    time.sleep(2)  # it keeps waiting: Train has started no worker
+    status = run.status()
+    assert status.state is GangState.PENDING and status.queue_position == 1
+    assert "GPU" in status.reason
+    assert logged(tmp_path, "killed") == []
+
+    blocker.cancel()
+    status = wait_state(run, GangState.RUNNING, timeout=90)
+    reserved = sorted(m.node_id for m in status.members)
+    assert len(reserved) == 2
+    started = wait_until(lambda: len(found := logged(tmp_path, "killed")) == 2 and found)
+    assert sorted(entry["node"] for entry in started) == reserved
+    assert "Train's worker group placed on them" in [e.reason for e in run.status().events]
+
     from ray.util.state import list_actors
 
     (controller,) = list_actors(filters=[("class_name", "=", "TrainController"),
