@@ -15,8 +15,9 @@ from ray import serve
 
 from raygang.runtime import serving
 from raygang.server.ingress import API_APP
-from tests.api_server import free_port
+from tests.api_server import TOKENS, free_port, write_tokens_file
 from tests.e2e.test_cli import ok, spec_file
+from tests.integration import leaks
 
 
 def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
@@ -25,24 +26,34 @@ def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
 
 
 def test_start_with_the_api_then_submit_through_it(ray_cluster, tmp_path):
+    """The API as a Serve ingress (`--api`), with a tokens file: it refuses a wrong token,
+    serves the status page, and a team's `raygang submit --wait` goes through it."""
     port = free_port()
     # The session's cluster runs without Ray token auth (see tests/conftest.py).
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAYGANG_")}
     env["RAY_AUTH_MODE"] = "disabled"
-    started = ok(cli("start", "--address", ray_cluster.address, "--api", "--no-auth",
-                     "--port", str(port), env=env))
+    tokens = write_tokens_file(tmp_path)
+    started = ok(cli("start", "--address", ray_cluster.address, "--api", "--tokens-file",
+                     str(tokens), "--port", str(port), env=env))
     try:
         url = f"http://127.0.0.1:{port}"
         assert url in started, started
-        env["RAYGANG_ADDRESS"] = url
-        spec = spec_file(tmp_path, "via-start", seconds=0.2)
+        with httpx.Client(base_url=url, timeout=60) as client:
+            assert client.get("/readyz").json()["status"] == "ready"
+            assert client.get("/v1/gangs", headers={"Authorization": "Bearer nope"}
+                              ).status_code == 401
+            assert "<html" in client.get("/").text.lower()
+        env.update(RAYGANG_ADDRESS=url, RAYGANG_TOKEN=TOKENS["team-a"][0])
+        spec = spec_file(tmp_path, "via-start", seconds=0.2, queue="team-a")
         out = ok(cli("submit", str(spec), "--wait", env=env))
         assert "SUCCEEDED" in out, out
-        listed = ok(cli("list", "--queue", "default", env=env))
+        listed = ok(cli("list", "--queue", "team-a", env=env))
         assert "via-start" in listed
     finally:
         serving._delete(API_APP)
         serve.shutdown()
+    assert API_APP not in serve.status().applications
+    leaks.wait_until_idle()
 
 
 def test_api_runs_standalone_against_a_cluster(ray_cluster, tmp_path):
