@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import statistics
 import time
 import urllib.request
@@ -196,12 +195,6 @@ def hold_the_rest(gpus: int):
     return pg
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5, help="runs per preemptor size")
@@ -222,19 +215,27 @@ def main() -> None:
                  log_to_driver=False)
     held = hold_the_rest(gpus)
     raygang.start()
-    # The training gangs start while Serve does; each run waits until all of them run.
-    fillers = [training.options(name=f"train-{i}").remote() for i in range(gpus)]
-    port = _free_port()
-    serving.ensure_serve_started(port)
-    measured = {size: [run_raygang(size, run, port, fillers) for run in range(runs)]
-                for size in sizes}
-    for ref in fillers:
-        ref.cancel()
-    resized = {elastic: [run_resize(elastic, run, gpus, works_s) for run in range(runs)]
-               for elastic in (True, False)}
-
+    fillers: list = []
     victims: list = [None] * gpus
-    raw = {size: [run_raw(size, victims) for _ in range(runs)] for size in sizes}
+    try:
+        # The training gangs start while Serve does; each run waits until all of them run.
+        fillers = [training.options(name=f"train-{i}").remote() for i in range(gpus)]
+        port = serving.serve_on_a_free_port()
+        measured = {size: [run_raygang(size, run, port, fillers) for run in range(runs)]
+                    for size in sizes}
+        for ref in fillers:
+            ref.cancel()
+        resized = {elastic: [run_resize(elastic, run, gpus, works_s) for run in range(runs)]
+                   for elastic in (True, False)}
+        raw = {size: [run_raw(size, victims) for _ in range(runs)] for size in sizes}
+    finally:  # whatever happened, nothing of the bench is left in a cluster it joined
+        for ref in fillers:
+            ref.cancel()
+        for pg, actor in filter(None, victims):
+            ray.kill(actor)
+            remove_placement_group(pg)
+        if held is not None:
+            remove_placement_group(held)
 
     print(f"preemption: {gpus} GPUs full of {gpus} batch training gangs (1 GPU each, grace 0);"
           f" an inference deployment preempts them; median of {runs} run(s)")
@@ -263,11 +264,6 @@ def main() -> None:
               f"{sum(s for _, s, *_ in rows):>3}/{len(rows):<3}  "
               f"{statistics.median(x for *_, x, _ in rows):>10.1f}  "
               f"{statistics.median(m for *_, m in rows):>13g}")
-    for pg, actor in filter(None, victims):
-        ray.kill(actor)
-        remove_placement_group(pg)
-    if held is not None:
-        remove_placement_group(held)
     if not args.address:  # a joined cluster keeps its scheduler
         raygang.shutdown()
     serve.shutdown()

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import compileall
 import os
-import socket
 from pathlib import Path
 
 import pytest
@@ -142,21 +141,8 @@ def ray_cluster(cluster):
 @pytest.fixture(scope="module")
 def http_port(cluster):
     """Ray Serve with one loopback proxy on a free port (others may run Serve here too);
-    raygang uses the Serve it finds running. Shut down after the module. A port free when
-    asked may be taken before Serve's proxy binds it (the other worker's processes start
-    meanwhile; seen once in a clean-clone run): then another one."""
-    for attempt in range(3):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        try:
-            serving.ensure_serve_started(port)
-            break
-        except Exception as error:  # noqa: BLE001 - only a lost port is tried again
-            if "Failed to bind" not in str(error) or attempt == 2:
-                raise
-            serve.shutdown()
-    yield port
+    raygang uses the Serve it finds running. Shut down after the module."""
+    yield serving.serve_on_a_free_port()
     serve.shutdown()
 
 

@@ -13,6 +13,7 @@ Importing this module imports `ray.serve` (~0.7 s); import it lazily where that 
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -149,6 +150,25 @@ def ensure_serve_started(http_port: int | None = None, host: str = "127.0.0.1") 
         proxy_location="HeadOnly",
         http_options={"host": host, "port": http_port or DEFAULT_HTTP_PORT},
     )
+
+
+def serve_on_a_free_port(tries: int = 3) -> int:
+    """Start Serve (as `ensure_serve_started`) with its proxy on a loopback port free when
+    asked; the port. Another process may bind that port before the proxy does (seen with
+    the test suite's two workers starting Serve at once): then Serve goes down and another
+    port is tried. For benchmarks and tests beside other Serve instances on one machine."""
+    for attempt in range(tries):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        try:
+            ensure_serve_started(port)
+            return port
+        except Exception as error:  # only a lost port is tried again
+            if "Failed to bind" not in str(error) or attempt == tries - 1:
+                raise
+            serve.shutdown()
+    raise AssertionError("unreachable")
 
 
 def _serve_status():
