@@ -107,11 +107,10 @@ def cluster():
         initialize_head=True,
         # The dashboard serves Ray's Job Submission API (raygang's job queue uses it).
         # Its agent on a free port: examples started beside it (ray.init of a local cluster)
-        # take the default 52365, and a second agent there cannot serve jobs.
+        # take the default 52365, and a second agent there cannot serve jobs. Metrics reach
+        # the agents every 10 s (Ray's default; the metrics tests poll for them): at 2 s the
+        # agents of a session cluster took 1.2 CPU-s a minute more, for the whole run.
         head_node_args={"num_cpus": 2, "num_gpus": 0, "include_dashboard": True,
-                        # Metrics reach the agents every 10 s (Ray's default; the metrics
-                        # tests poll for them): at 2 s the agents of a session cluster
-                        # took 1.2 CPU-s a minute more, for the whole run.
                         "dashboard_port": 0, "dashboard_agent_listen_port": None},
     )
     workers = [c.add_node(num_cpus=4, num_gpus=WORKER_GPUS,
