@@ -268,7 +268,9 @@ class MemoryCluster:
             node_id = node.node_id
             free = Resources()
             if node.alive and node_id not in draining:
-                free = self.free(node_id, seen=True)
+                free = self._free[node_id]  # as `free(seen=True)`, without a subtraction
+                if node.hidden:  # per node and cycle where nothing is hidden
+                    free = free - node.hidden
                 if node_id in coming:
                     free = free.minimum(node.total - self._used_on(node_id) - coming[node_id])
             nodes.append(NodeState(node_id, node.total, free, node.labels, alive=node.alive,

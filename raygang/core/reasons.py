@@ -82,8 +82,8 @@ class Reasons:
         # Whether anyone was left to stop is looked at only here, for the few gangs that
         # end up waiting: a search's candidates can be long to walk.
         notes = "".join(
-            (self.cycle.actions[action].no_room or {})["none" if next(iter(candidates), None) is None
-                                            else "some"] + self._young_note(action, candidates)
+            (self.cycle.actions[action].no_room or {})["none" if candidates.empty() else "some"]
+            + self._young_note(action, candidates)
             for action, candidates in self.cycle.tried.get(gang.gang_id, ())
         )
         notes += "".join(

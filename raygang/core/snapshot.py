@@ -67,6 +67,11 @@ class PlacedGang:
     # (runtime/observe.py); a cycle reads only the free that view gives.
     unseen: bool = False
     total: Resources = field(init=False, repr=False, compare=False)
+    # What victim searches work out from it alone, kept with it: the control plane hands
+    # a cycle the same object while nothing it reads changed, so each is worked out once
+    # per gang, not once per cycle (`core.preemption.pool.held_per_node`).
+    memo: dict[object, Any] = field(init=False, repr=False, compare=False,
+                                    default_factory=dict)
 
     def __post_init__(self) -> None:
         total = Resources()

@@ -46,6 +46,10 @@ class Candidates:
             if self.admits(gang):
                 yield gang
 
+    def empty(self) -> bool:
+        """No candidate at all (read up to the first one)."""
+        return next(iter(self), None) is None
+
     def admits(self, gang: PlacedGang) -> bool:
         """Not taken, not of an excluded queue, and allowed (priority aside)."""
         return (gang.gang_id not in self.taken and gang.queue not in self.other_than
@@ -117,16 +121,10 @@ class Pool:
         def footprint(gang: PlacedGang) -> Footprint:
             found = cache.get(id(gang))  # placed gangs live as long as the cycle
             if found is None:
-                per_node: dict[str, Vec] = {}
-                for node, bundle in gang.bundles:
-                    if node in capacity:
-                        held = per_node.get(node)
-                        amounts = bundle.vector(names)
-                        per_node[node] = amounts if held is None else plus(held, amounts)
-                entries = tuple((n, v) for n, v in per_node.items() if any(v))
-                total = entries[0][1] if len(entries) == 1 else tuple(
-                    sum(v[i] for _, v in entries) for i in range(len(names)))
-                found = cache[id(gang)] = (entries, total)
+                found = held_per_node(gang, names)
+                if not all(node in capacity for node, _ in found[0]):
+                    found = _summed([e for e in found[0] if e[0] in capacity], len(names))
+                cache[id(gang)] = found
             return found
 
         self._footprint_fns[names] = footprint
@@ -240,6 +238,28 @@ class Pool:
                     for i in self.on_nodes(names).get(node, ()):
                         if i < read[0] and i not in have:
                             bisect.insort(known, i)
+
+
+def held_per_node(gang: PlacedGang, names: tuple[str, ...]) -> Footprint:
+    """What `gang` holds of `names` on each node (those holding some), and their sum:
+    kept with the gang (`PlacedGang.memo`), which lives as many cycles as it runs."""
+    key = ("held per node", names)
+    found = gang.memo.get(key)
+    if found is None:
+        per_node: dict[str, Vec] = {}
+        for node, bundle in gang.bundles:
+            held = per_node.get(node)
+            amounts = bundle.vector(names)
+            per_node[node] = amounts if held is None else plus(held, amounts)
+        found = gang.memo[key] = _summed([(n, v) for n, v in per_node.items() if any(v)],
+                                         len(names))
+    return found
+
+
+def _summed(entries: list[tuple[str, Vec]], width: int) -> Footprint:
+    total = entries[0][1] if len(entries) == 1 else tuple(
+        sum(v[i] for _, v in entries) for i in range(width))
+    return tuple(entries), total
 
 
 def score(tests: Tests, free: Vec) -> tuple[int, ...]:

@@ -19,12 +19,13 @@ freeing every candidate for real and placing after each step was what cost secon
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from raygang.core.capacity import Capacity
-from raygang.core.fairshare import QueueBook, in_quota
+from raygang.core.fairshare import QueueBook
 from raygang.core.gang import PendingGang
 from raygang.core.placement import place
 from raygang.core.preemption.pool import Candidates, Pool
@@ -38,9 +39,13 @@ Undo = Callable[[], None]
 def victim_order(gang: PlacedGang) -> tuple[Any, ...]:
     """Least important first: lowest priority, then most recently started (one not yet
     running counts as the most recent), then smallest (scarcest resource first), then id
-    (`reclaim_victim_order: newest`, and always for preempt; Kueue's candidatesOrdering)."""
-    started = gang.running_since if gang.running_since is not None else math.inf
-    return (gang.priority, -started, _size(gang), gang.gang_id)
+    (`reclaim_victim_order: newest`, and always for preempt; Kueue's candidatesOrdering).
+    Kept with the gang: every cycle sorts every stoppable gang by it."""
+    found = gang.memo.get(victim_order)
+    if found is None:
+        started = gang.running_since if gang.running_since is not None else math.inf
+        found = gang.memo[victim_order] = (gang.priority, -started, _size(gang), gang.gang_id)
+    return found
 
 
 def cheapest_first(now: float) -> GangKey:
@@ -70,7 +75,19 @@ def victim_key(order: str, now: float) -> GangKey:
 
 
 def _size(gang: PlacedGang) -> tuple[int, ...]:
-    return tuple(gang.total.units(n) for n in sorted(gang.total, key=scarcity_key))
+    return _size_of(gang.total)
+
+
+@functools.lru_cache(maxsize=4096)
+def _size_of(total: Resources) -> tuple[int, ...]:
+    """Units per resource, scarcest first: worked out once per distinct total (a cycle
+    sorts every stoppable gang by it; a cluster runs a few dozen distinct totals)."""
+    return tuple(total.units(n) for n in sorted(total, key=scarcity_key))
+
+
+@functools.lru_cache(maxsize=4096)
+def _largest_first(size: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(-u for u in size)
 
 
 def reclaim_protected(book: QueueBook, placed: Sequence[PlacedGang],
@@ -90,11 +107,17 @@ def reclaim_protected(book: QueueBook, placed: Sequence[PlacedGang],
         quota = book.tree.specs[queue].quota
         # Fair shares are floats: to units, with a hair of slack for the water-filling sums.
         fair = {n: math.floor(v * UNIT * (1 + 1e-9)) for n, v in book.fair.get(queue, {}).items()}
-        kept = Resources()
+        # In units, as plain dicts (this walks every running gang each cycle): within the
+        # quota is `in_quota` (only the resources it names, and the gang asks for one).
+        named = {n: quota.units(n) for n in quota}
+        kept: dict[str, int] = {}
         for gang in sorted(gangs, key=importance):
-            with_it = kept + gang.total
-            if in_quota(quota, with_it, gang.total) or all(
-                with_it.units(n) <= fair.get(n, 0) for n in with_it
+            total, with_it = gang.total, dict(kept)
+            for n in total:
+                with_it[n] = with_it.get(n, 0) + total.units(n)
+            if (any(total.units(n) > 0 for n in named)
+                    and all(u <= named[n] for n, u in with_it.items() if n in named)) or all(
+                u <= fair.get(n, 0) for n, u in with_it.items()
             ):  # a gang that fits neither is skipped, not a stop: a smaller, less
                 kept = with_it  # important one may still fit
                 kept_ids.add(gang.gang_id)
@@ -121,7 +144,7 @@ def _costliest(now: float) -> GangKey:
     def key(gang: PlacedGang) -> tuple[Any, ...]:
         size = _size(gang)
         return (gang.preemptible, gang.of is not None, -gang.priority,
-                -_at_risk(gang, now, size), tuple(-u for u in size), gang.gang_id)
+                -_at_risk(gang, now, size), _largest_first(size), gang.gang_id)
 
     return key
 
@@ -187,6 +210,9 @@ class VictimSearch:
     ) -> tuple[tuple[str, ...], list[PlacedGang]] | None:
         """(nodes for the gang, victims) with the victims' resources left freed on the
         scratch state, or None with the scratch state untouched."""
+        if candidates.empty():  # nobody to stop: what placing finds now is the answer
+            nodes = self._fits()  # (a probe would only have spared placing; its bounds
+            return None if nodes is None else (nodes, [])  # read the whole pool)
         probe = Probe(self.gang, self.capacity, self.book, self.pool)
         # No need to place where the probe says there is no room; but where a limit is at
         # stake the book's own check runs first, as it did (same messages, same errors).
