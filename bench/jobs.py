@@ -31,9 +31,9 @@ return -> Train's group placed) and how often the neighbour took the capacity in
 
     python bench/jobs.py            # bursts 50 and 200, 3 Train runs each, 10 hand-offs
                                     # per condition: ~13 min here
-    python bench/jobs.py --quick    # burst 2, raw then raygang, no warm-up, and one Train
-                                    # run through raygang (the hand-off window's quiet
-                                    # row; no unmanaged run, no neighbour): for tests
+    python bench/jobs.py --quick    # burst 2, raw then raygang, no warm-up, no Train run
+                                    # (each costs ~20 CPU-s here): for tests
+    python bench/jobs.py --quick --handoff-runs 1   # and the hand-off window's quiet row
     python bench/jobs.py --bursts 1000 --sides raygang --train-runs 0 --handoff-runs 0 \
         --timeout 2400              # 1,000 jobs at once, all accepted, listed and run
 """
@@ -546,19 +546,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--abba-up-to", type=int, default=50,
                         help="bursts up to this size run ABBA, larger ones raw then raygang")
     parser.add_argument("--train-runs", type=int, default=3)
-    parser.add_argument("--handoff-runs", type=int, default=10,
-                        help="Train runs per condition of the hand-off window (0: skip)")
+    parser.add_argument("--handoff-runs", type=int,
+                        help="Train runs per condition of the hand-off window (0: skip; "
+                             "default 10, 0 with --quick)")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per burst run")
     parser.add_argument("--address", help="an existing cluster (with the dashboard)")
     parser.add_argument("--sides", default="raw,raygang",
                         help="which sides run the bursts: raw,raygang or one of them")
     parser.add_argument("--quick", action="store_true",
-                        help="burst 2, raw then raygang, no warm-up, one quiet Train run "
-                             "through raygang (for tests)")
+                        help="burst 2, raw then raygang, no warm-up, no Train run unless "
+                             "--handoff-runs asks (for tests)")
     args = parser.parse_args(argv)
     if args.quick:  # each Train run costs ~5 s here, ~20 s on a loaded machine
         args.bursts, args.abba_up_to, args.train_runs, args.timeout = "2", 0, 0, 120
-        args.handoff_runs = 1
+    if args.handoff_runs is None:
+        args.handoff_runs = 0 if args.quick else 10
     bursts = [int(b) for b in args.bursts.split(",") if b]
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # Cluster() nodes start without it
@@ -592,6 +594,8 @@ def main(argv: list[str] | None = None) -> int:
             neighbours = (0,) if args.quick else (0, (gpus - 2) / 2)
             print_handoff(bench_handoff(args.handoff_runs, gpus, neighbours),
                           args.handoff_runs, gpus)
+        else:
+            print("hand-off window: not run (--handoff-runs 0)")
     finally:
         if cluster is not None:  # a joined cluster keeps its scheduler
             raygang.shutdown()

@@ -28,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="at least this many gangs arrive (for up to 3x --seconds): on a "
                              "loaded machine a submission waits out each scheduler restart")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--every", default="2,5", metavar="LOW,HIGH",
+                        help="seconds between faults, drawn uniformly from LOW to HIGH")
     args = parser.parse_args(argv)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
@@ -40,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     from tests.integration import leaks
 
     rng = random.Random(args.seed)
+    low, high = (float(s) for s in args.every.split(","))
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 2, "num_gpus": 0, "include_dashboard": False})
     workers = [cluster.add_node(num_cpus=2, resources={CHAOS: 4}) for _ in range(2)]
@@ -77,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             errors.append(f"{what}: {type(error).__name__}: {error}")
 
     t0 = time.monotonic()
-    next_chaos = t0 + rng.uniform(2.0, 5.0)
+    next_chaos = t0 + rng.uniform(low, high)
     try:
         def arriving() -> bool:
             elapsed = time.monotonic() - t0
@@ -87,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         while arriving():
             if time.monotonic() >= next_chaos:
                 chaos(kinds[sum(actions.values()) % len(kinds)])
-                next_chaos = time.monotonic() + rng.uniform(2.0, 5.0)
+                next_chaos = time.monotonic() + rng.uniform(low, high)
             refs.append(task.remote(seconds=rng.uniform(1.0, 4.0)))
             time.sleep(rng.uniform(0.5, 2.0))
         ends = Counter()

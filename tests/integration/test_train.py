@@ -129,43 +129,6 @@ def gangs(ray_cluster):
         ref.cancel()
 
 
-def test_a_train_run_preempted_by_a_deployment_checkpoints_requeues_and_resumes(
-        gangs, tmp_path, http_port):
-    half = HalfGpus.remote()  # priority 500: inference preempts the Train run, not this
-    gangs.append(half)
-    wait_state(half, GangState.RUNNING)
-    fit = Fit(trainer(tmp_path, "victim", steps=400, more=3), preemption_grace_s=4)
-    run = train_gang("victim")
-    wait_state(run, GangState.RUNNING, timeout=90)
-    while not logged(tmp_path, "victim"):
-        time.sleep(0.2)
-
-    # 3 GPUs: the 2 left free beside the run are not enough, the run's are.
-    deployment = raygang.deploy("infer", "tests.integration.test_train:app", num_gpus=3)
-    try:
-        status = wait_state(run, GangState.PENDING, timeout=60)
-    except AssertionError:
-        print("EVENTS", [(e.to_state.value, e.reason, e.at) for e in run.status().events])
-        print("DEPLOY", [(e.to_state.value, e.reason, e.at) for e in deployment.status().events])
-        raise
-    assert status.preemptions == 1 and "preempted by deployment infer" in status.reason
-    deployment.ready(timeout=60)
-    # Train tore its worker group down itself: it holds nothing while it waits.
-    time.sleep(1)
-    assert run.status().state is GangState.PENDING
-    assert ray.available_resources().get("GPU", 0) == 1  # 8 - 4 (HalfGpus) - 3 (infer)
-
-    deployment.undeploy()
-    result = fit.outcome(timeout=180)
-    assert result.error is None
-    starts = [e["start"] for e in logged(tmp_path, "victim")]
-    assert starts[:2] == [0] * 2 and len(starts) == 4 and min(starts[2:]) > 0
-    assert len(set(starts[2:])) == 1  # all workers resumed from the same checkpoint
-    assert result.checkpoint is not None  # the one saved when preempted
-    status = run.status()
-    assert status.state is GangState.SUCCEEDED and status.gang_id == run.gang_id
-
-
 class StealingTrain(RaygangTrain):
     """Work outside raygang takes the nodes in the hand-off window, once: right after the
     claim, before Train creates its group, a placement group takes their GPUs."""
@@ -394,3 +357,41 @@ def _app():
 
 
 app = _app()
+
+
+# Last in the module: Serve (the http_port fixture's, module-scoped) runs from here to its end.
+def test_a_train_run_preempted_by_a_deployment_checkpoints_requeues_and_resumes(
+        gangs, tmp_path, http_port):
+    half = HalfGpus.remote()  # priority 500: inference preempts the Train run, not this
+    gangs.append(half)
+    wait_state(half, GangState.RUNNING)
+    fit = Fit(trainer(tmp_path, "victim", steps=400, more=3), preemption_grace_s=4)
+    run = train_gang("victim")
+    wait_state(run, GangState.RUNNING, timeout=90)
+    while not logged(tmp_path, "victim"):
+        time.sleep(0.2)
+
+    # 3 GPUs: the 2 left free beside the run are not enough, the run's are.
+    deployment = raygang.deploy("infer", "tests.integration.test_train:app", num_gpus=3)
+    try:
+        status = wait_state(run, GangState.PENDING, timeout=60)
+    except AssertionError:
+        print("EVENTS", [(e.to_state.value, e.reason, e.at) for e in run.status().events])
+        print("DEPLOY", [(e.to_state.value, e.reason, e.at) for e in deployment.status().events])
+        raise
+    assert status.preemptions == 1 and "preempted by deployment infer" in status.reason
+    deployment.ready(timeout=60)
+    # Train tore its worker group down itself: it holds nothing while it waits.
+    time.sleep(1)
+    assert run.status().state is GangState.PENDING
+    assert ray.available_resources().get("GPU", 0) == 1  # 8 - 4 (HalfGpus) - 3 (infer)
+
+    deployment.undeploy()
+    result = fit.outcome(timeout=180)
+    assert result.error is None
+    starts = [e["start"] for e in logged(tmp_path, "victim")]
+    assert starts[:2] == [0] * 2 and len(starts) == 4 and min(starts[2:]) > 0
+    assert len(set(starts[2:])) == 1  # all workers resumed from the same checkpoint
+    assert result.checkpoint is not None  # the one saved when preempted
+    status = run.status()
+    assert status.state is GangState.SUCCEEDED and status.gang_id == run.gang_id
