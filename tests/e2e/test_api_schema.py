@@ -11,7 +11,7 @@ session's configuration after the module (a restart: queues cannot be deleted).
 
 Left out: `POST /v1/deployments`. Each valid case would deploy a Ray Serve application
 (Serve started, then ~3 s per `serve.run` and ~3 s per delete, on a replica process each):
-far too slow for ~25 cases on this machine; tests/integration/test_api_deployments.py
+far too slow for ~25 cases on this machine; tests/e2e/test_api_deployments.py
 covers its status codes and schema by hand.
 
 Left out too: `POST /v1/jobs`. Each valid case would queue a Ray job whose entrypoint, a

@@ -11,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.api_server import FINISHED, ApiServer, free_port, wait_for_state
@@ -225,6 +224,7 @@ def test_an_unreachable_api_exits_3():
     assert line == f"error: cannot reach the raygang API at {url}: connection refused"
 
 
+# A deployment made and removed with the CLI: tests/e2e/test_api_deployments.py (one Serve).
 def test_deploy_and_undeploy_errors(api_server, tmp_path):
     spec = tmp_path / "serve.yaml"
     spec.write_text("name: cli-app\nreplicas: 1\nresources: {CPU: 1}\n")
@@ -234,30 +234,6 @@ def test_deploy_and_undeploy_errors(api_server, tmp_path):
     assert line == "error: no deployment named 'no-such-app'"
     line = one_error_line(run_cli("status", "no-such-gang", api=api_server), 1)
     assert "no-such-gang" in line
-
-
-def test_deploy_and_undeploy_a_serve_application(api_server, ray_cluster, http_port):
-    """The example spec, as docs/interfaces.md tells users to run it (Serve on the module's port)."""
-    spec = Path(__file__).parents[2] / "examples" / "specs" / "chat.yaml"
-    out = ok(run_cli("deploy", str(spec), api=api_server)).strip()
-    assert out.startswith("deployment chat: gang chat-"), out
-    gang_id = out.rsplit(" ", 1)[1]
-    try:
-        running = wait_for(api_server, gang_id, {"RUNNING"}, timeout=180)
-        assert running["kind"] == "deployment" and running["world_size"] == 2
-        with api_server.client("admin") as admin:
-            listed = admin.get("/v1/deployments").json()
-        assert [(d["name"], d["gang_id"]) for d in listed] == [("chat", gang_id)]
-        answer = httpx.get(f"http://127.0.0.1:{http_port}/chat", timeout=30)
-        assert answer.status_code == 200 and answer.json()["path"] == "/chat"
-    finally:
-        undeployed = run_cli("undeploy", "chat", api=api_server)
-    assert ok(undeployed) == "deployment chat: CANCELLED\n"
-    with api_server.client("admin") as admin:
-        assert admin.get("/v1/deployments").json() == []
-        assert admin.get(f"/v1/gangs/{gang_id}").json()["reason"] == "undeployed"
-    line = one_error_line(run_cli("undeploy", "chat", api=api_server), 1)
-    assert line == "error: no deployment named 'chat'"
 
 
 # Commands that join a Ray cluster ------------------------------------------------------

@@ -34,10 +34,19 @@ def big_result() -> bytes:
     return b"x" * (2 << 20)  # over the 1 MiB kept in the store by default
 
 
+@raygang.gang_task(name="slow-start", replicas=2, num_cpus=1)
+class SlowStart:
+    def __init__(self):
+        time.sleep(3.0)  # the scheduler dies while members are being started
+
+    def run(self):
+        return raygang.get_context().rank
+
+
 def test_a_restarted_scheduler_keeps_every_gang(ray_cluster):
     # One restart for every kind of gang it must keep (each restart costs a scheduler
     # process and a recovery): running, waiting, cancelled, acknowledged just before the
-    # kill, and finished with a small or a big result.
+    # kill, finished with a small or a big result, and caught while its members start.
     from raygang.control.errors import ResultsLostError
 
     hold = raygang.gang_task(demo.sleep, name="hold", replicas=2, num_gpus=4, num_cpus=0,
@@ -48,27 +57,35 @@ def test_a_restarted_scheduler_keeps_every_gang(ray_cluster):
     expected = kept.result(timeout=60)
     lost = big_result.remote()
     assert len(lost.result(timeout=60)[0]) == 2 << 20
-    # Long enough to outlast the restart and adoption on a loaded machine (two test workers).
-    running = hold.remote(seconds=12.0)
+    # Long enough to outlast the start below, the restart and the adoption on a loaded
+    # machine (two test workers).
+    running = hold.remote(seconds=14.0)
     members = member_actor_ids(running.ready(timeout=60))
     waiting = small.remote(seconds=0.1)
     cancelled = small.remote(seconds=0.1)
     assert cancelled.cancel().state.value == "CANCELLED"
     assert waiting.status().state.value == "PENDING"
     stored = [small.options(name="stored").remote(seconds=0.1) for _ in range(3)]
+    # On CPUs (the GPUs are all held), in a queue of its own: in `default` it would wait
+    # behind `waiting` until `hold` ends.
+    starting = SlowStart.options(queue="team-b").remote()
+    deadline = time.monotonic() + 60
+    while starting.status().state.value != "STARTING":
+        assert time.monotonic() < deadline, starting.status()
+        time.sleep(0.05)
 
     # The process dies at once after those acknowledgements; Ray starts it again.
     restart_scheduler()
 
-    # Results: the small one from the store, the big one said to be lost.
-    assert kept.result(timeout=60) == expected
-    with pytest.raises(ResultsLostError, match="kept only up to 1048576 bytes"):
-        lost.result(timeout=60)
     # The running gang was adopted, not restarted: same member actors, same run (calls made
     # during a restart are retried by the Python API: tests/e2e/test_chaos.py).
     status = running.status()
     assert status.state.value == "RUNNING", status
     assert member_actor_ids(status) == members
+    # Results: the small one from the store, the big one said to be lost.
+    assert kept.result(timeout=60) == expected
+    with pytest.raises(ResultsLostError, match="kept only up to 1048576 bytes"):
+        lost.result(timeout=60)
     assert [r["rank"] for r in running.result(timeout=60)] == [0, 1]
     done = running.status()
     assert done.state.value == "SUCCEEDED"
@@ -78,14 +95,22 @@ def test_a_restarted_scheduler_keeps_every_gang(ray_cluster):
     for ref in (waiting, *stored):
         assert ref.wait(timeout=90).state.value == "SUCCEEDED"
     assert cancelled.status().state.value == "CANCELLED"  # not re-admitted
+    # Caught starting: torn down and requeued, then run whole (not counted as a restart).
+    assert starting.result(timeout=120) == [0, 1]
+    started = starting.status()
+    # (What the store held when the process died: STARTING, or a step before it if that
+    # change was still being written.)
+    assert any(re.search(r"restarted while the gang was (ADMITTED|RESERVED|STARTING)",
+                         e.reason) for e in started.events), [e.reason for e in started.events]
+    assert started.restarts == 0
     # Each gang once, same ids; never two placement groups of one gang.
     ids = [g.gang_id for g in raygang.list_gangs()]
-    for ref in (running, waiting, cancelled, *stored):
+    for ref in (running, waiting, cancelled, starting, *stored):
         assert ids.count(ref.gang_id) == 1
     assert all(n == 1 for n in raygang_pgs_by_gang().values())
     recovery = ray.get(scheduler().ping.remote())["recovery"]
     assert recovery["adopted"] == 1 and recovery["pending"] == 4, recovery
-    assert recovery["requeued"] == 0 and recovery["cancelled"] == 0, recovery
+    assert recovery["requeued"] == 1 and recovery["cancelled"] == 0, recovery
     assert recovery["finished"] >= 3, recovery
 
 
@@ -118,33 +143,6 @@ def test_the_sqlite_store_carries_gangs_across_a_restart(ray_cluster, tmp_path):
         assert (tmp_path / "raygang.db").exists()
     finally:
         _scheduler_with(SCHEDULER_CONFIG)
-
-
-@raygang.gang_task(name="slow-start", replicas=2, num_cpus=1)
-class SlowStart:
-    def __init__(self):
-        time.sleep(3.0)  # the scheduler dies while members are being started
-
-    def run(self):
-        return raygang.get_context().rank
-
-
-def test_a_gang_caught_starting_is_torn_down_and_requeued(ray_cluster):
-    ref = SlowStart.remote()
-    deadline = time.monotonic() + 60
-    while ref.status().state.value != "STARTING":
-        assert time.monotonic() < deadline, ref.status()
-        time.sleep(0.05)
-    restart_scheduler()
-    assert ref.result(timeout=120) == [0, 1]
-    done = ref.status()
-    # (What the store held when the process died: STARTING, or a step before it if that
-    # change was still being written.)
-    assert any(re.search(r"restarted while the gang was (ADMITTED|RESERVED|STARTING)",
-                         e.reason) for e in done.events), [e.reason for e in done.events]
-    assert done.restarts == 0
-    recovery = ray.get(scheduler().ping.remote())["recovery"]
-    assert recovery["requeued"] == 1 and recovery["adopted"] == 0, recovery
 
 
 def test_a_running_deployment_is_adopted_and_keeps_serving(ray_cluster, http_port):
