@@ -3,13 +3,13 @@ thread of the test process (which is connected to the session's Ray cluster)."""
 
 from __future__ import annotations
 
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
+from raygang.runtime.ports import free_port  # noqa: F401 - tests import it from here
 from raygang.server import AuthConfig
 from raygang.server.auth import digest
 from raygang.server.standalone import ApiThread, serve_in_thread
@@ -52,12 +52,6 @@ def write_tokens_file(folder: Path) -> Path:
     path = folder / "tokens.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_api_server(folder: Path) -> ApiServer:

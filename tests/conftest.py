@@ -46,11 +46,6 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # before any Ray process of this work
 # paths. Examples, and benchmarks on clusters of their own, run Train with its defaults.
 os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
 os.environ.setdefault("RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S", "1")
-# A raylet starts one idle worker per CPU of its node when the first driver connects (for
-# tasks to come). Few tests here run plain tasks, and each idle worker took ~1 CPU-s to
-# start and ~0.5 CPU-s a minute idle: the session clusters (2 on the head's 2 CPUs each)
-# and every cluster a test starts (the examples' 4) kept them for the whole run.
-os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
 
 WORKER_GPUS = 4
 

@@ -58,7 +58,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -70,11 +69,13 @@ import ray
 import yaml
 
 import psutil  # shipped in ray/thirdparty_files, on sys.path once ray is imported
+from raygang.runtime.ports import free_port
 
 NODE_GROUP_LABEL = "ray.io/node-group"
 HEAD_NODE_TYPE = "ray.head.default"  # the fake provider's name for the head's type
 DRIVER_ENV = {"RAY_AUTH_MODE": "disabled"}
 _MARKER_ENV = "RAYGANG_FAKE_AUTOSCALER_ID"
+ALL_INTERFACES = ""  # Ray's daemons listen on every interface
 
 # Keys the v1 autoscaler reads from the config; the fake provider ignores their contents.
 _NOT_USED_BY_FAKE_PROVIDER = {
@@ -92,12 +93,6 @@ _NOT_USED_BY_FAKE_PROVIDER = {
     "rsync_exclude": [],
     "rsync_filter": [],
 }
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
 
 
 class FakeAutoscalingCluster:
@@ -187,7 +182,7 @@ class FakeAutoscalingCluster:
         self._dir = tempfile.mkdtemp(prefix="rgfa-", dir="/tmp")
         atexit.register(self.shutdown)
         ip = ray._private.services.get_node_ip_address()
-        port = _free_port()
+        port = free_port(ALL_INTERFACES)
         address = f"{ip}:{port}"
         config_path = os.path.join(self._dir, "autoscaling.yaml")
         with open(config_path, "w") as f:
@@ -198,8 +193,8 @@ class FakeAutoscalingCluster:
             sys.executable, "-m", "ray.scripts.scripts", "start", "--head",
             f"--node-ip-address={ip}", f"--port={port}", f"--temp-dir={self.temp_dir}",
             f"--autoscaling-config={config_path}",
-            "--include-dashboard=false", f"--dashboard-port={_free_port()}",
-            f"--ray-client-server-port={_free_port()}", "--dashboard-agent-listen-port=0",
+            "--include-dashboard=false", f"--dashboard-port={free_port(ALL_INTERFACES)}",
+            f"--ray-client-server-port={free_port(ALL_INTERFACES)}", "--dashboard-agent-listen-port=0",
             "--disable-usage-stats",
             f"--num-cpus={head.pop('CPU', 0)}", f"--num-gpus={head.pop('GPU', 0)}",
         ]
@@ -216,7 +211,7 @@ class FakeAutoscalingCluster:
             "RAY_enable_autoscaler_v2": "0",
             "RAY_USAGE_STATS_ENABLED": "0",
             "AUTOSCALER_UPDATE_INTERVAL_S": str(self._update_interval_s),  # whole seconds
-            "AUTOSCALER_METRIC_PORT": str(_free_port()),
+            "AUTOSCALER_METRIC_PORT": str(free_port(ALL_INTERFACES)),
             _MARKER_ENV: self._marker,
         })
         # A new session: every process of this cluster (fake nodes and workers included)

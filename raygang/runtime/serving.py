@@ -13,7 +13,6 @@ Importing this module imports `ray.serve` (~0.7 s); import it lazily where that 
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -28,6 +27,7 @@ from raygang.control.tasks import run_to_completion
 from raygang.core.resources import Resources
 from raygang.runtime.names import node_selector
 from raygang.runtime.placement import actor_resource_options
+from raygang.runtime.ports import free_port
 from raygang.runtime.ray_private import (
     import_attr,  # as Serve resolves `import_path`
     serve_details,
@@ -158,9 +158,7 @@ def serve_on_a_free_port(tries: int = 3) -> int:
     the test suite's two workers starting Serve at once): then Serve goes down and another
     port is tried. For benchmarks and tests beside other Serve instances on one machine."""
     for attempt in range(tries):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         try:
             ensure_serve_started(port)
             return port

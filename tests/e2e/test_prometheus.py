@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.parse
@@ -36,6 +35,7 @@ import raygang
 from raygang import GangState
 from raygang.ops import alerts, dashboards
 from raygang.ops.__main__ import MONITORING
+from raygang.runtime.ports import free_port
 from tests.integration.helpers import wait_state, wait_until
 
 DEADLINE_S = 60  # metrics reach the agents every 10 s, Prometheus scrapes every 1 s
@@ -75,12 +75,6 @@ class Borrower:
     """A team's 4 GPUs on one node, until cancelled."""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def prometheus(ray_cluster, tmp_path):
     """Prometheus scraping the session's cluster every second; its base URL."""
@@ -95,7 +89,7 @@ def prometheus(ray_cluster, tmp_path):
                             "file_sd_configs": [{"files": [str(discovery)],
                                                  "refresh_interval": "5s"}]}],
     }))
-    port = _free_port()
+    port = free_port()
     log = (tmp_path / "prometheus.log").open("w")
     process = subprocess.Popen(
         ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",

@@ -17,19 +17,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
 import time
 
+from raygang.runtime.ports import free_port
+
 OUTAGE_S = 9.0  # longer than the loop's read timeout (5 s), far below Ray's reconnect (60 s)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main() -> dict:

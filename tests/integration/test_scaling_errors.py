@@ -4,11 +4,11 @@ scheduling goes on with the nodes there are, and the error is visible, not swall
 from __future__ import annotations
 
 import json
-import socket
 import time
 
 import raygang
 from raygang import demo
+from raygang.runtime.ports import free_port
 from tests.conftest import SCHEDULER_CONFIG, _scheduler_with
 from tests.kube_standin import KubeStandIn
 
@@ -34,9 +34,7 @@ def scaling_status(until, timeout: float = 15):
 
 
 def test_an_unreachable_api_is_reported_and_scheduling_goes_on(ray_cluster, tmp_path):
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+    dead = f"http://127.0.0.1:{free_port()}"  # nobody listens there
     config = SCHEDULER_CONFIG.model_copy(update={"scaling": raygang.ScaleConfig(
         mode="kuberay", raycluster="gone", namespace="ml",
         kubeconfig=kubeconfig_for(dead, tmp_path / "kubeconfig"))})

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 import time
 
 import pytest
@@ -21,6 +20,7 @@ from raygang.kuberay import (
     parse_quantity,
 )
 from raygang.kuberay.groups import parse_custom_resources
+from raygang.runtime.ports import free_port
 from tests.kube_standin import JSON_PATCH, KubeStandIn
 
 NS, NAME = "ml", "raycluster-a"
@@ -262,10 +262,7 @@ def test_invalid_patch_not_from_a_test_op_is_invalid(rc, kube_api):
 
 
 def test_unreachable_server_is_unavailable_quickly():
-    with socket.socket() as sock:  # a port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    rc = make_client(f"http://127.0.0.1:{port}")
+    rc = make_client(f"http://127.0.0.1:{free_port()}")  # nobody listens there
     started = time.monotonic()
     with pytest.raises(KubeRayUnavailable):
         rc.worker_groups()
