@@ -407,7 +407,11 @@ class SchedulingLoop:
             waiting = scale_candidates(plan, self._registry.pending_gang,
                                        self._config().policy)
             busy = {node for a in plan.admissions for node in a.nodes}
-            if await scaling.step(self.observe, waiting, busy) is None:
+            # The notes as soon as the step has decided (its requests may take seconds),
+            # and again after it: from its plan, or from the last one if it failed.
+            notes = functools.partial(self._scale_notes, scaling, {g.gang_id for g in waiting})
+            if await scaling.step(self.observe, waiting, busy, planned=notes) is None:
+                notes()
                 continue
             now = self._clock()
             for gang_id, request in scaling.fresh.items():
@@ -416,16 +420,20 @@ class SchedulingLoop:
                     plural = "node" if request.nodes == 1 else "nodes"
                     record.note(f"requested {request.nodes} {plural} of group {request.group}",
                                 now)
-            # Only a gang the step looked at has a note (the nodes it waits for): the
-            # others keep none, and a long line held by a limit is not walked.
-            noted, self._noted = self._noted, set()
-            for gang_id in noted | {g.gang_id for g in waiting}:
-                record = self._registry.find(gang_id)
-                if record is not None and record.state is GangState.PENDING:
-                    note = scaling.note(gang_id)
-                    record.set_scale_note(note)
-                    if note is not None:
-                        self._noted.add(gang_id)
+            notes()
+
+    def _scale_notes(self, scaling: Scaling, waiting: set[str]) -> None:
+        """Each pending gang's note: the nodes it waits for, as the scaler says. Only a
+        gang the step looked at has one: the others keep none, and a long line held by a
+        limit is not walked."""
+        noted, self._noted = self._noted, set()
+        for gang_id in noted | waiting:
+            record = self._registry.find(gang_id)
+            if record is not None and record.state is GangState.PENDING:
+                note = scaling.note(gang_id)
+                record.set_scale_note(note)
+                if note is not None:
+                    self._noted.add(gang_id)
 
 
 T = TypeVar("T")

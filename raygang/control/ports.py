@@ -264,7 +264,12 @@ class Scaling(Protocol):
 
     async def step(self, observe: Callable[[], ClusterSnapshot],
                    waiting: Sequence[PendingGang],
-                   busy_nodes: Collection[str]) -> ScalePlan | None: ...
+                   busy_nodes: Collection[str],
+                   planned: Callable[[], None] | None = None) -> ScalePlan | None:
+        """One decision and its requests; `planned` is called once the decision is made,
+        before its requests go out (`note` answers from it then: a request may take
+        seconds, e.g. while Ray's autoscaling coordinator starts)."""
+        ...
 
     def note(self, gang_id: str) -> str | None: ...
 

@@ -73,10 +73,13 @@ class PlanningScaling:
         self.asked: list[int] = []  # per step: how many gangs it planned nodes for
 
     async def step(self, observe: Callable[[], ClusterSnapshot], waiting: Sequence[PendingGang],
-                   busy_nodes: Collection[str]) -> ScalePlan | None:
+                   busy_nodes: Collection[str],
+                   planned: Callable[[], None] | None = None) -> ScalePlan | None:
         self.asked.append(len(waiting))
-        return plan_scale(observe(), waiting, self.groups, {}, {}, busy_nodes, ScalePolicy(),
-                          0.0)
+        plan = plan_scale(observe(), waiting, self.groups, {}, {}, busy_nodes, ScalePolicy(), 0.0)
+        if planned is not None:
+            planned()
+        return plan
 
     def note(self, gang_id: str) -> str | None:
         return None

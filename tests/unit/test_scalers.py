@@ -4,17 +4,21 @@ mode asks Ray's autoscaler for. The end-to-end tiers run both against real Ray."
 
 from __future__ import annotations
 
+import asyncio
+import threading
+
 import pytest
 
 from raygang.control.config import ScaleConfig, SchedulerConfig
 from raygang.control.records import GangRecord
-from raygang.core import Resources
+from raygang.core import ClusterSnapshot, Resources
 from raygang.core.config import NodeType
 from raygang.core.scale import NodeGroup, ScalePlan
 from raygang.runtime.scheduler.scalers import AutoscalerScaler, KubeRayScaler, RequestOut
+from raygang.runtime.scheduler import scaling as scaling_module
 from raygang.runtime.scheduler.scaling import Request, ScaleDriver
 from tests.kube_standin import KubeStandIn
-from tests.unit.builders import spec
+from tests.unit.builders import gang, spec
 from tests.unit.test_kuberay_client import NAME, NS, make_client, raycluster, worker_group
 
 GPU = worker_group("gpu", replicas=1, min_replicas=0, max_replicas=3,
@@ -182,3 +186,47 @@ def test_kuberay_takes_deleted_pods_off_workers_to_delete(kube):
     done = scaler.apply(ScalePlan(desired={"cpu": 1}), groups, {}, False, {"pod-b"})
     assert done == ["cpu: workersToDelete -= pod-a (deleted)"]
     assert stored(kube, "cpu") == (1, [])
+
+
+class _SlowScaler:
+    """A scaler whose requests take as long as the test says (as the autoscaling
+    coordinator's first start does), or fail."""
+
+    mode = "autoscaler"
+
+    def __init__(self, fail: bool = False):
+        self.fail, self.release = fail, threading.Event()
+
+    def groups(self, up):
+        return [NodeGroup("gpu", Resources(CPU=4, GPU=4), max_nodes=4)]
+
+    def apply(self, plan, groups, release, waiting, alive_pods=None):
+        assert self.release.wait(10)
+        if self.fail:
+            raise ConnectionError("the API is gone")
+        return ["request_resources: 1×gpu"]
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["requested", "request failed"])
+def test_a_pending_gang_says_what_it_waits_for_before_the_request_returns(monkeypatch, fail):
+    # Seen on a loaded machine: the nodes came up and the gang ran while the step still
+    # waited on its request, so its status never said which nodes it waited for.
+    monkeypatch.setattr(scaling_module, "ray_nodes", lambda: {})
+    driver = ScaleDriver(ScaleConfig(mode="kuberay", raycluster="rc"))
+    driver.scaler = scaler = _SlowScaler(fail)
+    notes_when_planned = []
+
+    def planned():
+        notes_when_planned.append(driver.note("g"))
+        scaler.release.set()  # the request goes out only after the notes were read
+
+    plan = asyncio.run(driver.step(lambda: ClusterSnapshot((), ()), [gang("g", "GPU=1")],
+                                   set(), planned=planned))
+    (note,) = notes_when_planned
+    assert note is not None and note.startswith("waiting for 1 node of group gpu (requested at ")
+    if fail:  # nothing was asked for: the notes are the last plan's again (none here)
+        assert plan is None and driver.note("g") is None
+        assert driver.last_error == "ConnectionError: the API is gone"
+    else:
+        assert plan is not None and driver.note("g") == note
+        assert set(driver.fresh) == {"g"}

@@ -105,13 +105,16 @@ class ScaleDriver:
     fresh: dict[str, Request] = field(default_factory=dict)  # requests the last step made
 
     async def step(self, observe: Callable[[], ClusterSnapshot],
-                   waiting: Sequence[PendingGang], busy_nodes: Collection[str]) -> ScalePlan | None:
+                   waiting: Sequence[PendingGang], busy_nodes: Collection[str],
+                   planned: Callable[[], None] | None = None) -> ScalePlan | None:
         """One scale decision and its requests. Errors are kept in `last_error` (the next
-        step tries again); never raised, so the scheduler loop does not care."""
+        step tries again); never raised, so the scheduler loop does not care. `planned`:
+        called once the decision is made, before the requests go out (`note` answers from
+        the new plan from then on, and from the last one again if the requests fail)."""
         try:
             if self.scaler is None:
                 self.scaler = await asyncio.to_thread(scaler_from_config, self.config)
-            return await self._step(observe, waiting, busy_nodes)
+            return await self._step(observe, waiting, busy_nodes, planned)
         except Exception as error:
             message = f"{type(error).__name__}: {error}"
             if message != self.last_error:  # once per distinct error, not every second
@@ -119,7 +122,7 @@ class ScaleDriver:
             self.last_error = message
             return None
 
-    async def _step(self, observe, waiting, busy_nodes) -> ScalePlan:
+    async def _step(self, observe, waiting, busy_nodes, planned) -> ScalePlan:
         assert self.scaler is not None
         nodes = await asyncio.to_thread(ray_nodes)
         now = self.clock()
@@ -151,6 +154,15 @@ class ScaleDriver:
                     continue
                 release.setdefault(node_groups[node_id], []).append(pod)
                 self.draining[node_id] = now  # before any await: no cycle may use it now
+        # What the pending gangs wait for is known now, before the requests go out: in
+        # autoscaler mode the first one waits for Ray's autoscaling coordinator to start (a
+        # new process, up to COORDINATOR_TIMEOUT_S), and on a loaded machine the nodes
+        # came up and the gang ran before its status ever said what it waited for.
+        before = self.requested, self.fresh, self.last_plan
+        self._remember(plan, waiting, now)
+        self.last_plan = plan
+        if planned is not None:
+            planned()
         try:
             alive = {n.pod for n in nodes.values() if n.pod is not None}
             done = await asyncio.to_thread(self.scaler.apply, plan, groups, release,
@@ -158,11 +170,11 @@ class ScaleDriver:
         except Exception:
             for node_id in plan.release:
                 self.draining.pop(node_id, None)
+            self.requested, self.fresh, self.last_plan = before  # nothing was asked for
             raise
         for name in plan.scaled_up:
             self.last_scale_up[name] = now
-        self._remember(plan, waiting, now)
-        self.groups, self.desired, self.last_plan = groups, dict(plan.desired), plan
+        self.groups, self.desired = groups, dict(plan.desired)
         self.last_error = None
         self.actions = (self.actions + [f"{_iso(now)} {line}" for line in done])[-50:]
         return plan
