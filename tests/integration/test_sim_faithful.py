@@ -10,10 +10,13 @@ starts again from the beginning on both sides (a sleeping gang keeps no checkpoi
 simulator is told its checkpoints are never reached), with no grace period.
 
 The simulator replays the jobs at the times the real scheduler received them, and is given
-what Ray costs here, measured in the same run: the median time from a gang's admission to
+what Ray costs here, measured in the same run: the mean time from a gang's admission to
 its members running (placement group, actor start), and from its work's end to its own
 (the end noticed, everything torn down: a second or more on a loaded machine, where real
-jobs ended that much later than simulated ones before the simulator modelled it).
+jobs ended that much later than simulated ones before the simulator modelled it). Means,
+not medians: the mean completion-time error is asserted, and on a loaded machine these
+costs skew long (a burst of gangs starts at ~1.7 actors/s), so a median under-predicts
+every job alike (a CI run's mean error reached 2.54 s with medians, every job late).
 Tolerance:
 - admission order: of two jobs the real scheduler admitted more than SAME_CYCLE_S apart,
   the simulator started the later one no more than ORDER_SLACK_S before the earlier (jobs
@@ -100,11 +103,11 @@ def test_the_simulator_admits_in_the_same_order_and_predicts_completion_times(ra
     real = replay_on_ray(trace)
     assert {s.state for s in real.values()} == {GangState.SUCCEEDED}
     assert any(s.preemptions for s in real.values()), "the trace should exercise reclaim"
-    start_s = statistics.median(first(s, GangState.RUNNING) - first(s, GangState.ADMITTED)
-                                for s in real.values())
+    start_s = statistics.mean(first(s, GangState.RUNNING) - first(s, GangState.ADMITTED)
+                              for s in real.values())
     durations = {job.name: job.duration_s for job in trace.jobs}
-    end_s = statistics.median(s.finished_at - last(s, GangState.RUNNING) - durations[name]
-                              for name, s in real.items() if not s.preemptions)
+    end_s = statistics.mean(s.finished_at - last(s, GangState.RUNNING) - durations[name]
+                            for name, s in real.items() if not s.preemptions)
 
     # The simulator replays the jobs as the scheduler received them: at the times each
     # submission reached it (the test's calls take a moment, more on a busy machine).
