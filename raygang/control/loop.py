@@ -407,8 +407,8 @@ class SchedulingLoop:
             waiting = scale_candidates(plan, self._registry.pending_gang,
                                        self._config().policy)
             busy = {node for a in plan.admissions for node in a.nodes}
-            # The notes as soon as the step has decided (its requests may take seconds),
-            # and again after it: from its plan, or from the last one if it failed.
+            # The notes as soon as the step has decided (its requests may take seconds);
+            # if it failed, again: from the last plan, as the scaler then answers.
             notes = functools.partial(self._scale_notes, scaling, {g.gang_id for g in waiting})
             if await scaling.step(self.observe, waiting, busy, planned=notes) is None:
                 notes()
@@ -420,7 +420,6 @@ class SchedulingLoop:
                     plural = "node" if request.nodes == 1 else "nodes"
                     record.note(f"requested {request.nodes} {plural} of group {request.group}",
                                 now)
-            notes()
 
     def _scale_notes(self, scaling: Scaling, waiting: set[str]) -> None:
         """Each pending gang's note: the nodes it waits for, as the scaler says. Only a

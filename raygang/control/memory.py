@@ -141,7 +141,9 @@ class MemoryCluster:
         """What is free on the node (`seen`: as the cluster's view shows it, which may
         lag: usage `unseen` is not in it yet, room freed `hidden` not yet either)."""
         free, node = self._free[node_id], self.nodes[node_id]
-        return free - node.hidden if seen else free - node.unseen
+        lag = node.hidden if seen else node.unseen
+        return free - lag if lag else free  # (no subtraction where nothing lags: observe
+        # reads every node each cycle)
 
     def shown(self, bundles: Iterable[tuple[str, Resources]]) -> bool:
         """Whether the view shows the bundles, each on its node, free together."""
@@ -268,9 +270,7 @@ class MemoryCluster:
             node_id = node.node_id
             free = Resources()
             if node.alive and node_id not in draining:
-                free = self._free[node_id]  # as `free(seen=True)`, without a subtraction
-                if node.hidden:  # per node and cycle where nothing is hidden
-                    free = free - node.hidden
+                free = self.free(node_id, seen=True)
                 if node_id in coming:
                     free = free.minimum(node.total - self._used_on(node_id) - coming[node_id])
             nodes.append(NodeState(node_id, node.total, free, node.labels, alive=node.alive,

@@ -219,8 +219,16 @@ def in_quota(quota: Resources, usage: Resources, gang: Resources) -> bool:
     """Whether `usage` (which includes `gang`) is within `quota`. A quota guarantees the
     resources it names: only those are compared (a GPU quota covers the CPUs its gangs
     ask alongside), and a gang asking for none of them is guaranteed nothing."""
-    named = frozenset(quota)
-    return any(gang.get(n) > 0 for n in named) and usage.only(named).fits_in(quota)
+    return in_quota_units({n: quota.units(n) for n in quota}, usage.units, gang)
+
+
+def in_quota_units(quota: Mapping[str, int], usage: Callable[[str], int],
+                   gang: Resources) -> bool:
+    """`in_quota` on amounts in units: `quota` the quota's named resources, `usage(name)`
+    the usage with the gang (for callers that sum usage in plain dicts, as reclaim's
+    protection does for every running gang each cycle)."""
+    return any(gang.units(n) > 0 for n in quota) and all(
+        usage(n) <= amount for n, amount in quota.items())
 
 
 def _wants(tree: QueueTree, demand: Mapping[str, Resources]) -> dict[str, Share]:

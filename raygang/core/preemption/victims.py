@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from raygang.core.capacity import Capacity
-from raygang.core.fairshare import QueueBook
+from raygang.core.fairshare import QueueBook, in_quota_units
 from raygang.core.gang import PendingGang
 from raygang.core.placement import place
 from raygang.core.preemption.pool import Candidates, Pool
@@ -107,16 +107,14 @@ def reclaim_protected(book: QueueBook, placed: Sequence[PlacedGang],
         quota = book.tree.specs[queue].quota
         # Fair shares are floats: to units, with a hair of slack for the water-filling sums.
         fair = {n: math.floor(v * UNIT * (1 + 1e-9)) for n, v in book.fair.get(queue, {}).items()}
-        # In units, as plain dicts (this walks every running gang each cycle): within the
-        # quota is `in_quota` (only the resources it names, and the gang asks for one).
+        # In units, as plain dicts (this walks every running gang each cycle).
         named = {n: quota.units(n) for n in quota}
         kept: dict[str, int] = {}
         for gang in sorted(gangs, key=importance):
             total, with_it = gang.total, dict(kept)
             for n in total:
                 with_it[n] = with_it.get(n, 0) + total.units(n)
-            if (any(total.units(n) > 0 for n in named)
-                    and all(u <= named[n] for n, u in with_it.items() if n in named)) or all(
+            if in_quota_units(named, lambda n: with_it.get(n, 0), total) or all(
                 u <= fair.get(n, 0) for n, u in with_it.items()
             ):  # a gang that fits neither is skipped, not a stop: a smaller, less
                 kept = with_it  # important one may still fit
