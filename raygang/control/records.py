@@ -100,7 +100,7 @@ class GangRecord:
     def life(self) -> Life:
         """What the lifecycle's decisions read of this gang."""
         return Life(self.state, self.restarts, self.spec.max_restarts, self.live.stopping,
-                    self.cancel_reason, kinds.of(self.kind).phases)
+                    self.cancel_reason, kinds.of(self.kind).phases, self.spec.fence_s)
 
     def apply(self, outcome: Outcome, now: float) -> None:
         """Carry out a lifecycle decision: its moves in order (one to the state the gang is
@@ -153,6 +153,7 @@ class GangRecord:
             self.wait.position = self.wait.message = self.wait.scale_note = None
         if to is GangState.PENDING:
             self.live.pending_since, self.live.pending = now, None  # its view says since when
+            self.live.released.clear()  # a waiter for RUNNING waits for the next attempt
         if to is GangState.PREEMPTED:
             self.preemptions += 1
         if to is GangState.RUNNING:

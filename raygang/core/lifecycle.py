@@ -83,6 +83,7 @@ class Life:
     stopping: str | None = None  # being preempted: "preempted by gang x" (how it requeues)
     cancel_reason: str | None = None  # a cancellation was asked for (it wins)
     phases: Phases = GANG_PHASES  # what its run is: the words its history uses
+    fence_s: float | None = None  # its members end within this when cut off (GangSpec)
 
 
 # Events ------------------------------------------------------------------------------
@@ -197,7 +198,8 @@ def decide(life: Life, event: Event, policy: RestartPolicy, now: float) -> Outco
         case Interrupted():
             if life.stopping and life.cancel_reason is None:  # preempted: back in line
                 return Outcome((Move(S.PREEMPTED, life.stopping),
-                                Move(S.PENDING, life.stopping)), preempted_by=life.stopping)
+                                Move(S.PENDING, _fenced(life, life.stopping))),
+                               preempted_by=life.stopping, not_before=_fence_end(life, now))
             return _to(S.CANCELLED, life.cancel_reason or "cancelled")
         case CancelledWhilePending(reason):
             return _to(S.CANCELLED, reason)
@@ -210,9 +212,10 @@ def decide(life: Life, event: Event, policy: RestartPolicy, now: float) -> Outco
                                                 "cancellation"),
                                 Move(S.CANCELLED, life.cancel_reason)),
                                requeued_after_restart=True)
-            return Outcome((Move(S.PENDING, "requeued: the scheduler restarted while the gang "
-                                            f"was {life.state.value}"),),
-                           requeued_after_restart=True)
+            return Outcome((Move(S.PENDING, _fenced(
+                life, f"requeued: the scheduler restarted while the gang was "
+                      f"{life.state.value}")),),
+                requeued_after_restart=True, not_before=_fence_end(life, now))
     raise TypeError(f"not a lifecycle event: {event!r}")
 
 
@@ -226,8 +229,24 @@ def _failed(life: Life, summary: str, policy: RestartPolicy, now: float) -> Outc
         return _to(S.FAILED, summary)
     restart = life.restarts + 1
     delay = policy.delay(restart)  # a gang that keeps crashing does not hog its queue head
+    requeued = f"requeued to restart whole, not before {delay:g}s from now"
+    if life.fence_s is not None and life.fence_s > delay:
+        delay, requeued = life.fence_s, _fenced(life, "requeued to restart whole")
     return Outcome(
         (Move(S.RESTARTING, f"restart {restart}/{life.max_restarts} after {summary}"),
-         Move(S.PENDING, f"requeued to restart whole, not before {delay:g}s from now")),
+         Move(S.PENDING, requeued)),
         restarts=restart, not_before=now + delay,
     )
+
+
+def _fence_end(life: Life, now: float) -> float | None:
+    """When a gang with a fence may start again: its last attempt's members, cut off or
+    not, have ended by then (each ends itself once out of touch for `fence_s`)."""
+    return None if life.fence_s is None else now + life.fence_s
+
+
+def _fenced(life: Life, reason: str) -> str:
+    if life.fence_s is None:
+        return reason
+    return f"{reason}; not before {life.fence_s:g}s from now (fence_s: its last attempt's " \
+           f"members have surely ended by then)"

@@ -177,6 +177,15 @@ class GangSpec(BaseModel):
         "stopped (like a pod's terminationGracePeriodSeconds); it ends earlier once every "
         "member's hooks, or else its run(), have returned",
     )
+    fence_s: float | None = Field(
+        None, gt=0, description="no two attempts of the gang ever run at once, even when a "
+        "node is cut off from the network and keeps running: a member out of touch with "
+        "the cluster (its GCS) for this long ends itself, and the gang is not started again "
+        "within this long of a restart, preemption or requeue. Costs this much on each of "
+        "those, and a GCS outage longer than it ends the gang's members (the gang then "
+        "restarts). Unset: a member ends as soon as it hears that the cluster declared its "
+        "node dead, which a cut-off node hears only when the network returns",
+    )
     resize: Resize = Field(
         Resize.LIVE, description="elastic roles: how members live through a resize; 'live' "
         "adds or removes members and tells the others (world size, peers, on_resize), "

@@ -137,6 +137,11 @@ def test_a_lost_node_restarts_the_gang_elsewhere():
         status = await wait_for(plane, gang_id, S.RUNNING)
         (lost,) = {m.node_id for m in status.members}
         cluster.lose_node(lost)
+        await wait_for(plane, gang_id, S.PENDING)
+        # Waiting for it to run (GangRef.ready) waits for the new attempt, not the lost one
+        again = await plane.wait(gang_id, timeout=10, until_running=True)
+        assert again.state is S.RUNNING and again.restarts == 1, again
+        assert {m.node_id for m in again.members} == {"n0", "n1"} - {lost}
         status = await plane.wait(gang_id, timeout=10)
         assert status.state is S.SUCCEEDED and status.restarts == 1
         assert {m.node_id for m in status.members} == {"n0", "n1"} - {lost}

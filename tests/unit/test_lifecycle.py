@@ -30,6 +30,8 @@ from raygang.control.kinds import job
 NOW = 1000.0
 POLICY = RestartPolicy(base_s=1.0, max_s=60.0)
 BY = "preempted by gang infer-1"
+FENCED = ("; not before 6s from now (fence_s: its last attempt's members have surely ended "
+          "by then)")
 
 CASES = [
     # (id, life, event, outcome)
@@ -105,6 +107,24 @@ CASES = [
     ("found-starting", Life(S.STARTING), FoundAfterRestart(),
      Outcome((Move(S.PENDING, "requeued: the scheduler restarted while the gang was "
                               "STARTING"),), requeued_after_restart=True)),
+    # A fenced gang (fence_s) starts again no sooner than its fence after any requeue of
+    # a started attempt: its old members, cut off or not, have ended themselves by then.
+    ("fenced-restart", Life(S.RUNNING, max_restarts=2, fence_s=6), MemberFailed("w-0 died"),
+     Outcome((Move(S.RESTARTING, "restart 1/2 after w-0 died"),
+              Move(S.PENDING, f"requeued to restart whole{FENCED}")),
+             restarts=1, not_before=NOW + 6)),
+    ("fenced-restart-backoff-longer", Life(S.RUNNING, restarts=3, max_restarts=5, fence_s=6),
+     MemberFailed("w-0 died"),
+     Outcome((Move(S.RESTARTING, "restart 4/5 after w-0 died"),
+              Move(S.PENDING, "requeued to restart whole, not before 8s from now")),
+             restarts=4, not_before=NOW + 8)),
+    ("fenced-preempted", Life(S.RUNNING, stopping=BY, fence_s=6), Interrupted(),
+     Outcome((Move(S.PREEMPTED, BY), Move(S.PENDING, f"{BY}{FENCED}")), preempted_by=BY,
+             not_before=NOW + 6)),
+    ("fenced-found-starting", Life(S.STARTING, fence_s=6), FoundAfterRestart(),
+     Outcome((Move(S.PENDING, "requeued: the scheduler restarted while the gang was "
+                              f"STARTING{FENCED}"),), requeued_after_restart=True,
+             not_before=NOW + 6)),
     ("found-with-cancel-intent", Life(S.RUNNING, cancel_reason="cancelled by user"),
      FoundAfterRestart(),
      Outcome((Move(S.PENDING, "scheduler restarted; carrying out the cancellation"),

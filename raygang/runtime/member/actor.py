@@ -53,6 +53,7 @@ import ray
 
 from raygang.control.program import RoleProgram
 from raygang.runtime.member import context as _ctx
+from raygang.runtime.member.fence import fence
 from raygang.runtime.names import CONTROL_GROUP
 from raygang.runtime.ray_private import import_attr  # as Ray Serve resolves `import_path`
 
@@ -88,6 +89,7 @@ class _SyncControl:
 
     def _raygang_enter(self, context: _ctx.GangContext) -> None:
         context.node_id = _node_id()
+        fence(context.node_id, context.fence_s)  # ends itself if cut off (fence.py)
         _ctx._set_context(context)
         self._raygang_started = False
         self._raygang_ended = threading.Event()

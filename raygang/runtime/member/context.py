@@ -76,6 +76,7 @@ class GangContext:
     generation: int = 0  # resizes of an elastic gang this member has been told of
     min_size: int | None = None  # elastic gangs: the fewest and most members it runs with
     max_size: int | None = None
+    fence_s: float | None = None  # the gang's fence (GangSpec.fence_s; member/fence.py)
     _preempted: threading.Event = field(
         default_factory=threading.Event, init=False, repr=False, compare=False
     )

@@ -177,6 +177,7 @@ class GangLaunch(NoLiveResize, NoRestartResize):  # fixed size: ElasticLaunch re
             generation=self.generation,
             min_size=len(self.spec.min_slots) if elastic else None,
             max_size=self.spec.world_size if elastic else None,
+            fence_s=self.spec.fence_s,
         )
         own = self.member_pgs.get(slot.name)
         options: dict[str, Any] = dict(
