@@ -129,7 +129,24 @@ def _submit_one(raygang) -> str:
     return short.remote().gang_id
 
 
+class Gated:
+    """A member whose constructor returns once its gate file exists, which the test makes
+    during the outage. The gang's next role starts once this one is ready, and Ray counts
+    an actor alive (and delivers its first reply) only once the GCS has heard that its
+    constructor returned: so the gang waits whole for the GCS, then comes up."""
+
+    def __init__(self, gate: str):
+        open(f"{gate}.entered", "w").close()  # its process runs: created, placed, alive
+        while not os.path.exists(gate):
+            time.sleep(0.05)
+
+    def run(self) -> str:
+        return "ran"
+
+
 def scenario(cluster, raygang, handle) -> dict:
+    import tempfile
+
     import ray
 
     @raygang.gang_task(replicas=2, num_gpus=1)
@@ -140,8 +157,17 @@ def scenario(cluster, raygang, handle) -> dict:
     out: dict = {}
     running = sleeper.remote(600)
     ending = sleeper.options(replicas=1).remote(4.0)  # ends early in the outage
+    gate = os.path.join(tempfile.mkdtemp(prefix="rg-gate-"), "open")
+    gated = raygang.gang_task(Gated, num_cpus=0.25)
+    staged = raygang.gang("staged", roles={  # caught starting by the outage
+        "first": gated.bind(gate), "second": gated.options(after=["first"]).bind(gate)}
+    ).remote()
     running.ready(timeout=120)
     ending.ready(timeout=120)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(f"{gate}.entered"):  # its first member is in its constructor
+        assert time.monotonic() < deadline, staged.status()
+        time.sleep(0.1)
     pings: list[tuple[float, float | str]] = []
     stop = threading.Event()
 
@@ -166,7 +192,9 @@ def scenario(cluster, raygang, handle) -> dict:
         submitted["returned_at"] = time.monotonic()
 
     threading.Thread(target=submit, daemon=True).start()
-    time.sleep(OUTAGE_S - 1.0)
+    time.sleep(2.0)
+    open(gate, "w").close()  # the staged gang's first member is ready (Ray hears it later)
+    time.sleep(OUTAGE_S - 3.0)
     seen = ray.get(handle.ping.remote(), timeout=10)
     out["unreachable_during"] = seen["unreachable"]
     out["running_during"] = ray.get(handle.status.remote(running.gang_id), timeout=10).state.value
@@ -192,6 +220,10 @@ def scenario(cluster, raygang, handle) -> dict:
     while not ending.status().finished and time.monotonic() < deadline:
         time.sleep(0.2)
     out["ending"] = ending.status().state.value
+    status = staged.wait(timeout=60)
+    out["staged"] = (status.state.value, status.restarts)
+    out["staged_ready_after_back_s"] = {f"{m.role}": round(m.ready_at - back_wall, 2)
+                                        for m in status.members}
     status = running.status()
     out["running_after"] = (status.state.value, status.restarts, status.preemptions)
     out["unreachable_after"] = ray.get(handle.ping.remote(), timeout=10)["unreachable"]

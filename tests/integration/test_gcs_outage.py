@@ -7,7 +7,7 @@ the cluster is unreachable, the running gang stays RUNNING, never restarted, and
 that ends meanwhile is torn down without holding the loop up (its teardown waits for the
 GCS in a thread). A gang
 submitted meanwhile is accepted once the store answers again and admitted within 5 s of
-the GCS's return. Then the head is replaced (KubeRay's head pod deletion): the scheduler,
+the GCS's return, and a gang caught starting comes up once the GCS is back and runs. Then the head is replaced (KubeRay's head pod deletion): the scheduler,
 which ran there, is restarted by Ray on the new head, recovers from its store in Redis
 within 10 s and adopts the running gang (no restart). Nothing is left behind."""
 
@@ -50,6 +50,9 @@ def test_the_event_loop_answers_throughout_and_says_the_gcs_is_unreachable(outag
 
 def test_the_running_gang_is_untouched_and_a_gang_submitted_meanwhile_runs(outage):
     assert outage["running_during"] == "RUNNING", outage
+    # A gang caught starting (its first member in its constructor) waited whole for the
+    # GCS, then came up and ran, with no restart
+    assert outage["staged"] == ["SUCCEEDED", 0], outage
     assert outage["running_after"] == ["RUNNING", 0, 0], outage  # no restart, no preemption
     # A gang that ended during the outage is torn down (in a thread: the pings above)
     assert outage["ending"] == "SUCCEEDED", outage

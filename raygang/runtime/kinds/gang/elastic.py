@@ -10,7 +10,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 
-from ray.util.placement_group import placement_group
+from ray.util.placement_group import PlacementGroup, placement_group
 
 from raygang.control.ports import MemberFailure, ReservationTimeout
 from raygang.control.status import GangError
@@ -18,13 +18,14 @@ from raygang.control.tasks import run_to_completion
 from raygang.core.spec import MemberSlot
 from raygang.runtime.kinds.gang.launch import GangLaunch
 from raygang.runtime.kinds.gang.steps import (
+    discard_group,
     kill_member,
+    off_the_loop,
     names_free,
     ready_within,
     remove_group,
     role_sizes,
 )
-from raygang.runtime.member.actor import member_actor_class
 from raygang.runtime.member.context import World
 from raygang.runtime.names import NODE_ID_LABEL, member_name
 from raygang.runtime.placement import SETTLE_S, wait_ready
@@ -46,9 +47,7 @@ class ElasticLaunch(GangLaunch):
         await self.reserve_members(members)
         try:
             world = sorted([*self.present, *slots], key=lambda s: s.rank)
-            for slot in slots:
-                actor_cls = member_actor_class(self.programs[slot.role])
-                self.handles[slot.rank] = self._create(actor_cls, slot, world)
+            await self._create_off_the_loop(slots, world)
             await self._all_or_first_error(
                 [self._await_ready(slot) for slot in slots], self.spec.startup_timeout_s,
                 f"members {', '.join(s.name for s in slots)} were not ready within "
@@ -83,12 +82,27 @@ class ElasticLaunch(GangLaunch):
         """A placement group per member, pinned to its node; ready within the gang's
         reservation timeout (else ReservationTimeout, and the groups are removed)."""
         names = {slot.name for slot, _ in members}
-        try:
+        timeout = self.spec.reservation_timeout_s
+        made: dict[str, PlacementGroup] = {}
+
+        def create() -> None:  # in a GCS-call thread (steps.off_the_loop)
             for slot, node in members:
-                self.member_pgs[slot.name] = placement_group(
+                made[slot.name] = placement_group(
                     [self.spec.bundles[slot.rank].to_dict()], strategy="PACK",
                     name=member_name(self.gang_id, slot), lifetime="detached",
                     bundle_label_selector=[{NODE_ID_LABEL: node}])
+
+        def undo() -> None:
+            for name, pg in made.items():
+                discard_group(pg, name)
+
+        try:
+            try:
+                await off_the_loop(create, undo, timeout)
+            except TimeoutError as error:
+                raise ReservationTimeout(f"placement groups of members {', '.join(names)} "
+                                         f"were not created: {error}") from None
+            self.member_pgs.update(made)
             self._unsettled |= names  # until ready, or a whole timeout: see close()
             ready = await ready_within([self.member_pgs[n] for n in names],
                                         self.spec.reservation_timeout_s)

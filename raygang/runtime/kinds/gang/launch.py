@@ -25,7 +25,9 @@ from raygang.control.tasks import run_to_completion
 from raygang.core.spec import GangSpec, MemberSlot
 from raygang.runtime.kinds.gang.steps import (
     describe_failure,
+    discard_group,
     kill_member,
+    off_the_loop,
     preempt_entry,
     ready_within,
     remove_group,
@@ -114,16 +116,29 @@ class GangLaunch(NoLiveResize, NoRestartResize):  # fixed size: ElasticLaunch re
 
     # 1. Reserve ------------------------------------------------------------------------
     async def reserve(self) -> None:
-        """One placement group, each bundle pinned to the node the plan chose."""
-        self.pg = placement_group(
-            [b.to_dict() for b in self.spec.min_bundles],
-            strategy=self.spec.strategy.value,
-            name=pg_name(self.gang_id),
-            lifetime="detached",  # the gang must outlive a restart of the scheduler
-            bundle_label_selector=[{**pin, NODE_ID_LABEL: n}
-                                   for n, pin in zip(self.nodes, self.pins, strict=True)],
-        )
-        ready = await ready_within([self.pg], self.spec.reservation_timeout_s)
+        """One placement group, each bundle pinned to the node the plan chose; created
+        off the event loop (`steps.off_the_loop`: a GCS call)."""
+        made: list[PlacementGroup] = []
+        name, timeout = pg_name(self.gang_id), self.spec.reservation_timeout_s
+
+        def create() -> None:
+            made.append(placement_group(
+                [b.to_dict() for b in self.spec.min_bundles],
+                strategy=self.spec.strategy.value,
+                name=name,
+                lifetime="detached",  # the gang must outlive a restart of the scheduler
+                bundle_label_selector=[{**pin, NODE_ID_LABEL: n}
+                                       for n, pin in zip(self.nodes, self.pins, strict=True)],
+            ))
+
+        try:
+            await off_the_loop(create, lambda: discard_group(made[0] if made else None, name),
+                               timeout)
+        except TimeoutError as error:
+            raise ReservationTimeout(f"placement group {name} was not created: {error}") \
+                from None
+        self.pg = made[0]
+        ready = await ready_within([self.pg], timeout)
         self._at_rest = True
         if not ready:
             raise ReservationTimeout(
@@ -147,9 +162,7 @@ class GangLaunch(NoLiveResize, NoRestartResize):  # fixed size: ElasticLaunch re
             for dep in role.after:
                 await ready[dep].wait()
             slots = [s for s in self.present if s.role == role_name]
-            actor_cls = member_actor_class(self.programs[role_name])
-            for slot in slots:
-                self.handles[slot.rank] = self._create(actor_cls, slot, self.present)
+            await self._create_off_the_loop(slots, self.present)
             await asyncio.gather(*(self._await_ready(slot) for slot in slots))
             ready[role_name].set()
 
@@ -157,6 +170,26 @@ class GangLaunch(NoLiveResize, NoRestartResize):  # fixed size: ElasticLaunch re
             [start_role(r.name) for r in self.spec.roles], self.spec.startup_timeout_s,
             f"members were not all ready within {self.spec.startup_timeout_s:g}s",
         )
+
+    async def _create_off_the_loop(self, slots: Sequence[MemberSlot],
+                                   world: Sequence[MemberSlot]) -> None:
+        """Start `slots`' members, of `world`, in a GCS-call thread (a named actor is
+        registered with a synchronous GCS call); those made are killed if the start is
+        cancelled or times out meanwhile (`off_the_loop`)."""
+        made: dict[int, Any] = {}
+        classes = {s.rank: member_actor_class(self.programs[s.role]) for s in slots}
+
+        def create() -> None:
+            for slot in slots:
+                made[slot.rank] = self._create(classes[slot.rank], slot, world)
+
+        def undo() -> None:
+            for rank, handle in made.items():
+                kill_member(handle, f"rank {rank}")
+
+        await off_the_loop(create, undo, self.spec.startup_timeout_s)
+        for rank, handle in made.items():
+            self.handles[rank] = handle
 
     def _create(self, actor_cls, slot: MemberSlot, world: Sequence[MemberSlot]):
         """Start `slot`'s member, in the minimum's group or in its own, as a member of
@@ -307,6 +340,10 @@ class GangLaunch(NoLiveResize, NoRestartResize):  # fixed size: ElasticLaunch re
         finally:
             for task in tasks:
                 task.cancel()
+            # Until each has ended: one may be undoing what it made (off_the_loop), which
+            # the teardown after this must not miss
+            if tasks:
+                await run_to_completion(asyncio.wait(tasks))
 
     # Preemption signal (before teardown) ----------------------------------------------
     async def signal_preempt(self, grace_s: float,

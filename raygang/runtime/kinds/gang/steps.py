@@ -9,19 +9,22 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 from ray.util.placement_group import PlacementGroup, remove_placement_group
 
 from raygang.control.status import GangError
-from raygang.control.tasks import wait_within
+from raygang.control.tasks import run_to_completion, wait_within
 from raygang.core.spec import GangSpec, MemberSlot
 from raygang.runtime.names import NAMESPACE
+from raygang.runtime.placement import SETTLE_S
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def describe_failure(slot: MemberSlot | None, exc: BaseException) -> GangError:
@@ -71,6 +74,58 @@ async def names_free(names: Sequence[str], timeout: float = 10.0) -> None:
             except ValueError:
                 break
             await asyncio.sleep(0.05)
+
+
+# Creating a placement group or a named actor is a synchronous call to the GCS, which
+# waits out a GCS outage (up to Ray's `gcs_server_request_timeout_seconds`, 60 s): made
+# here, in threads of their own (not asyncio's default pool of cpu_count + 4, which other
+# slow calls share), so that it never holds the scheduler's event loop up.
+_GCS_CALLS = ThreadPoolExecutor(max_workers=16, thread_name_prefix="raygang-gcs")
+_undoing: set[asyncio.Future[Any]] = set()  # undos under way (kept: tasks are weakly held)
+
+
+async def off_the_loop(make: Callable[[], T], undo: Callable[[], None],
+                       timeout: float) -> T:
+    """`make()` in a GCS-call thread. Nothing it makes is left behind by a caller that
+    stops waiting: cancelled meanwhile, the caller waits (held) for `make` to end, then
+    for `undo()`, then raises its cancellation; past `timeout` (the GCS does not answer)
+    it raises TimeoutError at once, and `undo()` runs once `make` has ended."""
+    loop = asyncio.get_running_loop()
+    future = loop.run_in_executor(_GCS_CALLS, make)
+    deadline = loop.time() + timeout
+    cancelled = False
+    while not future.done():
+        left = deadline - loop.time()
+        if left <= 0 and not cancelled:
+            future.add_done_callback(lambda _: _undo_later(undo))
+            raise TimeoutError(f"no answer from the GCS within {timeout:g}s")
+        try:  # asyncio.wait, not wait_for: that may swallow a cancellation (tasks.py)
+            await asyncio.wait([future], timeout=None if cancelled else left)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        if future.exception() is None:
+            await run_to_completion(loop.run_in_executor(_GCS_CALLS, undo))
+        raise asyncio.CancelledError
+    return future.result()
+
+
+def _undo_later(undo: Callable[[], None]) -> None:
+    done = asyncio.get_running_loop().run_in_executor(_GCS_CALLS, undo)
+    _undoing.add(done)
+    done.add_done_callback(_undoing.discard)
+
+
+def discard_group(pg: PlacementGroup | None, name: str) -> None:
+    """Remove a group no one will use, once it came to rest (blocking: a GCS-call
+    thread's; the settling is `GangLaunch.close`'s reason)."""
+    if pg is None:
+        return
+    try:
+        pg.wait(timeout_seconds=SETTLE_S)
+    except Exception:  # noqa: BLE001 - removed or failed: removed below either way
+        pass
+    remove_group(pg, name)
 
 
 async def ready_within(pgs: Sequence[PlacementGroup], timeout: float) -> bool:
