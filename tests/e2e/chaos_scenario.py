@@ -3,9 +3,14 @@ tests/e2e/test_chaos.py parses the JSON line it prints).
 
 A stream of small gangs (2 members, a few seconds each, up to 3 whole restarts) while,
 every few seconds, one fault in turn: kill a random member actor, kill the scheduler actor
-(Ray restarts it), remove a worker node and add a fresh one, or cancel a random gang. At the end every submitted gang must be SUCCEEDED, FAILED with a reason, or
-CANCELLED; none lost, none listed twice; and nothing left: no raygang placement group or
-member actor, every CPU and chaos slot free again.
+(Ray restarts it), remove a worker node and add a fresh one, or cancel a random gang; and,
+where Debian's redis-server is installed (the GCS then keeps its state in Redis, as with
+KubeRay's GCS fault tolerance), kill the GCS for GCS_DOWN_S and start it again, and replace
+the head (every process of it killed, a new one started on the same port: KubeRay's head
+pod deletion). Gangs arrive until every kind of fault has come. At the end every submitted
+gang must be SUCCEEDED, FAILED with a reason, or CANCELLED; none lost, none listed twice;
+and nothing left: no raygang placement group or member actor, every CPU and chaos slot
+free again.
 """
 
 from __future__ import annotations
@@ -14,11 +19,16 @@ import argparse
 import json
 import os
 import random
+import shutil
+import subprocess
 import sys
 import time
 from collections import Counter
 
+from raygang.runtime.ports import free_port
+
 CHAOS = "chaos"  # the resource the gangs use: only the worker nodes have it
+GCS_DOWN_S = 4.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,8 +53,10 @@ def main(argv: list[str] | None = None) -> int:
 
     rng = random.Random(args.seed)
     low, high = (float(s) for s in args.every.split(","))
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 2, "num_gpus": 0, "include_dashboard": False})
+    redis = start_redis()
+    head_args = {"num_cpus": 2, "num_gpus": 0, "include_dashboard": False,
+                 "gcs_server_port": free_port()}  # a replacement head takes the same port
+    cluster = Cluster(initialize_head=True, head_node_args=head_args)
     workers = [cluster.add_node(num_cpus=2, resources={CHAOS: 4}) for _ in range(2)]
     ray.init(address=cluster.address)
     cluster.wait_for_nodes()
@@ -57,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     # Every kind of fault, in turns (members twice as often), at random moments. Done from
     # this thread: Ray's Cluster.add_node works only from the main thread.
     kinds = ["member", "scheduler", "member", "node", "cancel"]
+    if redis is not None:  # the GCS and the head can die and come back only with Redis
+        kinds[2:2] = ["gcs"]
+        kinds.append("head")
 
     def chaos(what: str) -> None:
         try:
@@ -73,6 +88,12 @@ def main(argv: list[str] | None = None) -> int:
                 cluster.remove_node(victim, allow_graceful=False)
                 workers.remove(victim)
                 workers.append(cluster.add_node(num_cpus=2, resources={CHAOS: 4}))
+            elif what == "gcs":  # no submission meanwhile: this thread submits
+                cluster.head_node.kill_gcs_server()
+                time.sleep(GCS_DOWN_S)
+                cluster.head_node.start_gcs_server()
+            elif what == "head":
+                replace_head(cluster, head_args)
             elif refs:
                 rng.choice(refs).cancel()
             actions[what] += 1
@@ -84,8 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         def arriving() -> bool:
             elapsed = time.monotonic() - t0
-            return elapsed < args.seconds or (len(refs) < args.gangs
-                                              and elapsed < 3 * args.seconds)
+            short = len(refs) < args.gangs or set(kinds) - set(actions)
+            return elapsed < args.seconds or (bool(short) and elapsed < 3 * args.seconds)
 
         while arriving():
             if time.monotonic() >= next_chaos:
@@ -126,8 +147,37 @@ def main(argv: list[str] | None = None) -> int:
         raygang.shutdown()
         ray.shutdown()
         cluster.shutdown()
+        if redis is not None:
+            redis.kill()
+    result["redis"] = redis is not None
     print("RESULT " + json.dumps(result))
     return 0
+
+
+def start_redis() -> subprocess.Popen | None:
+    """Debian's redis-server on a port of its own, as the GCS's store (None: not installed;
+    the soak then kills neither the GCS nor the head)."""
+    if shutil.which("redis-server") is None:
+        return None
+    port = free_port()
+    redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                              "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    os.environ.update(RAY_REDIS_ADDRESS=f"127.0.0.1:{port}",
+                      RAY_external_storage_namespace=f"raygang-chaos-{port}")
+    return redis
+
+
+def replace_head(cluster, head_args: dict) -> None:
+    """Every process of the head killed, a new head started on the same GCS port and
+    Redis (the workers, their actors and groups ride through); this driver, whose raylet
+    was the head's, connects again."""
+    import ray
+
+    ray.shutdown()
+    cluster.head_node.kill_all_processes(check_alive=False, allow_graceful=False, wait=True)
+    cluster.head_node = None
+    cluster.add_node(**head_args, wait=False)
+    ray.init(address=cluster.address)
 
 
 if __name__ == "__main__":
