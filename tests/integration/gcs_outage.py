@@ -45,9 +45,10 @@ def main() -> dict:
         cluster.add_node(num_cpus=4, num_gpus=4)
         ray.init(address=cluster.address)
         cluster.wait_for_nodes()
-        start_on_head()
+        http = free_port()
+        start_on_head(http)
         out = scenario(cluster, raygang, scheduler())
-        out.update(replace_head(cluster, raygang, out["running_gang"]))
+        out.update(replace_head(cluster, raygang, out["running_gang"], http))
         return out
     finally:
         raygang.shutdown()
@@ -61,7 +62,7 @@ def main() -> dict:
 HEAD = {"num_cpus": 0, "num_gpus": 0, "resources": {"raygang-test-head": 1}}
 
 
-def start_on_head() -> None:
+def start_on_head(serve_http_port: int | None = None) -> None:
     import ray
 
     from raygang import SchedulerConfig
@@ -70,11 +71,28 @@ def start_on_head() -> None:
 
     handle = SchedulerActor.options(name=SCHEDULER_NAME, namespace=NAMESPACE,
                                     lifetime="detached",
-                                    resources={"raygang-test-head": 0.01}).remote(SchedulerConfig())
+                                    resources={"raygang-test-head": 0.01}).remote(
+        SchedulerConfig(serve_http_port=serve_http_port))
     ray.get(handle.ping.remote(), timeout=60)
 
 
-def replace_head(cluster, raygang, gang_id: str) -> dict:
+def serving(url: str, timeout: float) -> int:
+    """The status of a GET of `url`, retried until 200 or `timeout` (0: failed to connect)."""
+    import httpx
+
+    deadline, status = time.monotonic() + timeout, 0
+    while time.monotonic() < deadline:
+        try:
+            status = httpx.get(url, timeout=5).status_code
+        except httpx.HTTPError:
+            status = 0
+        if status == 200:
+            break
+        time.sleep(0.5)
+    return status
+
+
+def replace_head(cluster, raygang, gang_id: str, http: int) -> dict:
     """KubeRay's head pod deletion, locally: every process of the head killed (its GCS,
     raylet and the scheduler actor on it), a new head started on the same GCS port with
     the same Redis; the scheduler is restarted by Ray there and recovers from its store."""
@@ -84,6 +102,11 @@ def replace_head(cluster, raygang, gang_id: str) -> dict:
 
     out: dict = {}
     running = raygang.GangRef(gang_id)
+    # A deployment (its replica on the worker, Serve's controller on the head) goes too
+    deployment = raygang.deploy("kept", "raygang.demo:echo", replicas=1, num_cpus=0.5)
+    deployment.ready(timeout=120)
+    url = f"http://127.0.0.1:{http}/kept"
+    out["serving_before_head"] = serving(url, 30)
     before = ray.get(scheduler().ping.remote(), timeout=10)["instance"]
     ray.shutdown()  # this driver's raylet is the head's
     port = cluster.head_node._ray_params.gcs_server_port
@@ -111,6 +134,11 @@ def replace_head(cluster, raygang, gang_id: str) -> dict:
                                  status.events[-1].reason)
     fresh = raygang.GangRef(_submit_one(raygang))
     out["fresh_after_head"] = fresh.wait(timeout=60).state.value
+    status = deployment.status()
+    out["deployment_after_head"] = (status.state.value, status.restarts,
+                                    status.events[-1].reason)
+    out["serving_after_head"] = serving(url, 60)
+    out["undeployed"] = raygang.undeploy("kept").state.value
     running.cancel()
     deadline = time.monotonic() + 30
     while not running.status().finished and time.monotonic() < deadline:
