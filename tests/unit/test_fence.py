@@ -72,3 +72,12 @@ def test_a_lease_not_renewed_ends_the_member_a_little_before_it_runs_out(monkeyp
     # 0.8 s after the last answer was asked for (or the start): not sooner, and before the
     # lease runs out (the scheduler waits the whole lease before the next attempt)
     assert 0.8 <= ended - calls[answered] < 1.0
+
+
+def test_no_fence_outside_a_member_actors_process(monkeypatch):
+    # A test or a driver that builds a member class in its own process (test_context.py)
+    # may later join another cluster, where its node is unknown: it must not be ended.
+    started = []
+    monkeypatch.setattr(fence.threading, "Thread", lambda **kw: started.append(kw))
+    fence.fence("n1", lease_s=1.0)
+    assert started == []

@@ -36,6 +36,8 @@ import sys
 import threading
 import time
 
+import ray
+
 from raygang.runtime.ray_private import node_alive
 
 CHECK_EVERY_S = 1.0
@@ -47,7 +49,11 @@ _lock = threading.Lock()
 
 def fence(node_id: str, lease_s: float | None = None) -> None:
     """Watch, once per process, that `node_id` (this member's node) is alive, and with
-    `lease_s`, that the cluster answers at all."""
+    `lease_s`, that the cluster answers at all. Only in a member actor's own process: a
+    driver or a test that builds a member class in its process may connect to another
+    cluster later, where the node is unknown ("dead"), and must not be ended for it."""
+    if not ray.is_initialized() or ray.get_runtime_context().get_actor_id() is None:
+        return
     with _lock:
         if os.getpid() in _watching:
             return

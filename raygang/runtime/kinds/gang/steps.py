@@ -81,7 +81,7 @@ async def names_free(names: Sequence[str], timeout: float = 10.0) -> None:
 # here, in threads of their own (not asyncio's default pool of cpu_count + 4, which other
 # slow calls share), so that it never holds the scheduler's event loop up.
 _GCS_CALLS = ThreadPoolExecutor(max_workers=16, thread_name_prefix="raygang-gcs")
-_undoing: set[asyncio.Future[Any]] = set()  # undos under way (kept: tasks are weakly held)
+_undoing: set[asyncio.Future[Any]] = set()  # undos under way, held until done
 
 
 async def off_the_loop(make: Callable[[], T], undo: Callable[[], None],
@@ -97,7 +97,7 @@ async def off_the_loop(make: Callable[[], T], undo: Callable[[], None],
     while not future.done():
         left = deadline - loop.time()
         if left <= 0 and not cancelled:
-            future.add_done_callback(lambda _: _undo_later(undo))
+            future.add_done_callback(lambda made: _undo_later(made, undo))
             raise TimeoutError(f"no answer from the GCS within {timeout:g}s")
         try:  # asyncio.wait, not wait_for: that may swallow a cancellation (tasks.py)
             await asyncio.wait([future], timeout=None if cancelled else left)
@@ -110,8 +110,10 @@ async def off_the_loop(make: Callable[[], T], undo: Callable[[], None],
     return future.result()
 
 
-def _undo_later(undo: Callable[[], None]) -> None:
-    done = asyncio.get_running_loop().run_in_executor(_GCS_CALLS, undo)
+def _undo_later(made: asyncio.Future[Any], undo: Callable[[], None]) -> None:
+    if not made.cancelled() and made.exception() is not None:
+        log.debug("a GCS call given up on failed", exc_info=made.exception())
+    done = asyncio.get_running_loop().run_in_executor(_GCS_CALLS, undo)  # what it did make
     _undoing.add(done)
     done.add_done_callback(_undoing.discard)
 
