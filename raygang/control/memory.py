@@ -43,7 +43,7 @@ from raygang.control.ports import GangRun
 from raygang.control.records import GangRecord
 from raygang.control.status import MemberStatus
 from raygang.core.budget import never_fits, take
-from raygang.core.resources import Resources, per_node
+from raygang.core.resources import ZERO, Resources, per_node
 from raygang.core.snapshot import ClusterSnapshot, NodeState, PlacedGang
 from raygang.core.spec import Resize
 
@@ -74,6 +74,7 @@ class MemoryCluster:
     # runs add and remove an elastic gang's surplus members, or restart it whole
     resizes: frozenset[Resize] = frozenset({Resize.LIVE, Resize.RESTART})
     observe_blocks = False  # read in place: the cycle's interleaving stays as it was
+    always_answers = False  # a test may cut it off (`outage`)
 
     def __init__(self, nodes: Iterable[tuple[str, Resources]],
                  clock: Callable[[], float] | None = None, seed: int | None = None,
@@ -89,6 +90,9 @@ class MemoryCluster:
         self.booked: dict[str, list[tuple[str, Resources]]] = {}  # key -> (node, bundle)s
         self._counts: dict[str, int] = {}  # gang id -> bundles booked (its members' too)
         self._free = {n: node.total for n, node in self.nodes.items()}  # as the view shows
+        # Each node's last view, (its _Node, the NodeState): handed out again while the
+        # node shows the same (immutable; observe runs every cycle, most nodes unchanged).
+        self._views: dict[str, tuple[_Node, NodeState]] = {}
         self.members: dict[str, list[MemoryMember]] = {}  # gang id -> members, by rank
         self.budgets: dict[str, MemoryBudget] = {}  # job id -> the budget its gangs use
         self._rng = random.Random(seed) if seed is not None else None
@@ -266,15 +270,20 @@ class MemoryCluster:
         held = tuple(held)
         coming = self._coming(held)
         nodes = []
+        views = self._views
         for node in self.nodes.values():
             node_id = node.node_id
-            free = Resources()
+            free = ZERO
             if node.alive and node_id not in draining:
                 free = self.free(node_id, seen=True)
                 if node_id in coming:
                     free = free.minimum(node.total - self._used_on(node_id) - coming[node_id])
-            nodes.append(NodeState(node_id, node.total, free, node.labels, alive=node.alive,
-                                   name=node_id))
+            last = views.get(node_id)
+            if last is None or last[0] is not node or last[1].alive != node.alive \
+                    or last[1].free != free:
+                last = views[node_id] = (node, NodeState(
+                    node_id, node.total, free, node.labels, alive=node.alive, name=node_id))
+            nodes.append(last[1])
         return ClusterSnapshot(tuple(nodes), held)
 
     def _coming(self, held: Sequence[PlacedGang]) -> dict[str, Resources]:

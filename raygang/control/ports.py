@@ -147,6 +147,9 @@ class Cluster(Protocol):
     # Whether `observe` may block (Ray's GCS reads wait while the GCS is down): the loop
     # then reads it in a thread, within a timeout of its own.
     observe_blocks: bool
+    # Whether it answers whatever happens (a simulated cluster): then nobody asks it
+    # whether it does (`sight.ClusterView.probe`).
+    always_answers: bool
 
     def observe(self, held: Iterable[PlacedGang], draining: Collection[str]) -> ClusterSnapshot:
         """Nodes with their free resources (what `held` holds counts as used even if the
