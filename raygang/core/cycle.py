@@ -249,7 +249,8 @@ class Cycle:
             order = rules.order(self.config.preemption)
             if order not in self._sorted:  # sorted once per order
                 self._sorted[order] = sorted(  # surplus members before any whole gang
-                    self._stoppable, key=units_first(victim_key(order, self.now)))
+                    self._stoppable,
+                    key=units_first(victim_key(order, self.now), lasting=order == "newest"))
             stoppable = self._sorted[order]
             narrow = narrow or rules.victim_filter
             ordered = stoppable if narrow is None else narrow(self, stoppable)

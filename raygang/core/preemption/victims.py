@@ -75,7 +75,10 @@ def victim_key(order: str, now: float) -> GangKey:
 
 
 def _size(gang: PlacedGang) -> tuple[int, ...]:
-    return _size_of(gang.total)
+    found = gang.memo.get(_size)  # kept with the gang: sorts read it every cycle
+    if found is None:
+        found = gang.memo[_size] = _size_of(gang.total)
+    return found
 
 
 @functools.lru_cache(maxsize=4096)

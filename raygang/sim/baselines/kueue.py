@@ -54,6 +54,7 @@ class _Cohort:
         # The cohort lends what its queues' nominal quotas add up to; with no quota at all
         # (a trace without tenants' guarantees), the whole cluster.
         self.requestable = sum(self.nominal.values()) or cluster
+        self.used = sum(self.usage.values())  # the cohort's, kept as usage moves
 
     def borrowing(self, queue: str) -> bool:
         return self.usage.get(queue, 0) > self.nominal.get(queue, 0)
@@ -62,10 +63,11 @@ class _Cohort:
         usage = self.usage.get(queue, 0) + request
         if not borrow and usage > self.nominal.get(queue, 0):
             return False
-        return sum(self.usage.values()) + request <= self.requestable
+        return self.used + request <= self.requestable
 
     def move(self, queue: str, amount: int) -> None:
         self.usage[queue] = self.usage.get(queue, 0) + amount
+        self.used += amount
 
 
 def decide(snapshot: ClusterSnapshot, backlog: Backlog, config: PolicyConfig,
@@ -219,7 +221,7 @@ class _Cycle:
                 queue, 0):
             return True
         every = sum(g.total.units(GPU) for g in candidates)
-        return sum(cohort.usage.values()) - every + request > cohort.requestable
+        return cohort.used - every + request > cohort.requestable
 
     def _remove(self, victim: PlacedGang):
         undo_nodes = self.capacity.release(victim.bundles)
