@@ -30,6 +30,8 @@ fair sharing (off by default), `borrowWithinCohort`, partial admission.
 
 from __future__ import annotations
 
+import heapq
+
 from raygang.core.backlog import Backlog
 from raygang.core.capacity import Capacity
 from raygang.core.config import PolicyConfig
@@ -95,20 +97,24 @@ class _Cycle:
         # Each head's order key, kept while the cohort's usage stays as it was: only an
         # admission changes it (a search that finds no victims undoes what it tried), so
         # the keys are made again after one, and otherwise only for a queue's new head.
-        keys = {q: self._order((q, g)) for q, g in offered.items()}
-        while offered:
-            queue = min(keys, key=keys.__getitem__)
+        # A heap of them: every pending gang is offered in turn, one smallest key at a time
+        # (keys end in the gang's id: no two are equal, the heap takes the one min would).
+        keys = [(self._order((q, g)), q) for q, g in offered.items()]
+        heapq.heapify(keys)
+        while keys:
+            queue = heapq.heappop(keys)[1]
             admitted = len(self.admissions)
             self._try(offered[queue])
             gang = next(heads[queue], None)
             if gang is None:
-                del offered[queue], keys[queue]
+                del offered[queue]
             else:
                 offered[queue] = gang
             if len(self.admissions) != admitted:
-                keys = {q: self._order((q, g)) for q, g in offered.items()}
+                keys = [(self._order((q, g)), q) for q, g in offered.items()]
+                heapq.heapify(keys)
             elif gang is not None:
-                keys[queue] = self._order((queue, gang))
+                heapq.heappush(keys, (self._order((queue, gang)), queue))
         return Plan(admissions=tuple(self.admissions), preemptions=tuple(self.preemptions),
                     at=self.now)
 
