@@ -75,6 +75,7 @@ class MemoryCluster:
     resizes: frozenset[Resize] = frozenset({Resize.LIVE, Resize.RESTART})
     observe_blocks = False  # read in place: the cycle's interleaving stays as it was
     always_answers = False  # a test may cut it off (`outage`)
+    gangs_inside_jobs = True  # a test opens budgets (`open_budget`)
 
     def __init__(self, nodes: Iterable[tuple[str, Resources]],
                  clock: Callable[[], float] | None = None, seed: int | None = None,

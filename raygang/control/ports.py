@@ -150,6 +150,9 @@ class Cluster(Protocol):
     # Whether it answers whatever happens (a simulated cluster): then nobody asks it
     # whether it does (`sight.ClusterView.probe`).
     always_answers: bool
+    # Whether a job's budget may ever hold gangs here (`budget`; not in a replay, whose
+    # jobs submit nothing from inside): else nothing wakes `control.inside` early.
+    gangs_inside_jobs: bool
 
     def observe(self, held: Iterable[PlacedGang], draining: Collection[str]) -> ClusterSnapshot:
         """Nodes with their free resources (what `held` holds counts as used even if the

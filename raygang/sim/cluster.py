@@ -39,6 +39,9 @@ class SimCluster(MemoryCluster):
     # the cluster answers (a task each time, for an answer known in advance). No decision
     # changes: the probe's task ran alone, starting nothing and setting no timer.
     always_answers = True
+    # Nor does a trace's job submit gangs from inside (`budget` is None): the plane's look
+    # at job budgets wakes only on its interval, a timer as before, with no event to watch.
+    gangs_inside_jobs = False
 
     def __init__(self, nodes: Iterable[tuple[str, Resources]], jobs: dict[str, JobLog],
                  usage: TenantUsage, clock: Callable[[], float], checkpoint_s: float,
