@@ -4,6 +4,7 @@ plan's admissions and preemptions, and hands back what a gang held once it is re
 from __future__ import annotations
 
 import asyncio
+import operator
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
@@ -77,8 +78,8 @@ class Fleet:
 
     def held(self) -> list[PlacedGang]:
         """What raygang's book holds: not the gangs inside a job (the job books it)."""
-        return [d.record.placed_view() for d in self._drivers.values()
-                if d.record.parent is None]
+        return [record.placed_view() for record in map(_record, self._drivers.values())
+                if record.parent is None]
 
     def admit(self, record: GangRecord, admission: Admission, now: float) -> None:
         """Start driving a gang the plan admitted, once the gangs whose capacity it takes
@@ -167,3 +168,6 @@ class Fleet:
             self._elastic.pop(driver.record.gang_id, None)
         self._released_at = self._clock()
         self._on_released(driver.record)
+
+
+_record = operator.attrgetter("record")  # (held() reads every driver's, every cycle)

@@ -52,6 +52,7 @@ class Inside:
         self._registry = registry
         self._fleet = fleet
         self._budgets = cluster.budget
+        self._any_budget = cluster.gangs_inside_jobs
         self._clock = clock
         self._interval = interval
         self._cancel = cancel
@@ -60,13 +61,24 @@ class Inside:
         self._cancelling: set[str] = set()
 
     async def run(self) -> None:
+        if not self._any_budget:
+            # No job's budget here (a replay): no gang is ever placed inside, nothing sets
+            # `_wake` (only `place` does, for such gangs). The same look every interval, on
+            # the same timer, without a task watching the event each time (a replay of
+            # weeks wakes this tens of thousands of times per plane).
+            while True:
+                await asyncio.sleep(self._interval())
+                self._place()
         while True:
             await first_set([self._wake], self._interval())
             self._wake.clear()
-            try:
-                self.place()
-            except Exception:  # never let one bad placement stop the others for good
-                log.exception("placing gangs inside their jobs failed")
+            self._place()
+
+    def _place(self) -> None:
+        try:
+            self.place()
+        except Exception:  # never let one bad placement stop the others for good
+            log.exception("placing gangs inside their jobs failed")
 
     def _wake_after(self, delay: float) -> None:
         asyncio.get_running_loop().call_later(delay, self._wake.set)

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from raygang.control.config import SchedulerConfig
 from raygang.control.fleet import Fleet
 from raygang.control.history import History
-from raygang.control.ports import Cluster, Metrics, Scaling, Tallies
+from raygang.control.ports import Cluster, Metrics, NoMetrics, Scaling, Tallies
 from raygang.control.records import GangRecord
 from raygang.control.registry import Registry
 from raygang.control.status import QueueHistory
@@ -80,6 +80,9 @@ class SchedulingLoop:
         self.waits: dict[tuple[str, str], int] = {}  # (queue, wait code) -> gangs, last cycle
         self.waiting_since: dict[str, float] = {}  # queue -> the earliest of their `since`s
         self._metrics_at = float("-inf")  # when the gauges were last refreshed
+        # Metrics that keep no gauges (`NoMetrics`' refresh: the simulator's, the tests')
+        # are not handed them: building them reads every gang and queue.
+        self._gauges = type(metrics).refresh is not NoMetrics.refresh
         self.sight = ClusterView(cluster, fleet, clock, self._draining, self.wake, spawn)
         self._noted: set[str] = set()  # pending gangs with a scale note
         self._dumps: list[asyncio.Future[dict[str, Any]]] = []  # requests for the next cycle's dump
@@ -134,7 +137,7 @@ class SchedulingLoop:
             # second is plenty, and costs what the registry counts, not every gang.
             self.sight.probe()
             now = self._clock()
-            if now - self._metrics_at >= METRICS_REFRESH_S:
+            if self._gauges and now - self._metrics_at >= METRICS_REFRESH_S:
                 self._metrics_at = now
                 self._metrics.refresh(list(self._fleet), self._config().queues,
                                       self._registry.counts(), self._tallies())

@@ -43,7 +43,7 @@ from raygang.control.ports import GangRun
 from raygang.control.records import GangRecord
 from raygang.control.status import MemberStatus
 from raygang.core.budget import never_fits, take
-from raygang.core.resources import Resources, per_node
+from raygang.core.resources import ZERO, Resources, per_node
 from raygang.core.snapshot import ClusterSnapshot, NodeState, PlacedGang
 from raygang.core.spec import Resize
 
@@ -74,6 +74,8 @@ class MemoryCluster:
     # runs add and remove an elastic gang's surplus members, or restart it whole
     resizes: frozenset[Resize] = frozenset({Resize.LIVE, Resize.RESTART})
     observe_blocks = False  # read in place: the cycle's interleaving stays as it was
+    always_answers = False  # a test may cut it off (`outage`)
+    gangs_inside_jobs = True  # a test opens budgets (`open_budget`)
 
     def __init__(self, nodes: Iterable[tuple[str, Resources]],
                  clock: Callable[[], float] | None = None, seed: int | None = None,
@@ -89,6 +91,14 @@ class MemoryCluster:
         self.booked: dict[str, list[tuple[str, Resources]]] = {}  # key -> (node, bundle)s
         self._counts: dict[str, int] = {}  # gang id -> bundles booked (its members' too)
         self._free = {n: node.total for n, node in self.nodes.items()}  # as the view shows
+        # Each node's last view, (its _Node, the NodeState): handed out again while the
+        # node shows the same (immutable; observe runs every cycle, most nodes unchanged).
+        self._views: dict[str, tuple[_Node, NodeState]] = {}
+        # The last view's nodes, with what they were worked out from (what held gangs had
+        # coming, the draining nodes), while nothing a view shows has changed since
+        # (every change of what a view shows sets it to None): observe then reads no node.
+        self._last_view: tuple[dict[str, Resources], frozenset[str], tuple[NodeState, ...]] \
+            | None = None
         self.members: dict[str, list[MemoryMember]] = {}  # gang id -> members, by rank
         self.budgets: dict[str, MemoryBudget] = {}  # job id -> the budget its gangs use
         self._rng = random.Random(seed) if seed is not None else None
@@ -109,6 +119,7 @@ class MemoryCluster:
     def lose_node(self, node_id: str) -> None:
         """The node dies: every member on it dies with it."""
         self.nodes[node_id].alive = False
+        self._last_view = None
         for members in self.members.values():
             for member in members:
                 if member.node == node_id and not member.dead:
@@ -124,6 +135,7 @@ class MemoryCluster:
             labels = self.nodes[node_id].labels if node_id in self.nodes else {}
         self.nodes[node_id] = _Node(node_id, total, labels=dict(labels))
         self._free[node_id] = total - used
+        self._last_view = None
         self.notify()
 
     def use_outside(self, node_id: str, used: Resources, seen: bool = True) -> None:
@@ -132,6 +144,7 @@ class MemoryCluster:
         node = self.nodes[node_id]
         if seen:
             self._free[node_id] = self._free[node_id] + node.outside - used
+            self._last_view = None
             node.outside = used
         else:
             node.unseen = used
@@ -158,6 +171,7 @@ class MemoryCluster:
 
     def book(self, key: str, bundles: Sequence[tuple[str, Resources]]) -> None:
         self._give_back(key)  # booked again at once: the view never shows it free
+        self._last_view = None
         for node, bundle in bundles:
             self._free[node] = self._free[node] - bundle
         self.booked[key] = list(bundles)
@@ -181,6 +195,8 @@ class MemoryCluster:
                 del self._counts[owner]
         for node, bundle in bundles:
             self._free[node] = self._free[node] + bundle
+        if bundles:
+            self._last_view = None
         return bundles
 
     def _hide(self, node_id: str, freed: Resources) -> None:
@@ -189,9 +205,11 @@ class MemoryCluster:
             return
         node = self.nodes[node_id]
         node.hidden = node.hidden + freed
+        self._last_view = None
 
         def show() -> None:
             node.hidden = (node.hidden - freed).positive()
+            self._last_view = None
             self.notify()
 
         asyncio.get_running_loop().call_later(self.view_lag_s, show)
@@ -265,17 +283,28 @@ class MemoryCluster:
             raise ClusterUnreachable("the cluster does not answer (a test's outage)")
         held = tuple(held)
         coming = self._coming(held)
+        gone = frozenset(draining)
+        last = self._last_view
+        if last is not None and last[0] == coming and last[1] == gone:
+            return ClusterSnapshot(last[2], held)
         nodes = []
+        views = self._views
         for node in self.nodes.values():
             node_id = node.node_id
-            free = Resources()
-            if node.alive and node_id not in draining:
+            free = ZERO
+            if node.alive and node_id not in gone:
                 free = self.free(node_id, seen=True)
                 if node_id in coming:
                     free = free.minimum(node.total - self._used_on(node_id) - coming[node_id])
-            nodes.append(NodeState(node_id, node.total, free, node.labels, alive=node.alive,
-                                   name=node_id))
-        return ClusterSnapshot(tuple(nodes), held)
+            view = views.get(node_id)
+            if view is None or view[0] is not node or view[1].alive != node.alive \
+                    or view[1].free != free:
+                view = views[node_id] = (node, NodeState(
+                    node_id, node.total, free, node.labels, alive=node.alive, name=node_id))
+            nodes.append(view[1])
+        shown = tuple(nodes)
+        self._last_view = (coming, gone, shown)
+        return ClusterSnapshot(shown, held)
 
     def _coming(self, held: Sequence[PlacedGang]) -> dict[str, Resources]:
         """Per node, what held gangs hold in the book and not yet in the cluster. Cheap

@@ -147,6 +147,12 @@ class Cluster(Protocol):
     # Whether `observe` may block (Ray's GCS reads wait while the GCS is down): the loop
     # then reads it in a thread, within a timeout of its own.
     observe_blocks: bool
+    # Whether it answers whatever happens (a simulated cluster): then nobody asks it
+    # whether it does (`sight.ClusterView.probe`).
+    always_answers: bool
+    # Whether a job's budget may ever hold gangs here (`budget`; not in a replay, whose
+    # jobs submit nothing from inside): else nothing wakes `control.inside` early.
+    gangs_inside_jobs: bool
 
     def observe(self, held: Iterable[PlacedGang], draining: Collection[str]) -> ClusterSnapshot:
         """Nodes with their free resources (what `held` holds counts as used even if the

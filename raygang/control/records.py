@@ -215,6 +215,12 @@ class GangRecord:
         it reads changed: every cycle reads every held gang)."""
         live = self.live
         surplus, leaving = live.surplus, live.leaving  # empty but for elastic gangs
+        placed = live.placed
+        if placed is not None and not surplus and not leaving:  # the same objects as when
+            was = placed[0]  # it was made: the same key (every cycle asks every held gang)
+            if (was[0] is self.state and was[1] is live.stopping and was[2] is self.nodes
+                    and was[3] == self.started_at and not was[4] and not was[5]):
+                return placed[1]
         key = (self.state, live.stopping, self.nodes, self.started_at,
                tuple(surplus.items()) if surplus else (),
                tuple(leaving.items()) if leaving else ())

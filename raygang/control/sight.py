@@ -113,6 +113,8 @@ class ClusterView:
     def probe(self) -> None:
         """Ask the cluster whether it answers, if that is due (see the module's docstring);
         the question is a task of its own: it never holds the loop up."""
+        if self._cluster.always_answers:
+            return
         if self._probing is not None and not self._probing.done():
             return
         if self._clock() - self._probed_at < PROBE_EVERY_S:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import selectors
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -63,6 +64,10 @@ class _JumpingSelector(selectors.DefaultSelector):
         self.next_timer: Callable[[], float | None] = lambda: None
         self.wall_limit_s: float | None = None
         self._wall_start = time.monotonic()
+        # Whether a poll of the real selector could find anything: another thread wrote
+        # to the loop's self-pipe, or something besides that pipe is registered (`must_poll`).
+        self.poll_due = False
+        self.must_poll: Callable[[], bool] = lambda: True
 
     def select(self, timeout: float | None = None
                ) -> list[tuple[selectors.SelectorKey, int]]:
@@ -71,7 +76,10 @@ class _JumpingSelector(selectors.DefaultSelector):
             raise WallClockExceeded(
                 f"ran for more than {self.wall_limit_s:g}s of real time (virtual time "
                 f"{self._clock.now:.3f}s): tasks keep each other busy")
-        ready = super().select(0)
+        ready: list[tuple[selectors.SelectorKey, int]] = []
+        if self.poll_due or self.must_poll():  # else a poll finds nothing: a syscall saved
+            self.poll_due = False  # per callback round, as a replay makes hundreds of thousands
+            ready = super().select(0)
         if ready or timeout == 0:
             return ready
         if timeout is None:
@@ -111,10 +119,24 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         super().__init__(selector)
         selector.next_timer = self._next_timer
         selector.wall_limit_s = wall_limit_s
+        selector.must_poll = self._must_poll
+        self._jumping = selector
         self.set_default_executor(InlineExecutor(max_workers=1))
 
     def time(self) -> float:
         return self.clock.now
+
+    # The self-pipe: written to wake a loop blocked in its selector. This one never blocks,
+    # so a callback scheduled from its own thread needs no wake: no byte is written (and
+    # none read back by a callback that does nothing else); one from another thread still
+    # writes, and the next round polls for it. Signal handlers write to the pipe too.
+    def _write_to_self(self) -> None:
+        if threading.get_ident() != self._thread_id:  # type: ignore[attr-defined]
+            self._jumping.poll_due = True
+            super()._write_to_self()  # type: ignore[misc]
+
+    def _must_poll(self) -> bool:
+        return len(self._jumping.get_map()) > 1 or bool(getattr(self, "_signal_handlers", None))
 
     def _next_timer(self) -> float | None:
         # asyncio's heap of timer handles (cancelled included)

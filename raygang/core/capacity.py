@@ -8,6 +8,7 @@ at each distinct free vector once instead of at every node. A pool of 1,000 iden
 from __future__ import annotations
 
 import bisect
+import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from raygang.core.resources import Resources, scarcity_key
@@ -25,20 +26,21 @@ class Capacity:
         self._classes: dict[Resources, list[str]] = {}
         # Labels are read only for gangs that ask for a topology: kept as the nodes came,
         # indexed when first asked (`labels`, `domains`).
-        self._nodes = sorted(nodes, key=lambda n: n.node_id)
+        self._nodes = sorted(nodes, key=_node_id)
         self._labels: dict[str, Mapping[str, str]] | None = None
         self._domains: dict[str, dict[str, list[str]]] = {}
         for node in self._nodes:
+            node_id = node.node_id
             free = node.total if use_totals else node.free
-            self._free[node.node_id] = free
-            self._total[node.node_id] = node.total
-            self._display[node.node_id] = node.display
-            self._classes.setdefault(free, []).append(node.node_id)  # sorted: ids come in order
+            self._free[node_id] = free
+            self._total[node_id] = node.total
+            self._display[node_id] = node.display
+            self._classes.setdefault(free, []).append(node_id)  # sorted: ids come in order
         # A cheap "cannot fit" test: what is free in all (a node booked beyond its total,
         # while a gang leaves it, adds nothing rather than taking from the others).
         self.free_total = Resources.sum(f.positive() for f in self._free.values())
         names: set[str] = set()
-        for total in self._total.values():
+        for total in set(self._total.values()):  # a few distinct totals, each read once
             names.update(total)
         # Best fit compares what a node would have left, scarcest resource first.
         self.resource_names: tuple[str, ...] = tuple(sorted(names, key=scarcity_key))
@@ -197,6 +199,9 @@ class Capacity:
             del self._classes[old]
         self._free[node_id] = free
         bisect.insort(self._classes.setdefault(free, []), node_id)
+
+
+_node_id = operator.attrgetter("node_id")
 
 
 def _first_not_in(ids: Sequence[str], exclude: set[str] | frozenset[str]) -> str | None:

@@ -243,13 +243,15 @@ class Cycle:
         key = key or action
         if key not in self._pools:
             if self._stoppable is None:  # filtered once: an action's pool is a subset
+                now = self.now  # (no call for the gangs with no minimum runtime)
                 self._stoppable = [
-                    g for g in self.pieces
-                    if g.preemptible and not g.draining and not g.protected(self.now)]
+                    g for g in self.pieces if g.preemptible and not g.draining
+                    and (g.min_runtime_s <= 0 or not g.protected(now))]
             order = rules.order(self.config.preemption)
             if order not in self._sorted:  # sorted once per order
                 self._sorted[order] = sorted(  # surplus members before any whole gang
-                    self._stoppable, key=units_first(victim_key(order, self.now)))
+                    self._stoppable,
+                    key=units_first(victim_key(order, self.now), lasting=order == "newest"))
             stoppable = self._sorted[order]
             narrow = narrow or rules.victim_filter
             ordered = stoppable if narrow is None else narrow(self, stoppable)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from raygang.core.capacity import Capacity
 from raygang.core.gang import PendingGang
@@ -87,10 +88,22 @@ def pieces(placed: Iterable[PlacedGang]) -> tuple[list[PlacedGang], list[PlacedG
     return out, leaving
 
 
-def units_first(key: GangKey) -> GangKey:
+def units_first(key: GangKey, lasting: bool = False) -> GangKey:
     """A victim order with every surplus unit ahead of every whole gang (and, among the
-    units of one gang, the last grown first)."""
-    return lambda g: (g.of is None, *key(g))
+    units of one gang, the last grown first). `lasting`: `key` depends on the gang alone
+    (not on the time), so each gang's key is kept with it (`PlacedGang.memo`): every
+    cycle sorts every stoppable gang."""
+    if not lasting:
+        return lambda g: (g.of is None, *key(g))
+    memo_key = ("units first", key)
+
+    def kept(g: PlacedGang) -> tuple[Any, ...]:
+        found = g.memo.get(memo_key)
+        if found is None:
+            found = g.memo[memo_key] = (g.of is None, *key(g))
+        return found
+
+    return kept
 
 
 def with_remaining_units(victims: Sequence[PlacedGang], units_of: dict[str, list[PlacedGang]],

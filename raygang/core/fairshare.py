@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from raygang.core.queues import QueueTree, exceeds_limit
-from raygang.core.resources import UNIT, Resources, format_amount
+from raygang.core.resources import UNIT, ZERO, Resources, format_amount
 from raygang.core.gang import PendingGang
 from raygang.core.snapshot import NodeState, PlacedGang
 from raygang.core.usage import TimeShare, share_weights
@@ -36,20 +36,24 @@ class QueueBook:
         """`history`: usage over time (`core.usage`), if it moves shares and order."""
         self.tree = tree
         self.history = history
-        self.usage: dict[str, Resources] = {name: Resources() for name in tree.specs}
+        specs = tree.specs
+        self.usage: dict[str, Resources] = dict.fromkeys(specs, ZERO)
+        # What each leaf runs in gangs reclaim cannot stop (non-preemptible classes).
+        self.firm: dict[str, Resources] = dict.fromkeys(specs, ZERO)
         by_queue: dict[str, list[Resources]] = {}
-        for gang in placed:
-            if gang.queue in tree.specs:  # a gang of a queue since removed still uses nodes
-                by_queue.setdefault(gang.queue, []).append(gang.total)
+        firm: dict[str, list[Resources]] = {}
+        for gang in placed:  # one pass: every cycle builds the book anew
+            queue = gang.queue
+            if queue in specs:  # a gang of a queue since removed still uses nodes
+                by_queue.setdefault(queue, []).append(gang.total)
+                if not gang.preemptible:
+                    firm.setdefault(queue, []).append(gang.total)
         for queue, totals in by_queue.items():  # summed per queue first: 20,000 gangs
             self.add(queue, Resources.sum(totals))
-        # What each leaf runs in gangs reclaim cannot stop (non-preemptible classes).
-        self.firm: dict[str, Resources] = dict.fromkeys(tree.specs, Resources())
-        for gang in placed:
-            if not gang.preemptible and gang.queue in tree.specs:
-                self.firm[gang.queue] = self.firm[gang.queue] + gang.total
+        for queue, totals in firm.items():
+            self.firm[queue] = Resources.sum(totals)
         self.fair: dict[str, Share] = {}
-        self.cluster = Resources()  # the alive nodes' capacity, set by `share_out`
+        self.cluster = ZERO  # the alive nodes' capacity, set by `share_out`
 
     def add(self, queue: str, amount: Resources) -> Undo:
         for name in self.tree.paths[queue]:
@@ -143,7 +147,7 @@ class QueueBook:
         """`share_out`, given what each queue's pending gangs ask for in all."""
         self.compute_fair_shares(
             Resources.sum(node.total for node in nodes),
-            {q: self.usage[q] + pending.get(q, Resources()) for q in self.tree.leaves},
+            {q: self.usage[q] + pending.get(q, ZERO) for q in self.tree.leaves},
         )
 
     def compute_fair_shares(self, cluster: Resources, demand: Mapping[str, Resources]) -> None:
@@ -237,7 +241,7 @@ def _wants(tree: QueueTree, demand: Mapping[str, Resources]) -> dict[str, Share]
     order = [q for q in tree.top_down() if q is not None]
     for name in reversed(order):  # children before parents
         if tree.is_leaf(name):
-            total = demand.get(name, Resources()).to_dict()
+            total = demand.get(name, ZERO).to_dict()
         else:
             total = {}
             for kid in tree.children[name]:

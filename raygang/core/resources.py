@@ -45,12 +45,15 @@ class Resources(Mapping[str, float]):
     __slots__ = ("_units", "_hash")
 
     def __init__(self, amounts: Mapping[str, float] | None = None, /, **kwargs: float):
+        self._hash: int | None = None
+        if not amounts and not kwargs:  # `Resources()`: the start of many sums
+            self._units: dict[str, int] = {}
+            return
         units: dict[str, int] = {}
         for source in (amounts or {}, kwargs):
             for name, amount in source.items():
                 units[name] = _to_units(name, amount)
         self._units = {k: v for k, v in units.items() if v}
-        self._hash: int | None = None
 
     @classmethod
     def signed(cls, amounts: Mapping[str, float]) -> Resources:
@@ -129,9 +132,10 @@ class Resources(Mapping[str, float]):
     def sum(cls, vectors: Iterable[Resources]) -> Resources:
         """The sum of `vectors`, built once (not one vector per addition)."""
         units: dict[str, int] = {}
+        get = units.get  # (a cycle sums every running gang, by queue)
         for vector in vectors:
             for name, value in vector._units.items():
-                units[name] = units.get(name, 0) + value
+                units[name] = get(name, 0) + value
         return cls._of_units(units)
 
     def fits_in(self, capacity: Resources) -> bool:

@@ -101,10 +101,16 @@ class ClusterSnapshot:
     # What each queue used over time (`core.usage`), kept by the control loop; None: not
     # kept (time-based fair share off, or a cycle built by hand).
     usage: UsageView | None = None
+    _alive: tuple[NodeState, ...] | None = field(default=None, init=False, repr=False,
+                                                 compare=False)
 
     @property
     def alive_nodes(self) -> tuple[NodeState, ...]:
-        return tuple(n for n in self.nodes if n.alive)
+        alive = self._alive  # worked out once: a cycle asks several times
+        if alive is None:
+            alive = tuple(n for n in self.nodes if n.alive)
+            object.__setattr__(self, "_alive", alive)
+        return alive
 
     def node(self, node_id: str) -> NodeState:
         for n in self.nodes:

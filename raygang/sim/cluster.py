@@ -35,6 +35,14 @@ class SimCluster(MemoryCluster):
     """The in-memory cluster (nodes, bookings, observe: `control.memory`) with a trace's
     jobs and their work on it (the `Cluster` port)."""
 
+    # A replay has no outage: its loops do not ask, every few simulated seconds, whether
+    # the cluster answers (a task each time, for an answer known in advance). No decision
+    # changes: the probe's task ran alone, starting nothing and setting no timer.
+    always_answers = True
+    # Nor does a trace's job submit gangs from inside (`budget` is None): the plane's look
+    # at job budgets wakes only on its interval, a timer as before, with no event to watch.
+    gangs_inside_jobs = False
+
     def __init__(self, nodes: Iterable[tuple[str, Resources]], jobs: dict[str, JobLog],
                  usage: TenantUsage, clock: Callable[[], float], checkpoint_s: float,
                  start_s: float = 0.0, end_s: float = 0.0,

@@ -76,10 +76,11 @@ class Pool:
                  young: list[tuple[PlacedGang, float]] | None = None):
         # Gangs the action would stop but for its minimum runtime, with when they may be.
         self.young = young or []
-        self.by_queue: dict[str | None, list[PlacedGang]] = {None: gangs}
-        for gang in gangs:
-            self.by_queue.setdefault(gang.queue, []).append(gang)
-        self._members = {id(g) for g in gangs}
+        self._gangs = gangs
+        # Built when first read: a pool no search reads beyond its head (a preempt pool
+        # with no lower priority) costs its sort only.
+        self._by_queue: dict[str | None, list[PlacedGang]] | None = None
+        self._members: set[int] | None = None
         self._capacity, self._taken = capacity, taken
         self._start: dict[int, int] = {}  # per list: the first member not taken
         self._tables: dict[tuple[str, ...], dict[int, Footprint]] = {}
@@ -97,11 +98,21 @@ class Pool:
         self.class_scores: dict[tuple[object, ...], tuple[int, ...]] = {}
         self._on_nodes: dict[tuple[str, ...], dict[str, list[int]]] = {}
 
+    @property
+    def by_queue(self) -> dict[str | None, list[PlacedGang]]:
+        """The members of each queue, in order (None: all of them)."""
+        if self._by_queue is None:
+            by_queue: dict[str | None, list[PlacedGang]] = {None: self._gangs}
+            for gang in self._gangs:
+                by_queue.setdefault(gang.queue, []).append(gang)
+            self._by_queue = by_queue
+        return self._by_queue
+
     def candidates(self, queue: str | None = None, *, other_than: Iterable[str] = (),
                    below: int | None = None) -> Candidates:
         """Members not yet taken: of `queue` if given, not of the queues `other_than`, of
         priority below `below` if given."""
-        gangs = self.by_queue.get(queue, [])
+        gangs = self._gangs if queue is None else self.by_queue.get(queue, [])
         start = self._start.get(id(gangs), 0)  # victims go least important first, so the
         while start < len(gangs) and gangs[start].gang_id in self._taken:  # head goes first
             start += 1
@@ -211,6 +222,8 @@ class Pool:
         """`gang` was stopped for good this cycle (by any action): a member's share moves
         from one term of the bound to the other; anyone else's raises it (later, if this
         pool is read again)."""
+        if self._members is None:
+            self._members = {id(g) for g in self._gangs}
         if id(gang) not in self._members:
             self._later.append(gang)
 

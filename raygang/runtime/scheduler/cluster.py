@@ -49,6 +49,8 @@ class RayCluster:
     # GangLaunch adds and removes an elastic gang's surplus members, or restarts it whole
     resizes = frozenset({Resize.LIVE, Resize.RESTART})
     observe_blocks = True  # GCS reads wait while the GCS is down (the loop reads in a thread)
+    always_answers = False
+    gangs_inside_jobs = True  # Ray Jobs' (`launches`)
 
     def __init__(self, serve_http_port: int | None, lease_s: float = 120.0,
                  jobs_address: str | None = None):

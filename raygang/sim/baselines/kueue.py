@@ -30,6 +30,8 @@ fair sharing (off by default), `borrowWithinCohort`, partial admission.
 
 from __future__ import annotations
 
+import heapq
+
 from raygang.core.backlog import Backlog
 from raygang.core.capacity import Capacity
 from raygang.core.config import PolicyConfig
@@ -54,6 +56,7 @@ class _Cohort:
         # The cohort lends what its queues' nominal quotas add up to; with no quota at all
         # (a trace without tenants' guarantees), the whole cluster.
         self.requestable = sum(self.nominal.values()) or cluster
+        self.used = sum(self.usage.values())  # the cohort's, kept as usage moves
 
     def borrowing(self, queue: str) -> bool:
         return self.usage.get(queue, 0) > self.nominal.get(queue, 0)
@@ -62,10 +65,11 @@ class _Cohort:
         usage = self.usage.get(queue, 0) + request
         if not borrow and usage > self.nominal.get(queue, 0):
             return False
-        return sum(self.usage.values()) + request <= self.requestable
+        return self.used + request <= self.requestable
 
     def move(self, queue: str, amount: int) -> None:
         self.usage[queue] = self.usage.get(queue, 0) + amount
+        self.used += amount
 
 
 def decide(snapshot: ClusterSnapshot, backlog: Backlog, config: PolicyConfig,
@@ -93,20 +97,24 @@ class _Cycle:
         # Each head's order key, kept while the cohort's usage stays as it was: only an
         # admission changes it (a search that finds no victims undoes what it tried), so
         # the keys are made again after one, and otherwise only for a queue's new head.
-        keys = {q: self._order((q, g)) for q, g in offered.items()}
-        while offered:
-            queue = min(keys, key=keys.__getitem__)
+        # A heap of them: every pending gang is offered in turn, one smallest key at a time
+        # (keys end in the gang's id: no two are equal, the heap takes the one min would).
+        keys = [(self._order((q, g)), q) for q, g in offered.items()]
+        heapq.heapify(keys)
+        while keys:
+            queue = heapq.heappop(keys)[1]
             admitted = len(self.admissions)
             self._try(offered[queue])
             gang = next(heads[queue], None)
             if gang is None:
-                del offered[queue], keys[queue]
+                del offered[queue]
             else:
                 offered[queue] = gang
             if len(self.admissions) != admitted:
-                keys = {q: self._order((q, g)) for q, g in offered.items()}
+                keys = [(self._order((q, g)), q) for q, g in offered.items()]
+                heapq.heapify(keys)
             elif gang is not None:
-                keys[queue] = self._order((queue, gang))
+                heapq.heappush(keys, (self._order((queue, gang)), queue))
         return Plan(admissions=tuple(self.admissions), preemptions=tuple(self.preemptions),
                     at=self.now)
 
@@ -219,7 +227,7 @@ class _Cycle:
                 queue, 0):
             return True
         every = sum(g.total.units(GPU) for g in candidates)
-        return sum(cohort.usage.values()) - every + request > cohort.requestable
+        return cohort.used - every + request > cohort.requestable
 
     def _remove(self, victim: PlacedGang):
         undo_nodes = self.capacity.release(victim.bundles)
