@@ -20,7 +20,6 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -50,13 +49,15 @@ def main(argv: list[str] | None = None) -> int:
     from raygang import demo
     from raygang.runtime.names import NAMESPACE, SCHEDULER_NAME
     from tests.integration import leaks
+    from tests.integration.gcs_outage import new_head, start_redis
 
     rng = random.Random(args.seed)
     low, high = (float(s) for s in args.every.split(","))
-    redis = start_redis()
-    head_args = {"num_cpus": 2, "num_gpus": 0, "include_dashboard": False,
-                 "gcs_server_port": free_port()}  # a replacement head takes the same port
-    cluster = Cluster(initialize_head=True, head_node_args=head_args)
+    # With Redis (absent: the soak kills neither the GCS nor the head)
+    redis = start_redis("raygang-chaos") if shutil.which("redis-server") else None
+    head_args = {"num_cpus": 2, "num_gpus": 0, "include_dashboard": False}
+    cluster = Cluster(initialize_head=True, head_node_args=head_args | {
+        "gcs_server_port": free_port()})  # a replacement head takes the same port
     workers = [cluster.add_node(num_cpus=2, resources={CHAOS: 4}) for _ in range(2)]
     ray.init(address=cluster.address)
     cluster.wait_for_nodes()
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(GCS_DOWN_S)
                 cluster.head_node.start_gcs_server()
             elif what == "head":
-                replace_head(cluster, head_args)
+                new_head(cluster, head_args)
             elif refs:
                 rng.choice(refs).cancel()
             actions[what] += 1
@@ -152,32 +153,6 @@ def main(argv: list[str] | None = None) -> int:
     result["redis"] = redis is not None
     print("RESULT " + json.dumps(result))
     return 0
-
-
-def start_redis() -> subprocess.Popen | None:
-    """Debian's redis-server on a port of its own, as the GCS's store (None: not installed;
-    the soak then kills neither the GCS nor the head)."""
-    if shutil.which("redis-server") is None:
-        return None
-    port = free_port()
-    redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
-                              "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
-    os.environ.update(RAY_REDIS_ADDRESS=f"127.0.0.1:{port}",
-                      RAY_external_storage_namespace=f"raygang-chaos-{port}")
-    return redis
-
-
-def replace_head(cluster, head_args: dict) -> None:
-    """Every process of the head killed, a new head started on the same GCS port and
-    Redis (the workers, their actors and groups ride through); this driver, whose raylet
-    was the head's, connects again."""
-    import ray
-
-    ray.shutdown()
-    cluster.head_node.kill_all_processes(check_alive=False, allow_graceful=False, wait=True)
-    cluster.head_node = None
-    cluster.add_node(**head_args, wait=False)
-    ray.init(address=cluster.address)
 
 
 if __name__ == "__main__":

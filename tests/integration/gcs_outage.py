@@ -27,12 +27,36 @@ from raygang.runtime.ports import free_port
 OUTAGE_S = 9.0  # longer than the loop's read timeout (5 s), far below Ray's reconnect (60 s)
 
 
-def main() -> dict:
+def start_redis(namespace: str) -> subprocess.Popen:
+    """Debian's redis-server on a port of its own, as the GCS's store of every Ray process
+    this process starts from now on (`RAY_REDIS_ADDRESS`): GCS fault tolerance."""
     port = free_port()
     redis = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
                               "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
-    os.environ.update(RAY_REDIS_ADDRESS=f"127.0.0.1:{port}", RAY_AUTH_MODE="disabled",
-                      RAY_external_storage_namespace=f"raygang-test-{port}")
+    os.environ.update(RAY_REDIS_ADDRESS=f"127.0.0.1:{port}",
+                      RAY_external_storage_namespace=f"{namespace}-{port}")
+    return redis
+
+
+def new_head(cluster, head_args: dict) -> float:
+    """KubeRay's head pod deletion, locally: every process of the head killed, a new head
+    started with `head_args` on the same GCS port (and Redis); this driver, whose raylet
+    was the head's, connects again. Returns when the old head was killed (monotonic)."""
+    import ray
+
+    ray.shutdown()
+    port = cluster.head_node._ray_params.gcs_server_port
+    cluster.head_node.kill_all_processes(check_alive=False, allow_graceful=False, wait=True)
+    cluster.head_node = None
+    killed_at = time.monotonic()
+    cluster.add_node(**head_args | {"gcs_server_port": port}, wait=False)
+    ray.init(address=cluster.address)
+    return killed_at
+
+
+def main() -> dict:
+    redis = start_redis("raygang-test")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
     import ray
     from ray.cluster_utils import Cluster
 
@@ -108,13 +132,7 @@ def replace_head(cluster, raygang, gang_id: str, http: int) -> dict:
     url = f"http://127.0.0.1:{http}/kept"
     out["serving_before_head"] = serving(url, 30)
     before = ray.get(scheduler().ping.remote(), timeout=10)["instance"]
-    ray.shutdown()  # this driver's raylet is the head's
-    port = cluster.head_node._ray_params.gcs_server_port
-    cluster.head_node.kill_all_processes(check_alive=False, allow_graceful=False, wait=True)
-    cluster.head_node = None
-    killed_at = time.monotonic()
-    cluster.add_node(**HEAD, gcs_server_port=port, wait=False)
-    ray.init(address=cluster.address)
+    killed_at = new_head(cluster, HEAD)
     out["head_up_after_s"] = round(time.monotonic() - killed_at, 1)
     deadline = time.monotonic() + 120
     while True:  # the Python API rides through the restart; ping until it has recovered
