@@ -83,7 +83,11 @@ class SchedulingLoop:
         # Metrics that keep no gauges (`NoMetrics`' refresh: the simulator's, the tests')
         # are not handed them: building them reads every gang and queue.
         self._gauges = type(metrics).refresh is not NoMetrics.refresh
-        self.sight = ClusterView(cluster, fleet, clock, self._draining, self.wake, spawn)
+        self._spawn = spawn
+        self.sight = ClusterView(cluster, fleet, clock, self._draining, self.wake, spawn,
+                                 back=self._answers_again)
+        # The last look for leftovers after an outage: {"at", "outage_s", "removed"}
+        self.after_outage: dict[str, Any] | None = None
         self._noted: set[str] = set()  # pending gangs with a scale note
         self._dumps: list[asyncio.Future[dict[str, Any]]] = []  # requests for the next cycle's dump
         # The queues' usage over time, when time-based fair share is on (control.usage)
@@ -121,6 +125,36 @@ class SchedulingLoop:
         if self.scaling is not None and self.scaling.requested:
             return min(NODE_WAIT_POLL_S, resync)
         return resync
+
+    # After an outage -----------------------------------------------------------------
+    def _answers_again(self, lasted: float) -> None:
+        self._spawn(self.sweep_after_outage(lasted))
+
+    async def sweep_after_outage(self, lasted: float) -> int:
+        """Remove what raygang left in the cluster of gangs it no longer drives, once the
+        cluster answers again after an outage; how many parts (member actors, placement
+        groups). A teardown during the outage waits for the GCS, but one whose removal
+        was given up on (an outage longer than Ray's request timeout, 60 s) left its
+        parts there, and so did a creation the GCS finished after its caller gave up:
+        listed now, not awaited as events that the outage may have lost.
+
+        What is kept: every gang with a drive (admitted, starting, running, or tearing
+        down: a group being prepared must not be removed, ray-project/ray #64693). The
+        list is read first and the gangs to keep after it, on the loop: one admitted
+        meanwhile has nothing in the list yet. Never raises."""
+        try:
+            found = await asyncio.to_thread(self._cluster.leftovers, self._registry)
+            keep = {record.gang_id for record in self._fleet}
+            removed = await asyncio.to_thread(found.orphans, keep)
+        except Exception:  # noqa: BLE001 - the next outage's end looks again
+            log.warning("looking for leftovers after the outage failed", exc_info=True)
+            return 0
+        self.after_outage = {"at": self._clock(), "outage_s": round(lasted, 1),
+                             "removed": removed}
+        if removed:
+            log.warning("after an outage of %.1f s: removed %d parts of gangs raygang no "
+                        "longer drives", lasted, removed)
+        return removed
 
     # Cycles ---------------------------------------------------------------------------
     async def run(self) -> None:

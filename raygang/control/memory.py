@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -333,7 +333,7 @@ class MemoryCluster:
         return MemoryRun(self, record.gang_id, record.spec, programs_of(record), nodes,
                          on_member_ready)
 
-    def leftovers(self, known: set[str]) -> MemoryLeftovers:
+    def leftovers(self, known: Container[str]) -> MemoryLeftovers:
         return MemoryLeftovers(self)
 
     def budget(self, job_id: str) -> MemoryBudget | None:

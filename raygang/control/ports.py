@@ -9,7 +9,7 @@ virtual time simulates it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -174,8 +174,9 @@ class Cluster(Protocol):
                 on_member_ready: Callable[[MemberStatus], None]) -> GangRun:
         """A run for an admitted gang, pinned to `nodes` (one per bundle)."""
 
-    def leftovers(self, known: set[str]) -> Leftovers:
-        """What of raygang's is in the cluster now (recovery)."""
+    def leftovers(self, known: Container[str]) -> Leftovers:
+        """What of raygang's is in the cluster now (recovery; after an outage): `known`, the
+        gang ids its parts may belong to (read while it lists them)."""
 
     def adopt(self, record: GangRecord, leftovers: Leftovers) -> GangRun | None:
         """A run taking over the running gang `record` if all its parts are among

@@ -11,6 +11,8 @@ again (it wakes the loop when it returns).
 `unreachable` says since when and why. Cycles read the cluster only while gangs wait, so
 the cluster is also asked a small question (`Cluster.answers`) when nothing has read it
 for PROBE_EVERY_S: an outage shows while nothing waits, and its end while no cycle runs.
+When it answers again, `back` is told (the loop then looks for what the outage may have
+left behind: `SchedulingLoop.after_outage`).
 """
 
 from __future__ import annotations
@@ -39,8 +41,11 @@ PROBE_TIMEOUT_S = 2.0
 class ClusterView:
     def __init__(self, cluster: Cluster, fleet: Fleet, clock: Callable[[], float],
                  draining: Callable[[], Collection[str]], wake: Callable[[], None],
-                 spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]] = spawn_free):
+                 spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]] = spawn_free,
+                 back: Callable[[float], None] = lambda lasted: None):
+        """`back`: told how long an outage lasted, once the cluster answers again."""
         self._cluster = cluster
+        self._back = back
         self._fleet = fleet
         self._clock = clock
         self._draining = draining
@@ -105,10 +110,11 @@ class ClusterView:
 
     def answered(self) -> None:
         if self.unreachable is not None:
-            log.warning("the cluster answers again (it did not for %.1f s)",
-                        self._clock() - self.unreachable[0])
+            lasted = self._clock() - self.unreachable[0]
+            log.warning("the cluster answers again (it did not for %.1f s)", lasted)
             self.unreachable = None
             self._wake()
+            self._back(lasted)
 
     def probe(self) -> None:
         """Ask the cluster whether it answers, if that is due (see the module's docstring);

@@ -20,7 +20,7 @@ from raygang.control.errors import StoreError
 from raygang.control.store import MemoryStore
 from raygang.core.gang import GangState as S
 
-from tests.control.harness import make_cluster, make_plane, run, submit, wait_for
+from tests.control.harness import make_cluster, make_plane, run, submit, until, wait_for
 
 
 def test_no_decision_while_the_cluster_does_not_answer_and_one_as_soon_as_it_does():
@@ -54,6 +54,41 @@ def test_no_decision_while_the_cluster_does_not_answer_and_one_as_soon_as_it_doe
         assert (await plane.status(running)).preemptions == 1
         assert (await plane.ping())["unreachable"] is None
         assert (await plane.cluster()).unreachable_since is None
+        await plane.shutdown()
+
+    run(scenario)
+
+
+def test_what_the_outage_left_of_gangs_no_longer_driven_is_removed_when_it_answers_again():
+    """A teardown whose removal the GCS never answered (an outage longer than Ray's 60 s
+    request timeout) leaves its parts in the cluster: they are listed once the cluster
+    answers again and removed; the parts of gangs the scheduler still drives are kept."""
+    from raygang.core.resources import Resources
+
+    async def scenario():
+        cluster = make_cluster("n0: GPU=4")
+        plane = make_plane(cluster)
+        running = await submit(plane, "running", "2xGPU=1", seconds=None)
+        await wait_for(plane, running, S.RUNNING)
+        assert (await plane.ping())["after_outage"] is None
+
+        cluster.outage = True
+        await asyncio.sleep(sight.PROBE_EVERY_S + 1.0)  # a probe finds it, nothing waits
+        assert (await plane.ping())["unreachable"] is not None
+        # What a given-up teardown left: a placement group's booking
+        cluster.book("gone-gang", [("n0", Resources(GPU=1))])
+        await asyncio.sleep(1.0)
+        assert "gone-gang" in cluster.booked  # no decision while it does not answer
+
+        cluster.outage = False
+        waiting = await submit(plane, "waiting", "2xGPU=1", seconds=None)
+        await until(lambda: "gone-gang" not in cluster.booked, sight.PROBE_EVERY_S + 1.0,
+                    lambda: f"left: {sorted(cluster.booked)}")
+        swept = (await plane.ping())["after_outage"]
+        assert swept["removed"] == 1 and swept["outage_s"] > 0, swept
+        assert running in cluster.booked  # driven: kept
+        assert (await plane.status(running)).state is S.RUNNING
+        await wait_for(plane, waiting, S.RUNNING)  # the room it held is free again
         await plane.shutdown()
 
     run(scenario)

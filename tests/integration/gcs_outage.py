@@ -228,6 +228,10 @@ def scenario(cluster, raygang, handle) -> dict:
             time.sleep(0.2)
 
     threading.Thread(target=pinger, daemon=True).start()
+    # What a teardown given up on in an outage leaves (its removal never answered): the
+    # scheduler looks for such parts once the GCS answers again, and removes them
+    given_up = ray.util.placement_group([{"CPU": 0.1}], name="raygang-given-up-teardown")
+    ray.get(given_up.ready(), timeout=30)
     time.sleep(1.0)
     killed_at = time.monotonic()
     cluster.head_node.kill_gcs_server()
@@ -272,7 +276,10 @@ def scenario(cluster, raygang, handle) -> dict:
                                         for m in status.members}
     status = running.status()
     out["running_after"] = (status.state.value, status.restarts, status.preemptions)
-    out["unreachable_after"] = ray.get(handle.ping.remote(), timeout=10)["unreachable"]
+    ping = ray.get(handle.ping.remote(), timeout=10)
+    out["unreachable_after"] = ping["unreachable"]
+    out["after_outage"] = ping["after_outage"]
+    out["given_up_group"] = ray.util.placement_group_table(given_up)["state"]
     out["running_gang"] = running.gang_id
     return out  # the running gang goes on into the head's replacement
 

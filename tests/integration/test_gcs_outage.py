@@ -5,7 +5,8 @@ While the GCS is down for 9 s: the scheduler's event loop answers every ping (it
 waits on the GCS: cluster reads run in a thread within a timeout of their own), it says
 the cluster is unreachable, the running gang stays RUNNING, never restarted, and a gang
 that ends meanwhile is torn down without holding the loop up (its teardown waits for the
-GCS in a thread). A gang
+GCS in a thread), and what a teardown given up on left in Ray is removed once the GCS
+answers again. A gang
 submitted meanwhile is accepted once the store answers again and admitted within 5 s of
 the GCS's return, and a gang caught starting comes up once the GCS is back and runs. Then the head is replaced (KubeRay's head pod deletion): the scheduler,
 which ran there, is restarted by Ray on the new head, recovers from its store in Redis
@@ -47,6 +48,11 @@ def test_the_event_loop_answers_throughout_and_says_the_gcs_is_unreachable(outag
     since, why = outage["unreachable_during"]
     assert why, outage
     assert outage["unreachable_after"] is None, outage
+    # Once it answered again, the scheduler listed what it had in Ray and removed the parts
+    # of gangs it no longer drives (a teardown given up on in the outage), and no more
+    assert outage["after_outage"]["removed"] >= 1, outage
+    assert outage["given_up_group"] == "REMOVED", outage
+    assert outage["running_after"] == ["RUNNING", 0, 0], outage
 
 
 def test_the_running_gang_is_untouched_and_a_gang_submitted_meanwhile_runs(outage):

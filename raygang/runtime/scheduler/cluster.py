@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
 from typing import Any
 
 import ray
@@ -102,7 +102,7 @@ class RayCluster:
         """A running job's budget, for the gangs and deployments its driver submits."""
         return self.launches.get(job_id)
 
-    def leftovers(self, known: set[str]) -> RayLeftovers:
+    def leftovers(self, known: Container[str]) -> RayLeftovers:
         return RayLeftovers(known)
 
     def adopt(self, record: GangRecord, leftovers: Leftovers) -> GangRun | None:

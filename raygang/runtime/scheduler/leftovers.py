@@ -5,6 +5,7 @@ all there and removes the rest)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Container
 
 import ray
 from ray.util.placement_group import placement_group_table, remove_placement_group
@@ -19,7 +20,7 @@ class RayLeftovers:
     """The `raygang-*` member actors and placement groups in Ray, read once (a rebuild with
     a thousand gangs must not list every actor and group per gang), by gang id."""
 
-    def __init__(self, known: set[str]):
+    def __init__(self, known: Container[str]):
         self.actors: dict[str | None, list[str]] = {}  # gang id (None: no known gang) -> names
         self.groups: dict[str | None, list[str]] = {}  # gang id -> placement group ids
         self.names: dict[str, str] = {}  # placement group id -> its name
@@ -71,7 +72,7 @@ class RayLeftovers:
         return sum(self.clear(gang_id) for gang_id in stale)
 
 
-def gang_of(name: str, known: set[str]) -> str | None:
+def gang_of(name: str, known: Container[str]) -> str | None:
     """The known gang id a `raygang-<gang id>[-<role>-<index>]` name belongs to (gang ids
     and role names may hold dashes: try each cut, longest id first)."""
     parts = name[len(PREFIX):].split("-")
