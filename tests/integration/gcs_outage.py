@@ -38,10 +38,11 @@ def start_redis(namespace: str) -> subprocess.Popen:
     return redis
 
 
-def new_head(cluster, head_args: dict) -> float:
+def new_head(cluster, head_args: dict, opened: str | None = None) -> float:
     """KubeRay's head pod deletion, locally: every process of the head killed, a new head
     started with `head_args` on the same GCS port (and Redis); this driver, whose raylet
-    was the head's, connects again. Returns when the old head was killed (monotonic)."""
+    was the head's, connects again. Returns when the old head was killed (monotonic).
+    `opened`: a file made while no head runs (a gate something waits on)."""
     import ray
 
     ray.shutdown()
@@ -49,6 +50,8 @@ def new_head(cluster, head_args: dict) -> float:
     cluster.head_node.kill_all_processes(check_alive=False, allow_graceful=False, wait=True)
     cluster.head_node = None
     killed_at = time.monotonic()
+    if opened is not None:
+        open(opened, "w").close()
     cluster.add_node(**head_args | {"gcs_server_port": port}, wait=False)
     ray.init(address=cluster.address)
     return killed_at
@@ -129,10 +132,24 @@ def replace_head(cluster, raygang, gang_id: str, http: int) -> dict:
     # A deployment (its replica on the worker, Serve's controller on the head) goes too
     deployment = raygang.deploy("kept", "raygang.demo:echo", replicas=1, num_cpus=0.5)
     deployment.ready(timeout=120)
+    # And two Ray Jobs (their supervisors and drivers on the job's worker node): one runs
+    # until the test opens its gate, one ends while the head is away
+    import tempfile
+
+    files = tempfile.mkdtemp(prefix="rg-jobs-")
+    job, ended = (raygang.submit_job(
+        f"{sys.executable} -c \"import os, time\nopen('{files}/{name}.runs', 'a').write('run\\n')"
+        f"\nwhile not os.path.exists('{files}/{name}.gate'):\n"
+        f"    print('tick', flush=True); time.sleep(0.5)\"", gpus=1, name=name)
+        for name in ("kept-job", "ended-job"))
+    deadline = time.monotonic() + 120
+    while "tick" not in job.logs() or "tick" not in ended.logs():
+        assert time.monotonic() < deadline, (job.status(), ended.status())
+        time.sleep(0.5)
     url = f"http://127.0.0.1:{http}/kept"
     out["serving_before_head"] = serving(url, 30)
     before = ray.get(scheduler().ping.remote(), timeout=10)["instance"]
-    killed_at = new_head(cluster, HEAD)
+    killed_at = new_head(cluster, HEAD, opened=f"{files}/ended-job.gate")
     out["head_up_after_s"] = round(time.monotonic() - killed_at, 1)
     deadline = time.monotonic() + 120
     while True:  # the Python API rides through the restart; ping until it has recovered
@@ -147,6 +164,7 @@ def replace_head(cluster, raygang, gang_id: str, http: int) -> dict:
     out["ready_after_head_s"] = round(time.monotonic() - killed_at - out["head_up_after_s"], 1)
     out["scheduler_restarted"] = ping["instance"] != before
     out["recovery"] = {k: ping["recovery"][k] for k in ("adopted", "requeued", "pending")}
+    out["recovery_s"] = ping["recovery"]["seconds"]  # of ready_after_head_s
     status = running.status()
     out["running_after_head"] = (status.state.value, status.restarts, status.preemptions,
                                  status.events[-1].reason)
@@ -156,6 +174,14 @@ def replace_head(cluster, raygang, gang_id: str, http: int) -> dict:
     out["deployment_after_head"] = (status.state.value, status.restarts,
                                     status.events[-1].reason)
     out["serving_after_head"] = serving(url, 60)
+    status = job.status()
+    out["job_after_head"] = (status.state.value, status.restarts, status.events[-1].reason)
+    open(f"{files}/kept-job.gate", "w").close()
+    for name, ref in (("kept-job", job), ("ended-job", ended)):
+        status = ref.wait(timeout=120)
+        out[f"{name}_end"] = (status.state.value, status.restarts,
+                              [e.reason for e in status.events if "requeued" in e.reason],
+                              open(f"{files}/{name}.runs").read().count("run"))
     out["undeployed"] = raygang.undeploy("kept").state.value
     running.cancel()
     deadline = time.monotonic() + 30

@@ -10,8 +10,8 @@ answers again. A gang
 submitted meanwhile is accepted once the store answers again and admitted within 5 s of
 the GCS's return, and a gang caught starting comes up once the GCS is back and runs. Then the head is replaced (KubeRay's head pod deletion): the scheduler,
 which ran there, is restarted by Ray on the new head, recovers from its store in Redis
-within 10 s and adopts the running gang (no restart) and a running Serve deployment, which
-keeps serving. Nothing is left behind."""
+within 10 s and adopts the running gang (no restart), a running Serve deployment, which
+keeps serving, and a running Ray Job, whose driver runs on to its end. Nothing is left behind."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ def test_the_running_gang_is_untouched_and_a_gang_submitted_meanwhile_runs(outag
 def test_a_replaced_head_restarts_the_scheduler_which_adopts_the_running_gang(outage):
     assert outage["scheduler_restarted"], outage  # it ran on the head, and died with it
     assert outage["ready_after_head_s"] < 10.0, outage  # recovered from the store (Redis)
-    assert outage["recovery"] == {"adopted": 2, "requeued": 0, "pending": 0}, outage
+    assert outage["recovery"] == {"adopted": 4, "requeued": 0, "pending": 0}, outage
     state, restarts, preemptions, last = outage["running_after_head"]
     assert (state, restarts, preemptions) == ("RUNNING", 0, 0), outage
     assert "adopted" in last, outage
@@ -87,6 +87,17 @@ def test_a_deployment_is_adopted_across_the_head_and_keeps_serving(outage):
     assert (state, restarts) == ("RUNNING", 0) and "adopted" in last, outage
     assert outage["serving_after_head"] == 200, outage
     assert outage["undeployed"] == "CANCELLED", outage
+
+
+def test_ray_jobs_are_adopted_across_the_head_and_none_runs_twice(outage):
+    # Their supervisors and drivers ran on the worker (raygang puts them on the job's first
+    # bundle's node), so the head took neither with it: the running one runs on, with no
+    # restart; the one that ended while no head ran ends as it did, and is not run again
+    # (it was requeued and submitted again before: Ray refused the same id, by luck)
+    state, restarts, last = outage["job_after_head"]
+    assert (state, restarts) == ("RUNNING", 0) and "adopted" in last, outage
+    assert outage["kept-job_end"] == ["SUCCEEDED", 0, [], 1], outage
+    assert outage["ended-job_end"] == ["SUCCEEDED", 0, [], 1], outage
 
 
 def test_nothing_is_left_behind(outage):

@@ -34,10 +34,12 @@ def new_run(host: Host, record: GangRecord, nodes: Sequence[str], attempt: int,
 
 
 def adopt(host: Host, record: GangRecord, leftovers: RayLeftovers) -> JobLaunch | None:
-    """A job whose Ray job still runs (Ray Jobs outlive the scheduler)."""
+    """A job whose Ray job Ray still has (Ray Jobs outlive the scheduler): running, or
+    ended while no scheduler watched (its run then reports how it ended, as if watched:
+    a job that succeeded meanwhile is not run again). None where Ray has none."""
     payload: RayJob = record.workload
     job_id = payload.ray_job_id
-    if job_id is None or host.jobs.status_now(job_id) != "RUNNING":
+    if job_id is None or host.jobs.status_now(job_id) is None:
         return None
     launch = JobLaunch.adopted(record.gang_id, record.spec, payload.job, record.nodes,
                                job_id, host.jobs, host.lease_s, host.sessions,

@@ -1,0 +1,358 @@
+"""The head's faults under a mixed load: the GCS killed three times, then the head replaced.
+
+    python bench/head_faults.py                  # with Redis (GCS fault tolerance): ~6 min
+    python bench/head_faults.py --outage 10      # shorter outages
+    python bench/head_faults.py --no-redis       # the same load, one GCS kill, no Redis
+
+On a Ray cluster of its own: a head that takes no work and runs the scheduler (as KubeRay
+runs it; Debian's redis-server as the GCS's store), two worker nodes of 4 (logical) GPUs.
+The load, all under way when the first outage comes:
+- 20 gangs of one member (10 at the start, 2 submitted during each outage, 4 after the
+  head's replacement); each member writes a line per second to a file of its gang, with
+  its process id, so that two attempts running at once, or a body completed twice, show;
+- 2 preemptions under way: two batch gangs of 2 GPUs each, preempted by an inference gang
+  of 4 just before the first outage, each taking 20 s to checkpoint (an `on_preempt` hook)
+  of its 40 s grace period;
+- a Ray Job queued behind them (4 GPUs), a Ray Train V2 run in a Ray Job
+  (`examples/jobs/train.py`, 2 GPUs) and an elastic Serve deployment (1 to 2 replicas).
+The GCS is killed for `--outage` seconds three times, `--between` seconds apart; then every
+process of the head is killed and a new head started on the same port and Redis
+(KubeRay's head pod deletion). Measured and checked: gangs lost (submitted, unknown to
+the scheduler after), placement groups and member actors left once everything ended,
+bodies run twice (two attempts' lines interleaved, or two `done` lines), whether the
+scheduler's process stayed the same across the GCS kills, each submission made during an
+outage: when it was admitted after the GCS returned; after the head's replacement, when
+the scheduler was ready, and what it adopted and requeued; the event loop's longest
+answer to a ping from a thread every 0.2 s during the outages.
+
+Without Redis the GCS keeps everything in the head's memory: a restarted GCS knows
+nothing, and Ray's raylets exit when they find it so. The bench then kills the GCS once,
+starts it again, and reports what is left: it is never a silent success.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout
+
+from raygang.runtime.ports import free_port  # noqa: E402
+from tests.integration.gcs_outage import HEAD, new_head, start_on_head, start_redis  # noqa: E402
+
+SLOT = "slot"  # the one-member gangs' resource: 10 per worker node, no CPU or GPU taken
+TRAIN = ROOT / "examples" / "jobs" / "train.py"
+
+
+def body(seconds: float, log_dir: str) -> str:
+    """A member: a line per second (`<pid> <monotonic time>`) to its gang's file while it
+    runs, then `done`; a preemption's hook takes 20 s (its checkpoint)."""
+    import raygang
+
+    ctx = raygang.get_context()
+    path = Path(log_dir) / ctx.gang_id
+
+    def checkpoint() -> None:
+        time.sleep(20.0)
+        with path.open("a") as f:
+            f.write(f"{os.getpid()} checkpoint {time.monotonic():.3f}\n")
+
+    ctx.on_preempt(checkpoint)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not ctx.preempted:
+        with path.open("a") as f:
+            f.write(f"{os.getpid()} {time.monotonic():.3f}\n")
+        time.sleep(1.0)
+    if ctx.preempted:
+        while True:  # the teardown ends it
+            time.sleep(1.0)
+    with path.open("a") as f:
+        f.write(f"{os.getpid()} done {time.monotonic():.3f}\n")
+    return "done"
+
+
+def twice(log_dir: str) -> dict[str, str]:
+    """Gangs whose bodies ran twice: two `done` lines, or two processes' lines interleaved
+    (an attempt writing after the next one began)."""
+    found: dict[str, str] = {}
+    for path in Path(log_dir).iterdir():
+        spans: dict[str, list[float]] = defaultdict(list)
+        dones = 0
+        for line in path.read_text().splitlines():
+            pid, *rest = line.split()
+            dones += rest[0] == "done"
+            spans[pid].append(float(rest[-1]))
+        if dones > 1:
+            found[path.name] = f"{dones} bodies done"
+        ordered = sorted((min(t), max(t), pid) for pid, t in spans.items())
+        for (_, end, pid), (begin, _, later) in zip(ordered, ordered[1:]):
+            if begin < end:
+                found[path.name] = f"{pid} wrote until {end:.1f}, {later} began {begin:.1f}"
+    return found
+
+
+class Pinger:
+    """The scheduler's event loop, pinged from a thread every 0.2 s: each answer's time."""
+
+    def __init__(self, handle_of):
+        self.answers: list[tuple[float, float | str]] = []
+        self._handle_of = handle_of
+        self._stop = threading.Event()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        import ray
+
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                ray.get(self._handle_of().ping.remote(), timeout=60)
+                self.answers.append((started, time.monotonic() - started))
+            except Exception as error:  # noqa: BLE001 - counted as a failed ping
+                self.answers.append((started, type(error).__name__))
+            time.sleep(0.2)
+
+    def within(self, spans: list[tuple[float, float]]) -> dict:
+        during = [d for t, d in self.answers if any(a <= t <= b for a, b in spans)]
+        timed = [d for d in during if isinstance(d, float)]
+        return {"pings": len(during), "failed": len(during) - len(timed),
+                "longest_s": round(max(timed, default=0.0), 3)}
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--outage", type=float, default=30.0, help="seconds per GCS kill")
+    parser.add_argument("--between", type=float, default=15.0,
+                        help="seconds between the GCS's return and the next kill")
+    parser.add_argument("--no-redis", action="store_true",
+                        help="no GCS fault tolerance: one GCS kill, and what is lost")
+    args = parser.parse_args(argv)
+    if shutil.which("redis-server") is None and not args.no_redis:
+        parser.error("redis-server is not installed (Debian: apt-get install redis-server)")
+    redis = None if args.no_redis else start_redis("raygang-bench")
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    import ray
+    from ray.cluster_utils import Cluster
+
+    import raygang
+    from raygang.runtime.client.connection import scheduler
+    from tests.integration import leaks
+
+    cluster = Cluster(initialize_head=True, head_node_args=HEAD | {
+        "gcs_server_port": free_port()})
+    logs = tempfile.mkdtemp(prefix="rg-head-faults-")
+    storage = tempfile.mkdtemp(prefix="rg-head-faults-train-")
+    result: dict = {"redis": redis is not None, "outage_s": args.outage}
+    try:
+        for _ in range(2):
+            cluster.add_node(num_cpus=4, num_gpus=4, resources={SLOT: 10})
+        ray.init(address=cluster.address)
+        cluster.wait_for_nodes()
+        start_on_head()
+        t0 = time.monotonic()
+        one = raygang.gang_task(body, num_cpus=0, resources={SLOT: 1}, max_restarts=2)
+        gangs = [one.options(name=f"base{i}").remote(30.0 + 12 * i, logs) for i in range(10)]
+        train = raygang.submit_job(f"{sys.executable} {TRAIN} {storage} 240", gpus=2,
+                                   name="train", max_restarts=2)
+        elastic = raygang.deploy("elastic", "raygang.demo:echo", replicas=(1, 2),
+                                 num_cpus=0.5)
+        batch = raygang.gang_task(body, num_cpus=0, num_gpus=2, priority="batch",
+                                  preemption_grace_s=40)
+        victims = [batch.options(name=f"victim{i}").remote(600.0, logs) for i in range(2)]
+        for ref in [*victims, *gangs]:
+            ref.ready(timeout=300)
+        queued = raygang.submit_job("python -c 'import time; time.sleep(5)'", gpus=4,
+                                    name="queued")
+        elastic.ready(timeout=300)
+        preemptor = raygang.gang_task(body, name="urgent", num_cpus=0, num_gpus=4,
+                                      priority="inference").remote(60.0, logs)
+        wait_until(lambda: all(v.status().preemptions or v.status().state.value != "RUNNING"
+                               for v in victims), 60, "the victims told of their preemption")
+        result["load_ready_s"] = round(time.monotonic() - t0, 1)
+        handle = [scheduler()]
+        pinger = Pinger(lambda: handle[0])
+        if args.no_redis:
+            return without_redis(cluster, result, handle[0], args.outage)
+        instance = ray.get(handle[0].ping.remote(), timeout=10)["instance"]
+        outages: list[tuple[float, float]] = []
+        during: list[tuple[threading.Thread, dict]] = []
+        for k in range(3):
+            killed_at = time.monotonic()
+            cluster.head_node.kill_gcs_server()
+            for i in range(2):
+                box: dict = {}
+                thread = threading.Thread(target=submit_into, daemon=True, args=(
+                    box, one.options(name=f"outage{k}-{i}"), logs))
+                thread.start()
+                during.append((thread, box))
+            time.sleep(args.outage)
+            cluster.head_node.start_gcs_server()
+            back_at = time.monotonic()
+            outages.append((killed_at, back_at))
+            for _, box in during[-2:]:
+                box["back_wall"] = time.time() - (time.monotonic() - back_at)
+            time.sleep(args.between)
+        for thread, _ in during:
+            thread.join(timeout=120)
+        result["pings_during_outages"] = pinger.within(outages)
+        ping = ray.get(handle[0].ping.remote(), timeout=30)
+        result["scheduler_same_process"] = ping["instance"] == instance
+        result["after_outage"] = ping["after_outage"]
+        result["submitted_during_outages"] = len(during)
+        result["admitted_after_return_s"] = [admitted_after(box) for _, box in during]
+        # The head replaced
+        killed_at = new_head(cluster, HEAD)
+        result["head_up_s"] = round(time.monotonic() - killed_at, 1)
+        handle[0] = ready_scheduler(scheduler, 180)
+        result["ready_after_head_up_s"] = round(
+            time.monotonic() - killed_at - result["head_up_s"], 1)
+        recovery = ray.get(handle[0].ping.remote(), timeout=30)["recovery"]
+        result["recovery"] = {k: recovery[k] for k in ("gangs", "adopted", "requeued",
+                                                       "pending", "orphans_removed")}
+        later = [one.options(name=f"later{i}").remote(10.0, logs) for i in range(4)]
+        refs = {"gang": [*gangs, *victims, preemptor, *later,
+                         *(raygang.GangRef(box["id"]) for _, box in during if "id" in box)],
+                "job": [train, queued]}
+        ends = {}
+        for kind, kind_refs in refs.items():
+            for ref in kind_refs:
+                status = ref.wait(timeout=600)
+                ends[status.name] = (status.state.value, status.restarts, status.preemptions,
+                                     [e.reason for e in status.events
+                                      if "requeued" in e.reason or "adopted" in e.reason])
+        status = elastic.status()
+        ends["elastic"] = (status.state.value, status.restarts, status.preemptions,
+                           [e.reason for e in status.events
+                            if "requeued" in e.reason or "adopted" in e.reason])
+        raygang.undeploy("elastic")
+        result["ends"] = ends
+        known = {g.gang_id for g in raygang.list_gangs()} | {
+            j.gang_id for j in raygang.list_jobs()}
+        submitted = [r.gang_id for rs in refs.values() for r in rs] + [elastic.gang_id]
+        result["gangs"] = len(refs["gang"])
+        result["lost"] = [g for g in submitted if g not in known]
+        result["lost"] += [f"outage submission {i}: {box.get('error')}"
+                           for i, (_, box) in enumerate(during) if "id" not in box]
+        result["bodies_twice"] = twice(logs)
+        result["leaked"] = settled_leaks(leaks, 60)
+        pinger.stop()
+        result["seconds"] = round(time.monotonic() - t0, 1)
+    finally:
+        raygang.shutdown()
+        ray.shutdown()
+        cluster.shutdown()
+        if redis is not None:
+            redis.kill()
+    report(result)
+    return 0
+
+
+def submit_into(box: dict, task, logs: str) -> None:
+    """A submission made while the GCS is down (it returns once the scheduler accepted
+    it), from a thread of its own."""
+    try:
+        box["id"] = task.remote(10.0, logs).gang_id
+        box["returned"] = time.monotonic()
+    except Exception as error:  # noqa: BLE001 - reported as lost
+        box["error"] = f"{type(error).__name__}: {error}"
+
+
+def admitted_after(box: dict) -> float | None:
+    """Seconds from the GCS's return to the gang's admission (the scheduler's clock)."""
+    import raygang
+
+    if "id" not in box:
+        return None
+    status = raygang.GangRef(box["id"]).wait(timeout=300)
+    at = next((e.at for e in status.events if e.to_state.value == "ADMITTED"), None)
+    return None if at is None else round(at - box["back_wall"], 2)
+
+
+def ready_scheduler(scheduler, timeout: float):
+    import ray
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            handle = scheduler()
+            if ray.get(handle.ping.remote(), timeout=10)["ready"]:
+                return handle
+        except Exception:  # noqa: BLE001 - not restarted yet
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
+
+
+def wait_until(check, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not within {timeout:g}s: {what}")
+        time.sleep(0.5)
+
+
+def settled_leaks(leaks, timeout: float) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [p["name"] for p in leaks.raygang_placement_groups()] \
+            + leaks.raygang_member_actors()
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+
+def without_redis(cluster, result: dict, handle, outage: float) -> int:
+    """One GCS kill with no Redis behind it: what is left once it is started again."""
+    import ray
+
+    cluster.head_node.kill_gcs_server()
+    time.sleep(outage)
+    cluster.head_node.start_gcs_server()
+    time.sleep(10.0)
+    workers = [n for n in cluster.list_all_nodes() if n is not cluster.head_node]
+    result["worker_raylets_alive"] = sum(n.all_processes_alive() for n in workers)
+    try:
+        result["scheduler_answers"] = bool(ray.get(handle.ping.remote(), timeout=10))
+    except Exception as error:  # noqa: BLE001 - what was lost
+        result["scheduler_answers"] = f"no: {type(error).__name__}"
+    report(result)
+    return 0
+
+
+def report(result: dict) -> None:
+    print("RESULT " + json.dumps(result, default=str), flush=True)
+    if not result["redis"]:
+        print(f"without Redis, after one GCS kill: worker nodes alive "
+              f"{result.get('worker_raylets_alive')}, scheduler answers: "
+              f"{result.get('scheduler_answers')}: every gang, job and deployment is "
+              "lost with the cluster")
+        return
+    admitted = [a for a in result.get("admitted_after_return_s", []) if a is not None]
+    print(f"{result.get('gangs')} gangs, 2 jobs, 1 elastic deployment; 3 GCS kills of "
+          f"{result['outage_s']:g} s, then the head replaced")
+    print(f"  lost {len(result.get('lost', []))}, leaked {len(result.get('leaked', []))}, "
+          f"bodies run twice {len(result.get('bodies_twice', {}))}")
+    print(f"  scheduler's process the same across the GCS kills: "
+          f"{result.get('scheduler_same_process')}")
+    if admitted:
+        print(f"  {len(admitted)} submissions made during outages: admitted "
+              f"{min(admitted):.1f}-{max(admitted):.1f} s after the GCS returned")
+    print(f"  event loop during outages: {result.get('pings_during_outages')}")
+    print(f"  head replaced: new head up in {result.get('head_up_s')} s, scheduler ready "
+          f"{result.get('ready_after_head_up_s')} s after, recovery {result.get('recovery')}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
