@@ -11,8 +11,8 @@ The load, all under way when the first outage comes:
   head's replacement); each member writes a line per second to a file of its gang, with
   its process id, so that two attempts running at once, or a body completed twice, show;
 - 2 preemptions under way: two batch gangs of 2 GPUs each, preempted by an inference gang
-  of 4 just before the first outage, each taking 20 s to checkpoint (an `on_preempt` hook)
-  of its 40 s grace period;
+  of 3 x 2 GPUs just before the first outage, each taking 20 s to checkpoint (an
+  `on_preempt` hook, which writes a `checkpoint` line) of its 40 s grace period;
 - a Ray Job queued behind them (4 GPUs), a Ray Train V2 run in a Ray Job
   (`examples/jobs/train.py`, 2 GPUs) and an elastic Serve deployment (1 to 2 replicas).
 The GCS is killed for `--outage` seconds three times, `--between` seconds apart; then every
@@ -51,6 +51,10 @@ from tests.integration.gcs_outage import HEAD, new_head, start_on_head, start_re
 
 SLOT = "slot"  # the one-member gangs' resource: 10 per worker node, no CPU or GPU taken
 TRAIN = ROOT / "examples" / "jobs" / "train.py"
+
+
+def progress(what: str) -> None:
+    print(f"[head_faults {time.strftime('%H:%M:%S')}] {what}", file=sys.stderr, flush=True)
 
 
 def body(seconds: float, log_dir: str) -> str:
@@ -171,15 +175,20 @@ def main(argv: list[str] | None = None) -> int:
         batch = raygang.gang_task(body, num_cpus=0, num_gpus=2, priority="batch",
                                   preemption_grace_s=40)
         victims = [batch.options(name=f"victim{i}").remote(600.0, logs) for i in range(2)]
+        progress("waiting for the 10 gangs and 2 victims to run")
         for ref in [*victims, *gangs]:
             ref.ready(timeout=300)
+        progress("running; the queued job, then the elastic deployment")
         queued = raygang.submit_job("python -c 'import time; time.sleep(5)'", gpus=4,
                                     name="queued")
         elastic.ready(timeout=300)
-        preemptor = raygang.gang_task(body, name="urgent", num_cpus=0, num_gpus=4,
-                                      priority="inference").remote(60.0, logs)
-        wait_until(lambda: all(v.status().preemptions or v.status().state.value != "RUNNING"
-                               for v in victims), 60, "the victims told of their preemption")
+        progress("the inference gang preempts the victims")
+        # 3 x 2 GPUs: the 2 free and both victims' (the Train run's 2 are training's)
+        preemptor = raygang.gang_task(body, name="urgent", replicas=3, num_cpus=0,
+                                      num_gpus=2, priority="inference").remote(60.0, logs)
+        wait_until(lambda: preemptor.status().state.value != "PENDING", 60,
+                   "the inference gang admitted, its victims told")
+        time.sleep(2.0)  # their hooks (20 s each) under way when the GCS goes
         result["load_ready_s"] = round(time.monotonic() - t0, 1)
         handle = [scheduler()]
         pinger = Pinger(lambda: handle[0])
@@ -189,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         outages: list[tuple[float, float]] = []
         during: list[tuple[threading.Thread, dict]] = []
         for k in range(3):
+            progress(f"GCS kill {k + 1}")
             killed_at = time.monotonic()
             cluster.head_node.kill_gcs_server()
             for i in range(2):
@@ -212,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         result["after_outage"] = ping["after_outage"]
         result["submitted_during_outages"] = len(during)
         result["admitted_after_return_s"] = [admitted_after(box) for _, box in during]
-        # The head replaced
+        progress("the head replaced")
         killed_at = new_head(cluster, HEAD)
         result["head_up_s"] = round(time.monotonic() - killed_at, 1)
         handle[0] = ready_scheduler(scheduler, 180)
@@ -225,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         refs = {"gang": [*gangs, *victims, preemptor, *later,
                          *(raygang.GangRef(box["id"]) for _, box in during if "id" in box)],
                 "job": [train, queued]}
+        progress("waiting for every gang and job to end")
         ends = {}
         for kind, kind_refs in refs.items():
             for ref in kind_refs:
@@ -246,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         result["lost"] += [f"outage submission {i}: {box.get('error')}"
                            for i, (_, box) in enumerate(during) if "id" not in box]
         result["bodies_twice"] = twice(logs)
+        result["victims_checkpointed"] = [
+            (Path(logs) / v.gang_id).read_text().count("checkpoint") for v in victims]
         result["leaked"] = settled_leaks(leaks, 60)
         pinger.stop()
         result["seconds"] = round(time.monotonic() - t0, 1)
@@ -275,9 +288,13 @@ def admitted_after(box: dict) -> float | None:
 
     if "id" not in box:
         return None
-    status = raygang.GangRef(box["id"]).wait(timeout=300)
-    at = next((e.at for e in status.events if e.to_state.value == "ADMITTED"), None)
-    return None if at is None else round(at - box["back_wall"], 2)
+    ref, deadline = raygang.GangRef(box["id"]), time.monotonic() + 300
+    while True:
+        status = ref.status()
+        at = next((e.at for e in status.events if e.to_state.value == "ADMITTED"), None)
+        if at is not None or status.finished or time.monotonic() > deadline:
+            return None if at is None else round(at - box["back_wall"], 2)
+        time.sleep(0.5)
 
 
 def ready_scheduler(scheduler, timeout: float):

@@ -31,6 +31,7 @@ from raygang.core.lifecycle import (
     Reserved,
     ReservationTimedOut,
     RestartPolicy,
+    StartLost,
     decide,
 )
 
@@ -89,6 +90,7 @@ class GangDriver:
         self.done = False  # released: it holds nothing any more
         self._releasing = False
         self._stopping: asyncio.Task[Any] | None = None
+        self._start_lost: str | None = None  # why its start was given up (`give_up_start`)
         self._released_event = asyncio.Event()
         # Resizes run one after another, each at the size decided by its turn (the book
         # and the run agree between any two): `_last_resize` is the last one queued.
@@ -148,7 +150,8 @@ class GangDriver:
         except MemberFailure as failure:
             self._failed(failure.error, failure.final)
         except asyncio.CancelledError:
-            self.decide(Interrupted())
+            self.decide(Interrupted() if self._start_lost is None
+                        else StartLost(self._start_lost))
         except Exception as error:  # an error of the cluster while applying: this gang only
             log.exception("launch of %s failed", record.gang_id)
             self._failed(GangError(error_type=type(error).__name__, message=str(error)))
@@ -315,6 +318,15 @@ class GangDriver:
         self._wake_after(0.0)  # what it freed or failed to take is there for a cycle
 
     # Stopping -------------------------------------------------------------------------
+    def give_up_start(self, why: str) -> None:
+        """Its start cannot finish (the cluster lost part of it): tear it down, and requeue
+        it with no restart counted (`StartLost`). Only while it starts, and not stopping."""
+        if self.record.state not in (GangState.RESERVED, GangState.STARTING) \
+                or self.record.live.stopping is not None or self._start_lost is not None:
+            return
+        self._start_lost = why
+        self._stopping = self._spawn(self.halt())
+
     def preempt(self, stopping: str, why: str) -> None:
         """Tell the gang it is being preempted (`stopping`: by whom), give it its grace
         period, then stop it; it goes back to its queue."""

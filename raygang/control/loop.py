@@ -4,9 +4,8 @@ It wakes on every submission, cancellation and gang completion, and at least eve
 `resync_interval_s` to notice changes it did not cause (nodes joining, other work
 ending). A cycle that fails is logged and kept as `last_error`; the loop goes on. With
 scaling on, a second loop sizes the cluster to what waits after every cycle.
-
-
-A cluster that does not answer is no view (`sight.ClusterView`): no cycle decides then.
+A cluster that does not answer is no view (`sight.ClusterView`): no cycle decides then;
+once it answers again, the loop looks for what the outage left or lost (`outage.py`).
 """
 
 from __future__ import annotations
@@ -24,6 +23,7 @@ from raygang.control.ports import Cluster, Metrics, NoMetrics, Scaling, Tallies
 from raygang.control.records import GangRecord
 from raygang.control.registry import Registry
 from raygang.control.status import QueueHistory
+from raygang.control.outage import AfterOutage
 from raygang.control.sight import ClusterView
 from raygang.control.tasks import first_set, spawn_free, wait_within
 from raygang.control.usage import LoopUsage, UsageKeeper
@@ -80,14 +80,11 @@ class SchedulingLoop:
         self.waits: dict[tuple[str, str], int] = {}  # (queue, wait code) -> gangs, last cycle
         self.waiting_since: dict[str, float] = {}  # queue -> the earliest of their `since`s
         self._metrics_at = float("-inf")  # when the gauges were last refreshed
-        # Metrics that keep no gauges (`NoMetrics`' refresh: the simulator's, the tests')
-        # are not handed them: building them reads every gang and queue.
+        # Metrics keeping no gauges (the simulator's, the tests') get none: each costs a walk
         self._gauges = type(metrics).refresh is not NoMetrics.refresh
-        self._spawn = spawn
+        self.after_outage = AfterOutage(cluster, registry, fleet, clock, spawn)
         self.sight = ClusterView(cluster, fleet, clock, self._draining, self.wake, spawn,
-                                 back=self._answers_again)
-        # The last look for leftovers after an outage: {"at", "outage_s", "removed"}
-        self.after_outage: dict[str, Any] | None = None
+                                 back=self.after_outage.answers_again)
         self._noted: set[str] = set()  # pending gangs with a scale note
         self._dumps: list[asyncio.Future[dict[str, Any]]] = []  # requests for the next cycle's dump
         # The queues' usage over time, when time-based fair share is on (control.usage)
@@ -113,8 +110,7 @@ class SchedulingLoop:
             self.wake_after(delay)
 
     async def _woken(self, event: asyncio.Event, timeout: float | None = None) -> None:
-        """Until `event` is set or `timeout` (default: a resync interval) has passed; then
-        clear it."""
+        """Until `event` is set or `timeout` (default: a resync interval) passed; clear it."""
         await first_set([event], timeout or self._config().resync_interval_s)
         event.clear()
 
@@ -125,36 +121,6 @@ class SchedulingLoop:
         if self.scaling is not None and self.scaling.requested:
             return min(NODE_WAIT_POLL_S, resync)
         return resync
-
-    # After an outage -----------------------------------------------------------------
-    def _answers_again(self, lasted: float) -> None:
-        self._spawn(self.sweep_after_outage(lasted))
-
-    async def sweep_after_outage(self, lasted: float) -> int:
-        """Remove what raygang left in the cluster of gangs it no longer drives, once the
-        cluster answers again after an outage; how many parts (member actors, placement
-        groups). A teardown during the outage waits for the GCS, but one whose removal
-        was given up on (an outage longer than Ray's request timeout, 60 s) left its
-        parts there, and so did a creation the GCS finished after its caller gave up:
-        listed now, not awaited as events that the outage may have lost.
-
-        What is kept: every gang with a drive (admitted, starting, running, or tearing
-        down: a group being prepared must not be removed, ray-project/ray #64693). The
-        list is read first and the gangs to keep after it, on the loop: one admitted
-        meanwhile has nothing in the list yet. Never raises."""
-        try:
-            found = await asyncio.to_thread(self._cluster.leftovers, self._registry)
-            keep = {record.gang_id for record in self._fleet}
-            removed = await asyncio.to_thread(found.orphans, keep)
-        except Exception:  # noqa: BLE001 - the next outage's end looks again
-            log.warning("looking for leftovers after the outage failed", exc_info=True)
-            return 0
-        self.after_outage = {"at": self._clock(), "outage_s": round(lasted, 1),
-                             "removed": removed}
-        if removed:
-            log.warning("after an outage of %.1f s: removed %d parts of gangs raygang no "
-                        "longer drives", lasted, removed)
-        return removed
 
     # Cycles ---------------------------------------------------------------------------
     async def run(self) -> None:

@@ -111,6 +111,9 @@ class MemoryCluster:
         self.view_lag_s = view_lag_s
         self.asked_early: list[str] = []
         self.outage = False  # a test's GCS outage: `observe` raises ClusterUnreachable
+        # A test's: members started meanwhile never start, as Ray loses an actor's
+        # creation when its GCS dies while scheduling it (`GangRun.lost_members`)
+        self.losing_creations = False
         # Called when a gang starts running: the scheduler's view changed without an event
         # of its own (a resync on Ray finds it; the simulator wakes its loop at once).
         self.on_change: Callable[[], None] = lambda: None

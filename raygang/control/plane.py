@@ -169,7 +169,7 @@ class ControlPlane:
             "cycles": self.loop.cycles,
             "last_cycle_error": self.loop.last_error,
             "unreachable": self.loop.sight.unreachable,  # (since, why): control/sight.py
-            "after_outage": self.loop.after_outage,  # leftovers removed after the last one
+            "after_outage": self.loop.after_outage.last,  # leftovers removed after the last
         }
 
     async def submit(self, spec: GangSpec, programs: dict[str, RoleProgram],

@@ -75,6 +75,10 @@ class GangRun(Protocol):
         """Tear everything down (idempotent, never raises; finishes even if cancelled)."""
 
     # Elastic gangs (only where `Cluster.resizes`) -------------------------------------
+    def lost_members(self) -> list[str]:
+        """Members still starting whose creation the cluster lost (they will never start
+        on their own), by name; blocking (a cluster read). [] where a run cannot tell."""
+
     async def add_members(self, members: Sequence[tuple[MemberSlot, str]]) -> list[str]:
         """Reserve and start these surplus members (slot, node) beside the running ones,
         and release them once ready; the others are told the new world. Returns what

@@ -12,7 +12,7 @@ again (it wakes the loop when it returns).
 the cluster is also asked a small question (`Cluster.answers`) when nothing has read it
 for PROBE_EVERY_S: an outage shows while nothing waits, and its end while no cycle runs.
 When it answers again, `back` is told (the loop then looks for what the outage may have
-left behind: `SchedulingLoop.after_outage`).
+left behind and what it may have lost: `control/outage.py`).
 """
 
 from __future__ import annotations

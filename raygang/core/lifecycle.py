@@ -114,6 +114,13 @@ class ReservationTimedOut:
 
 
 @dataclass(frozen=True, slots=True)
+class StartLost:
+    """Its start was given up: the cluster lost part of it (Ray, a member's creation in a
+    GCS outage). Not the gang's failure: it goes back in line, with no restart counted."""
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class MemberFailed:
     summary: str  # which member, and what it raised ("member w-0 (rank 0) raised ...")
     final: bool = False  # no restart whatever is left (e.g. the library's run ended badly)
@@ -146,8 +153,8 @@ class FoundAfterRestart:
     """A restarted scheduler found it neither pending, finished nor adoptable."""
 
 
-Event = (Admitted | Reserved | Released | Finished | ReservationTimedOut | MemberFailed
-         | PreemptionSignalled | Interrupted | CancelledWhilePending | Adopted
+Event = (Admitted | Reserved | Released | Finished | ReservationTimedOut | StartLost
+         | MemberFailed | PreemptionSignalled | Interrupted | CancelledWhilePending | Adopted
          | FoundAfterRestart)
 
 
@@ -183,7 +190,7 @@ def decide(life: Life, event: Event, policy: RestartPolicy, now: float) -> Outco
             if life.stopping:  # it returned after being told it is preempted
                 return decide(life, Interrupted(), policy, now)
             return _to(S.SUCCEEDED, life.phases.finished)
-        case ReservationTimedOut(message):
+        case ReservationTimedOut(message) | StartLost(message):
             return _to(S.PENDING, f"requeued: {message}")
         case MemberFailed(summary, final) if life.stopping and not final:
             # A member that ends badly while its gang is being preempted ends as part of

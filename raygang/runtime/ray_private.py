@@ -84,6 +84,17 @@ def node_alive(node_id_hex: str, timeout_s: float) -> bool:
     return bool(alive)
 
 
+def actor_unplaced(actor_id_hex: str) -> bool:
+    """Whether the GCS has the actor waiting for its creation with no process of its own
+    yet (PENDING_CREATION, no pid): one whose constructor runs has a process. Blocking.
+    Ray 2.60 loses an actor's creation when its GCS dies while scheduling it: the actor
+    stays so after the GCS returns, and never starts (bench/head_faults.py found it)."""
+    from ray._private.state import state
+
+    info = state.actor_table(actor_id_hex)
+    return bool(info) and info.get("State") == "PENDING_CREATION" and not info.get("Pid")
+
+
 async def job_status(submission_id: str, timeout_s: float = 30) -> str | None:
     """A Ray job's status ("PENDING", "RUNNING", "SUCCEEDED"...; None: no such job) as Ray's
     job manager keeps it in the GCS: what `JobSubmissionClient.get_job_status` reads

@@ -99,6 +99,10 @@ class SimRun:
         self._timer: asyncio.TimerHandle | None = None
         self._closed = False
 
+    def lost_members(self) -> list[str]:
+        """A replay loses nothing."""
+        return []
+
     async def reserve(self) -> None:
         """Book the bundles once they are free (the victims waited for are gone by now;
         only a plan decided on a stale view would wait), within the reservation timeout."""
@@ -330,6 +334,10 @@ class ServiceRun:
         self.bundles = list(zip(nodes, record.spec.bundles))
         self.log = log
         self._running = False
+
+    def lost_members(self) -> list[str]:
+        """A replay loses nothing."""
+        return []
 
     async def reserve(self) -> None:
         cluster = self.cluster

@@ -94,6 +94,52 @@ def test_what_the_outage_left_of_gangs_no_longer_driven_is_removed_when_it_answe
     run(scenario)
 
 
+def test_a_start_the_outage_lost_is_given_up_and_requeued_with_no_restart_counted():
+    """Ray loses an actor's creation when its GCS dies while scheduling it: the member never
+    starts. A start under way when the cluster answers again, with members the run shows
+    as never started LOST_START_S later, goes back in line (no restart counted) and
+    starts again, instead of holding its capacity until its startup timeout fails it."""
+    from raygang.control.outage import LOST_START_S
+
+    async def scenario():
+        cluster = make_cluster("n0: GPU=4")
+        plane = make_plane(cluster)
+        cluster.losing_creations = True  # what starts now never does
+        caught = await submit(plane, "caught", "2xGPU=1", seconds=None)
+        await wait_for(plane, caught, S.STARTING)
+        cluster.outage = True
+        await asyncio.sleep(sight.PROBE_EVERY_S + 1.0)
+        cluster.outage, cluster.losing_creations = False, False
+        await asyncio.sleep(LOST_START_S - 1.0)
+        assert (await plane.status(caught)).state is S.STARTING  # not before LOST_START_S
+        status = await wait_for(plane, caught, S.RUNNING, timeout=10.0)
+        assert status.restarts == 0, status
+        requeued = [e.reason for e in status.events if e.to_state is S.PENDING][-1]
+        assert "lost the start of member(s)" in requeued and "in an outage" in requeued
+        await plane.shutdown()
+
+    run(scenario)
+
+
+def test_a_slow_start_after_an_outage_is_left_alone():
+    """Members that started (the run shows none lost) are never taken for lost."""
+    from raygang.control.outage import LOST_START_S
+
+    async def scenario():
+        cluster = make_cluster("n0: GPU=4")
+        plane = make_plane(cluster)
+        slow = await submit(plane, "slow", "2xGPU=1", seconds=None, start_s=LOST_START_S * 2)
+        await wait_for(plane, slow, S.STARTING)
+        cluster.outage = True
+        await asyncio.sleep(sight.PROBE_EVERY_S + 1.0)
+        cluster.outage = False
+        status = await wait_for(plane, slow, S.RUNNING, timeout=LOST_START_S * 3)
+        assert [e.to_state for e in status.events].count(S.PENDING) == 1, status
+        await plane.shutdown()
+
+    run(scenario)
+
+
 def test_a_blocking_read_runs_in_a_thread_and_the_plane_answers_meanwhile(monkeypatch):
     """In real time (the virtual-time loop runs threads inline), with a short timeout."""
     monkeypatch.setattr(sight, "CLUSTER_READ_TIMEOUT_S", 0.3)

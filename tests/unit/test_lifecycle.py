@@ -21,6 +21,7 @@ from raygang.core.lifecycle import (
     Released,
     Reserved,
     ReservationTimedOut,
+    StartLost,
     RestartPolicy,
     check_move,
     decide,
@@ -86,6 +87,10 @@ CASES = [
     # A hand-off gang whose library could not place its group where raygang reserved.
     ("hand-off-failed", Life(S.STARTING), ReservationTimedOut("hand-off failed: taken"),
      Outcome((Move(S.PENDING, "requeued: hand-off failed: taken"),))),
+    # Its start was lost by the cluster (a GCS outage): back in line, no restart counted,
+    # whatever restarts are left (none here).
+    ("start-lost", Life(S.STARTING, restarts=0, max_restarts=0), StartLost("lost w-0"),
+     Outcome((Move(S.PENDING, "requeued: lost w-0"),))),
     ("preemption-signalled", Life(S.RUNNING), PreemptionSignalled(BY, "priority 1000 > 100", 30),
      Outcome((Move(S.RUNNING, f"{BY}: priority 1000 > 100; grace 30s"),), stopping=BY)),
     ("preempted", Life(S.RUNNING, stopping=BY), Interrupted(),

@@ -85,6 +85,10 @@ class ServeLaunch:
         launch._deployed = True
         return launch
 
+    def lost_members(self) -> list[str]:
+        """Serve starts its replicas itself: none to tell."""
+        return []
+
     async def reserve(self) -> None:
         await self._budget.hold()
 

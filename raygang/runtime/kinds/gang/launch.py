@@ -39,7 +39,7 @@ from raygang.runtime.member.actor import DONE, constructor_args, member_actor_cl
 from raygang.runtime.member.context import GangContext, dense_role_ranks
 from raygang.runtime.names import NAMESPACE, NODE_ID_LABEL, member_name, pg_name
 from raygang.runtime.placement import SETTLE_S, actor_resource_options, wait_ready
-from raygang.runtime.ray_private import placement_group as ray_placement_group
+from raygang.runtime.ray_private import actor_unplaced, placement_group as ray_placement_group
 
 
 
@@ -229,6 +229,11 @@ class GangLaunch(NoLiveResize, NoRestartResize):  # fixed size: ElasticLaunch re
         if program.runtime_env:
             options["runtime_env"] = program.runtime_env
         return actor_cls.options(**options).remote(*constructor_args(program, context))
+
+    def lost_members(self) -> list[str]:
+        """Members Ray has with no process yet (`actor_unplaced`; a GCS read each)."""
+        return [s.name for s in self.present if (h := self.handles[s.rank]) is not None
+                and actor_unplaced(h._actor_id.hex())]
 
     async def _await_ready(self, slot: MemberSlot) -> None:
         try:

@@ -169,6 +169,10 @@ class JobLaunch(NoLiveResize, NoRestartResize):  # a job's budget has a fixed si
         self._inside[gang_id] = chosen
 
     # GangRun --------------------------------------------------------------------------
+    def lost_members(self) -> list[str]:
+        """Its one member is Ray's job supervisor, which Ray's job manager starts and watches: none to tell."""
+        return []
+
     async def reserve(self) -> None:
         await self.budget.hold()
 

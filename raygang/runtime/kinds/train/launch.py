@@ -53,6 +53,10 @@ class TrainLaunch(NoLiveResize):  # Train restarts its worker group to resize
         sessions[gang_id] = launch.session
         return launch
 
+    def lost_members(self) -> list[str]:
+        """Train starts its workers itself: none to tell."""
+        return []
+
     async def reserve(self) -> None:
         await self.budget.hold()
 

@@ -1,0 +1,90 @@
+"""What the scheduler does once the cluster answers again after an outage (Ray's GCS down
+or restarting; `sight.ClusterView` tells): it looks, instead of awaiting events the
+outage may have lost.
+
+- **Leftovers** (`sweep`): what raygang left in the cluster of gangs it no longer drives
+  is listed and removed. A teardown during the outage waits for the GCS, but one whose
+  removal was given up on (an outage longer than Ray's request timeout, 60 s) left its
+  parts there, and so did a creation the GCS finished after its caller gave up.
+- **Lost starts** (`lost_starts`): a start under way when the cluster answers again, with
+  members the run shows as never started LOST_START_S later (`GangRun.lost_members`: on
+  Ray, a member whose creation its GCS lost while scheduling it), goes back in line at
+  once, with no restart counted. Left alone, it would hold its capacity until its
+  startup timeout (10 min by default), then fail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from raygang.control.fleet import Fleet
+from raygang.control.ports import Cluster
+from raygang.control.registry import Registry
+from raygang.core.gang import GangState
+
+log = logging.getLogger(__name__)
+
+# How long after an outage a start may take before members the cluster shows as never
+# started are taken for lost (a worker process starts in 1-3 s here, more under load).
+LOST_START_S = 30.0
+STARTING = (GangState.ADMITTED, GangState.RESERVED, GangState.STARTING)
+
+
+class AfterOutage:
+    def __init__(self, cluster: Cluster, registry: Registry, fleet: Fleet,
+                 clock: Callable[[], float],
+                 spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]]):
+        self._cluster = cluster
+        self._registry = registry
+        self._fleet = fleet
+        self._clock = clock
+        self._spawn = spawn
+        # The last look for leftovers: {"at", "outage_s", "removed"} (the plane's ping)
+        self.last: dict[str, Any] | None = None
+
+    def answers_again(self, lasted: float) -> None:
+        """The cluster answers again after `lasted` seconds without."""
+        self._spawn(self.sweep(lasted))
+        starting = [r.gang_id for r in self._fleet if r.state in STARTING]
+        if starting:
+            self._spawn(self.lost_starts(starting))
+
+    async def sweep(self, lasted: float) -> int:
+        """Remove the parts (member actors, placement groups) of gangs no longer driven;
+        how many. Kept: every gang with a drive (admitted, starting, running or tearing
+        down: a group being prepared must not be removed, ray-project/ray #64693). The list
+        is read first and the gangs to keep after it, on the loop: one admitted meanwhile
+        has nothing in the list yet. Never raises."""
+        try:
+            found = await asyncio.to_thread(self._cluster.leftovers, self._registry)
+            keep = {record.gang_id for record in self._fleet}
+            removed = await asyncio.to_thread(found.orphans, keep)
+        except Exception:  # noqa: BLE001 - the next outage's end looks again
+            log.warning("looking for leftovers after the outage failed", exc_info=True)
+            return 0
+        self.last = {"at": self._clock(), "outage_s": round(lasted, 1), "removed": removed}
+        if removed:
+            log.warning("after an outage of %.1f s: removed %d parts of gangs raygang no "
+                        "longer drives", lasted, removed)
+        return removed
+
+    async def lost_starts(self, gang_ids: list[str]) -> None:
+        """Give up the starts of `gang_ids` (starting when the cluster answered again)
+        whose run shows members lost LOST_START_S later."""
+        await asyncio.sleep(LOST_START_S)
+        for gang_id in gang_ids:
+            driver = self._fleet.driver(gang_id)
+            if driver is None or driver.record.state not in STARTING:
+                continue
+            try:
+                lost = await asyncio.to_thread(driver.run.lost_members)
+            except Exception:  # noqa: BLE001 - cannot tell: no decision
+                log.warning("could not read %s's members", gang_id, exc_info=True)
+                continue
+            if lost and self._fleet.driver(gang_id) is driver:
+                driver.give_up_start(
+                    f"the cluster lost the start of member(s) {', '.join(lost)} in an "
+                    f"outage (not started {LOST_START_S:g}s after the GCS answered again)")
