@@ -63,7 +63,7 @@ def body(seconds: float, log_dir: str) -> str:
     import raygang
 
     ctx = raygang.get_context()
-    path = Path(log_dir) / ctx.gang_id
+    path = Path(log_dir) / f"{ctx.gang_id}.{ctx.rank}"  # a file per member
 
     def checkpoint() -> None:
         time.sleep(20.0)
@@ -85,8 +85,8 @@ def body(seconds: float, log_dir: str) -> str:
 
 
 def twice(log_dir: str) -> dict[str, str]:
-    """Gangs whose bodies ran twice: two `done` lines, or two processes' lines interleaved
-    (an attempt writing after the next one began)."""
+    """Members whose bodies ran twice: two `done` lines, or two processes' lines
+    interleaved (an attempt writing after the next one began)."""
     found: dict[str, str] = {}
     for path in Path(log_dir).iterdir():
         spans: dict[str, list[float]] = defaultdict(list)
@@ -111,7 +111,8 @@ class Pinger:
         self.answers: list[tuple[float, float | str]] = []
         self._handle_of = handle_of
         self._stop = threading.Event()
-        threading.Thread(target=self._run, daemon=True).start()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
 
     def _run(self) -> None:
         import ray
@@ -132,7 +133,10 @@ class Pinger:
                 "longest_s": round(max(timed, default=0.0), 3)}
 
     def stop(self) -> None:
+        """Stop, and wait for the last ping (a Ray call after `ray.shutdown` ends the
+        process)."""
         self._stop.set()
+        self._thread.join(timeout=70)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -166,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
         cluster.wait_for_nodes()
         start_on_head()
         t0 = time.monotonic()
-        one = raygang.gang_task(body, num_cpus=0, resources={SLOT: 1}, max_restarts=2)
+        # Above the queued job's priority: with backfill off they would wait behind it
+        one = raygang.gang_task(body, num_cpus=0, resources={SLOT: 1}, max_restarts=2,
+                                priority=500)
         gangs = [one.options(name=f"base{i}").remote(30.0 + 12 * i, logs) for i in range(10)]
         train = raygang.submit_job(f"{sys.executable} {TRAIN} {storage} 240", gpus=2,
                                    name="train", max_restarts=2)
@@ -174,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                                  num_cpus=0.5)
         batch = raygang.gang_task(body, num_cpus=0, num_gpus=2, priority="batch",
                                   preemption_grace_s=40)
-        victims = [batch.options(name=f"victim{i}").remote(600.0, logs) for i in range(2)]
+        victims = [batch.options(name=f"victim{i}").remote(90.0, logs) for i in range(2)]
         progress("waiting for the 10 gangs and 2 victims to run")
         for ref in [*victims, *gangs]:
             ref.ready(timeout=300)
@@ -191,9 +197,9 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(2.0)  # their hooks (20 s each) under way when the GCS goes
         result["load_ready_s"] = round(time.monotonic() - t0, 1)
         handle = [scheduler()]
-        pinger = Pinger(lambda: handle[0])
         if args.no_redis:
             return without_redis(cluster, result, handle[0], args.outage)
+        pinger = Pinger(lambda: handle[0])
         instance = ray.get(handle[0].ping.remote(), timeout=10)["instance"]
         outages: list[tuple[float, float]] = []
         during: list[tuple[threading.Thread, dict]] = []
@@ -222,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         result["after_outage"] = ping["after_outage"]
         result["submitted_during_outages"] = len(during)
         result["admitted_after_return_s"] = [admitted_after(box) for _, box in during]
+        pinger.stop()  # this driver reconnects: no Ray call meanwhile
         progress("the head replaced")
         killed_at = new_head(cluster, HEAD)
         result["head_up_s"] = round(time.monotonic() - killed_at, 1)
@@ -239,10 +246,16 @@ def main(argv: list[str] | None = None) -> int:
         ends = {}
         for kind, kind_refs in refs.items():
             for ref in kind_refs:
-                status = ref.wait(timeout=600)
+                try:
+                    status = ref.wait(timeout=300 if kind == "job" else 600)
+                except TimeoutError:  # reported as it stands, then stopped
+                    status = ref.status()
+                    ref.cancel()
                 ends[status.name] = (status.state.value, status.restarts, status.preemptions,
                                      [e.reason for e in status.events
-                                      if "requeued" in e.reason or "adopted" in e.reason])
+                                      if "requeued" in e.reason or "adopted" in e.reason
+                                      or "restart" in e.reason],
+                                     status.error.summary if status.error else None)
         status = elastic.status()
         ends["elastic"] = (status.state.value, status.restarts, status.preemptions,
                            [e.reason for e in status.events
@@ -258,9 +271,8 @@ def main(argv: list[str] | None = None) -> int:
                            for i, (_, box) in enumerate(during) if "id" not in box]
         result["bodies_twice"] = twice(logs)
         result["victims_checkpointed"] = [
-            (Path(logs) / v.gang_id).read_text().count("checkpoint") for v in victims]
+            (Path(logs) / f"{v.gang_id}.0").read_text().count("checkpoint") for v in victims]
         result["leaked"] = settled_leaks(leaks, 60)
-        pinger.stop()
         result["seconds"] = round(time.monotonic() - t0, 1)
     finally:
         raygang.shutdown()

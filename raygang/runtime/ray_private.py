@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from ray.exceptions import GetTimeoutError, RpcError
+
 from raygang._lazy import lazy_exports
 
 if TYPE_CHECKING:  # (`X as X`: the Train classes are exported, lazily; see below)
@@ -25,6 +27,10 @@ if TYPE_CHECKING:  # (`X as X`: the Train classes are exported, lazily; see belo
         ScalingDecision as ScalingDecision,
         ScalingPolicy as ScalingPolicy,
     )
+
+# What a GCS call raises when the GCS does not answer. Within Ray's reconnect timeout
+# (gcs_rpc_server_reconnect_timeout_s, 60 s by default) a call mostly waits instead.
+GCS_DOWN = (RpcError, GetTimeoutError, ConnectionError, TimeoutError)
 
 # Ray Train V2's controller calls its callbacks and its scaling policy through these classes,
 # which only `ray.train.v2._internal` defines in Ray 2.60 (`RaygangTrain` subclasses them).

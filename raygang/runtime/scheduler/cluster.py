@@ -18,7 +18,6 @@ from collections.abc import Callable, Collection, Container, Iterable, Mapping, 
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RpcError
 
 from raygang.control.errors import ClusterUnreachable
 from raygang.control.ports import GangRun, Leftovers
@@ -32,16 +31,12 @@ from raygang.runtime import kinds
 from raygang.runtime.handoff.train import TrainSession
 from raygang.runtime.kinds.job.launch import JobLaunch
 from raygang.runtime.kinds.job.submission import JobClient
-from raygang.runtime.ray_private import available_resources_per_node
+from raygang.runtime.ray_private import GCS_DOWN, available_resources_per_node
 from raygang.runtime.scheduler.gcs_store import gcs_reachable
 from raygang.runtime.scheduler.leftovers import RayLeftovers
 from raygang.runtime.scheduler.observe import observe, schedulable
 
 log = logging.getLogger(__name__)
-# What a GCS read raises when the GCS does not answer. Within Ray's reconnect timeout
-# (gcs_rpc_server_reconnect_timeout_s, 60 s by default) a read mostly waits instead:
-# the loop's own timeout (control/loop.py) covers that.
-GCS_DOWN = (RpcError, GetTimeoutError, ConnectionError, TimeoutError)
 FREE_POLL_S = 0.01  # how often `until_free` reads the GCS (the view lags by 10-100 ms)
 
 

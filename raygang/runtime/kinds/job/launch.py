@@ -41,6 +41,7 @@ from raygang.runtime.handoff.train import TrainSession
 from raygang.runtime.kinds.job.submission import TERMINAL, JobClient, stop_until_ended, transient
 from raygang.runtime.kinds.kind import NoLiveResize, NoRestartResize
 from raygang.runtime.names import node_selector, ray_job_id
+from raygang.runtime.ray_private import GCS_DOWN
 
 log = logging.getLogger(__name__)
 POLL_S = 1.0
@@ -293,7 +294,15 @@ class JobLaunch(NoLiveResize, NoRestartResize):  # a job's budget has a fixed si
         return self.spec.startup_timeout_s + self.job.preemption_grace_s + 15
 
     async def _status(self) -> str | None:
-        return await self.client.status(self.job_id)
+        """Ray's word on this attempt's job (None: it has none). A GCS that does not
+        answer is no word: asked again until it does, never a job that ended (a Train run
+        in a job was restarted at each GCS kill before: bench/head_faults.py)."""
+        while True:
+            try:
+                return await self.client.status(self.job_id)
+            except GCS_DOWN:
+                log.debug("no status of %s: the GCS does not answer", self.job_id)
+                await asyncio.sleep(POLL_S)
 
     async def run(self) -> list[Any]:
         """Until the entrypoint ends: SUCCEEDED returns, anything else fails the gang."""
