@@ -57,15 +57,34 @@ HELIOS_DAY = "2020-09-28"
 HELIOS_ATTRIBUTION = ("Helios VC sizes: SenseTime HeliosData / HeliosArtifact, Hu et al., "
                       "SC'21, CC BY 4.0 / MIT")
 POLICIES = ("raygang-no-tbf", "raygang-tbf", "static", "kueue", "kai")
-CANDIDATES = ("raygang-no-tbf", "raygang-tbf", "tbf-share", "tbf-order", "tbf-hl12h")
+CANDIDATES = ("raygang-no-tbf", "raygang-tbf", "tbf-share", "tbf-order", "tbf-hl12h",
+              "backfill", "trade1", "backfill-trade1")
 BASELINES = ("kueue", "kai")
-# raygang with other time-based fair share settings (`usage:`), as `raygang sim` replays
-# them: `--config <slice>/queues.yaml --config <out>/<variant>.yaml --policy raygang`.
+# raygang with other settings (config overlays, merged into the slice's config), as
+# `raygang sim` replays them: `--config <slice>/queues.yaml --config <out>/<variant>.yaml
+# --policy raygang`.
 VARIANTS = {
-    "tbf-share": {"enabled": True, "order_by_usage": False},  # KAI's rule alone
-    "tbf-order": {"enabled": True, "k_value": 0.0},  # Kueue's order and penalty alone
-    "tbf-hl12h": {"enabled": True, "half_life_s": 12 * 3600.0},  # usage halves in 12 h
+    # time-based fair share (`usage:`)
+    "tbf-share": {"usage": {"enabled": True, "order_by_usage": False}},  # KAI's rule alone
+    "tbf-order": {"usage": {"enabled": True, "k_value": 0.0}},  # Kueue's order and penalty
+    "tbf-hl12h": {"usage": {"enabled": True, "half_life_s": 12 * 3600.0}},  # halves in 12 h
+    # a queue's line goes on past a head that waits (Kueue's BestEffortFIFO), usage off
+    "backfill": {"backfill": True, "usage": {"enabled": False}},
+    # reclaim by what it trades (core.preemption.trade): before the delay and minimum
+    # runtime when the wait costs at least as much as the work lost
+    "trade1": {"preemption": {"reclaim_trade_ratio": 1.0}, "usage": {"enabled": False}},
+    "backfill-trade1": {"backfill": True, "preemption": {"reclaim_trade_ratio": 1.0},
+                        "usage": {"enabled": False}},
 }
+
+
+def overlay(base: dict, over: dict) -> dict:
+    """`base` with `over` merged in, mappings key by key (as `--config` files merge)."""
+    out = dict(base)
+    for key, value in over.items():
+        nested = isinstance(value, dict) and isinstance(base.get(key), dict)
+        out[key] = overlay(base[key], value) if nested else value
+    return out
 
 
 @dataclass(frozen=True)
@@ -173,8 +192,8 @@ def run_one(args: tuple[str, str, str]) -> str:
     s, where = ALL[name], Path(out) / name
     config = SchedulerConfig.from_files([where / "queues.yaml"])
     if policy in VARIANTS:
-        config = SchedulerConfig.model_validate({**config.model_dump(),
-                                                 "usage": VARIANTS[policy]})
+        config = SchedulerConfig.model_validate(overlay(config.model_dump(),
+                                                        VARIANTS[policy]))
     trace = load_csv(where / "trace.csv", 8,
                      queues=[q.name for q in config.queues if q.name != "default"]
                      + ["default"])  # as `raygang sim` reads it
@@ -385,8 +404,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.table:
         for name in names:
             write(ALL[name], args.out)
-        for variant, usage in VARIANTS.items():
-            (args.out / f"{variant}.yaml").write_text(f"usage: {json.dumps(usage)}\n")
+        for variant, settings in VARIANTS.items():
+            (args.out / f"{variant}.yaml").write_text(
+                "".join(f"{k}: {json.dumps(v)}\n" for k, v in settings.items()))
         work = [(n, p, str(args.out)) for n in names for p in policies
                 if not (args.out / n / f"{p}.json").exists()]
         with ProcessPoolExecutor(args.jobs) as pool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol, TypeVar
@@ -150,6 +151,23 @@ class PreemptionPolicy(BaseModel):
         "start, then the smallest); 'newest' the one started last whatever its size "
         "(Kueue's candidatesOrdering). preempt always takes the lowest priority, then the "
         "newest")
+    reclaim_trade_ratio: float | None = Field(
+        None, description="reclaim by what it trades (core.preemption.trade): a gang may "
+        "reclaim before reclaim_delay_s, and stop gangs that have not run "
+        "reclaim_min_runtime_s, when what its wait costs is at least this many times what "
+        "the stop loses. The cost: the gang's pending seconds times the GPUs (its scarcest "
+        "resource) its queue is below its quota; the loss: the victims' GPUs times their "
+        "seconds of work since their last checkpoint, or since their start. null: the "
+        "fixed delay and minimum runtime alone (KAI's rule)")
+
+    @field_validator("reclaim_trade_ratio")
+    @classmethod
+    def _positive_ratio(cls, value: float | None) -> float | None:
+        if value is not None and not (0 < value < math.inf):
+            raise ValueError(
+                f"reclaim_trade_ratio must be a positive number (a wait worth this many "
+                f"times the work a reclaim loses lets it go ahead) or null (off), not {value}")
+        return value
 
     def delay_s(self, action: str) -> float:
         """The delay of `action` (the setting its `Action.delay_key` names; 0 if none)."""
