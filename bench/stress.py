@@ -293,6 +293,7 @@ def sweep(out: Path, candidates: list[str]) -> str:
     """The table that chose the default: each candidate's mean-JCT regret per slice, its
     worst case and mean, and the other goals' worst cases; then the choice."""
     jct, p99 = regrets(out, candidates), regrets(out, candidates, "p99")
+    candidates = [c for c in candidates if jct[c]]  # replayed on some slice
     names = [n for n in SLICES if any(n in jct[c] for c in candidates)]
     lines = ["mean JCT regret (% over the best policy on the slice):", "",
              "| candidate | " + " | ".join(names) + " | worst | mean |",
@@ -327,6 +328,43 @@ def sweep(out: Path, candidates: list[str]) -> str:
               "the difference between two policies moved by: "
               + ", ".join(f"{k} {100 * v:+.1f} points" for k, v in paired.items()),
               "", choose(jct, margin)]
+    return "\n".join(lines)
+
+
+def goals(out: Path, candidates: list[str]) -> str:
+    """Issue 30's "Done means", per candidate and slice: mean JCT <= the best of Kueue-style
+    and KAI-style; p99 within 1 % of the best of them and of FIFO (where replayed);
+    GPU-hours lost <= half the best peer's; worst tenant <= 1.05 of static; 32-GPU gangs'
+    longest wait <= FIFO's (where replayed and there are any). A cell lists the goals
+    missed ('-': every goal measured is met)."""
+    names = list(SLICES)
+    lines = ["| candidate | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for c in candidates:
+        cells = []
+        for n in names:
+            ran = summaries(out, n)
+            peers = [ran[b] for b in BASELINES if b in ran]
+            if c not in ran or not peers:
+                cells.append("")
+                continue
+            p, missed = ran[c], []
+            if _metric(p, "jct") > min(_metric(b, "jct") for b in peers):
+                missed.append("JCT")
+            floor = min(_metric(b, "p99") for b in peers + ([ran["fifo"]] if "fifo" in ran
+                                                             else []))
+            if _metric(p, "p99") > 1.01 * floor:
+                missed.append("p99")
+            if _metric(p, "lost") > 0.5 * min(_metric(b, "lost") for b in peers):
+                missed.append("lost")
+            worst = worst_vs_static(p, ran.get("static"))
+            if worst is not None and worst > 1.05:
+                missed.append("tenant")
+            wait, fifo = p["large_gangs"]["queueing_max_h"], ran.get("fifo")
+            limit = fifo["large_gangs"]["queueing_max_h"] if fifo else None
+            if wait is not None and limit is not None and wait > limit:
+                missed.append("32-GPU")
+            cells.append(", ".join(missed) or "-")
+        lines.append(f"| {c} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -394,10 +432,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--regret", action="store_true",
                         help="only print the sweep that chose the default (markdown)")
     parser.add_argument("--plot", type=Path, help="with --regret: the figure, as PNG")
+    parser.add_argument("--candidates", default=",".join(CANDIDATES),
+                        help="with --regret: the candidates for the default")
     args = parser.parse_args(argv)
     names, policies = args.slices.split(","), args.policies.split(",")
     if args.regret:
-        print(sweep(args.out, list(CANDIDATES)))
+        candidates = args.candidates.split(",")
+        print(sweep(args.out, candidates))
+        print("\ngoals missed (issue 30's Done means):\n")
+        print(goals(args.out, candidates))
         if args.plot:
             plot(args.out, args.plot, ["raygang-no-tbf", "raygang-tbf", *BASELINES])
         return 0
