@@ -127,7 +127,10 @@ class PreemptionPolicy(BaseModel):
     `defaultPreemptMinRuntime`, docs/plugins/minruntime.md): a gang that (re)started less
     than this long ago is not stopped by that action, so one that just got back in is not
     the next victim. They add to a priority class's own `min_runtime_s`, which guards
-    against both actions. The defaults were measured on the Philly week (README)."""
+    against both actions. The defaults were measured on the Philly week (README).
+    `reclaim_trade_ratio` weighs reclaim's delay and minimum runtime against what a
+    reclaim trades instead (`core.preemption.trade`); off by default, as the stress set
+    measured it (docs/simulator.md)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -7,7 +7,11 @@ more than the gangs beyond would (`core.preemption.excess`).
 What a queue keeps is a rule of the action, by name (`PROTECTIONS`, `protecting`):
 raygang's own keeps what runs within a queue's quota or its fair share
 (`core.preemption.victims.reclaim_protected`); KAI Scheduler's, its deserved quota only
-(`raygang.sim.baselines.kai`)."""
+(`raygang.sim.baselines.kai`).
+
+With `preemption.reclaim_trade_ratio` set, a gang the delay holds back, or that finds no
+room among gangs past the minimum runtime, searches again among those too; what it finds
+is taken only if its wait is worth what the stop loses (`core.preemption.trade`)."""
 
 from __future__ import annotations
 
