@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol, TypeVar
@@ -126,7 +127,10 @@ class PreemptionPolicy(BaseModel):
     `defaultPreemptMinRuntime`, docs/plugins/minruntime.md): a gang that (re)started less
     than this long ago is not stopped by that action, so one that just got back in is not
     the next victim. They add to a priority class's own `min_runtime_s`, which guards
-    against both actions. The defaults were measured on the Philly week (README)."""
+    against both actions. The defaults were measured on the Philly week (README).
+    `reclaim_trade_ratio` weighs reclaim's delay and minimum runtime against what a
+    reclaim trades instead (`core.preemption.trade`); off by default, as the stress set
+    measured it (docs/simulator.md)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -150,6 +154,23 @@ class PreemptionPolicy(BaseModel):
         "start, then the smallest); 'newest' the one started last whatever its size "
         "(Kueue's candidatesOrdering). preempt always takes the lowest priority, then the "
         "newest")
+    reclaim_trade_ratio: float | None = Field(
+        None, description="reclaim by what it trades (core.preemption.trade): a gang may "
+        "reclaim before reclaim_delay_s, and stop gangs that have not run "
+        "reclaim_min_runtime_s, when what its wait costs is at least this many times what "
+        "the stop loses. The cost: the gang's pending seconds times the GPUs (its scarcest "
+        "resource) its queue is below its quota; the loss: the victims' GPUs times their "
+        "seconds of work since their last checkpoint, or since their start. null: the "
+        "fixed delay and minimum runtime alone (KAI's rule)")
+
+    @field_validator("reclaim_trade_ratio")
+    @classmethod
+    def _positive_ratio(cls, value: float | None) -> float | None:
+        if value is not None and not (0 < value < math.inf):
+            raise ValueError(
+                f"reclaim_trade_ratio must be a positive number (a wait worth this many "
+                f"times the work a reclaim loses lets it go ahead) or null (off), not {value}")
+        return value
 
     def delay_s(self, action: str) -> float:
         """The delay of `action` (the setting its `Action.delay_key` names; 0 if none)."""

@@ -35,6 +35,7 @@ from raygang.core.plan import (
     Waitings,
 )
 from raygang.core.preemption.pool import Candidates, Pool
+from raygang.core.preemption.trade import Trade
 from raygang.core.reserve import Hold, elect
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
@@ -94,6 +95,9 @@ class Cycle:
         self.memo: dict[str, object] = {}  # what an action works out once per cycle
         self.waiting: dict[str, Waiting] = {}
         self._pools: dict[str, Pool] = {}  # action -> the gangs it may stop
+        # search key -> the most a gang's wait cost when the victims found were not worth
+        # it (core.preemption.trade); forgotten when what searches see changes
+        self._unworthy: dict[tuple[object, ...], float] = {}
         self._stoppable: list[PlacedGang] | None = None
         self._sorted: dict[str, list[PlacedGang]] = {}  # victim order -> stoppable, sorted
         self._good: dict[str, dict[Resources, int]] = {}  # queue -> totals it admits
@@ -216,11 +220,13 @@ class Cycle:
         mark = self.statement.checkpoint()
         self.statement.unhold(hold)
         self._pools.clear()
+        self._unworthy.clear()
         if attempt(hold.gang):
             self.statement.commit(mark)
             self.hold = None
             return True
         self.statement.rollback(mark)  # held again (a failed attempt moved nothing else)
+        self._unworthy.clear()
         return False
 
     # What actions use ---------------------------------------------------------------------
@@ -233,12 +239,13 @@ class Cycle:
         return place(gang.bundles, gang.strategy, self.capacity, gang.layout)
 
     def pool(self, action: str, narrow: VictimFilter | None = None,
-             key: str | None = None) -> Pool:
+             key: str | None = None, young: bool = False) -> Pool:
         """Running gangs that `action` may stop, in its victim order, least important first
         (once per cycle, per `key`: the action's name unless given): preemptible, not
         draining, not protected by a minimum runtime (their class's, or the action's own:
-        `PolicyConfig.preemption`), and those its victim filter keeps of them (`narrow`'s,
-        if given)."""
+        `PolicyConfig.preemption`, unless `young`: a search whose victims a trade must
+        justify, `core.preemption.trade`), and those its victim filter keeps of them
+        (`narrow`'s, if given)."""
         rules = self.actions[action]
         key = key or action
         if key not in self._pools:
@@ -255,8 +262,8 @@ class Cycle:
             stoppable = self._sorted[order]
             narrow = narrow or rules.victim_filter
             ordered = stoppable if narrow is None else narrow(self, stoppable)
-            ordered, young = self._old_enough(ordered, action)
-            self._pools[key] = Pool(ordered, self.capacity, self.taken, young)
+            ordered, kept = (ordered, []) if young else self._old_enough(ordered, action)
+            self._pools[key] = Pool(ordered, self.capacity, self.taken, kept)
         return self._pools[key]
 
     def _old_enough(self, gangs: list[PlacedGang], action: str
@@ -275,38 +282,62 @@ class Cycle:
                 young.append((gang, (now if since is None else since) + least))
         return old, young
 
+    def delay_left(self, gang: PendingGang, action: str) -> float:
+        """Seconds until `gang` has been pending `action`'s delay (0: it has)."""
+        delay = self.actions[action].delay_s(self.config.preemption)
+        if delay <= 0 or gang.pending_since is None:
+            return 0.0
+        return max(0.0, gang.pending_since + delay - self.now)
+
+    def delay(self, gang: PendingGang, action: str, left: float) -> None:
+        """Remember that `action`'s delay held `gang` back (its reason says so)."""
+        self.delayed.setdefault(gang.gang_id, []).append(
+            (action, self.actions[action].delay_s(self.config.preemption), left))
+
     def search(self, gang: PendingGang, pool: Pool, candidates: Candidates,
-               action: str, amounts: Amounts | None = None) -> bool:
+               action: str, amounts: Amounts | None = None, trade: Trade | None = None
+               ) -> bool:
         """Admit `gang` by stopping some of `candidates` (whole gangs, as few and as
         unimportant as it takes), if that makes room; else remember it tried. With
         `amounts` (reclaim), no more than those per queue: where the victims found take
         more, or none were found, the search by amount looks among the amounts' own
-        candidates (core.preemption.excess)."""
+        candidates (core.preemption.excess). With `trade`, the action's delay does not
+        hold it back; instead the victims found must be worth it (`Trade.worth`)."""
         problem = None if gang.preemptible else self.book.borrow_problem(gang.queue, gang.total)
         if problem:  # stopping others (always preemptible gangs) never changes this
             self.limited[gang.gang_id] = problem
             return False
-        delay = self.actions[action].delay_s(self.config.preemption)
-        if delay > 0 and gang.pending_since is not None and self.now - gang.pending_since < delay:
-            self.delayed.setdefault(gang.gang_id, []).append(
-                (action, delay, gang.pending_since + delay - self.now))
+        left = 0.0 if trade is not None else self.delay_left(gang, action)
+        if left > 0:
+            self.delay(gang, action, left)
             return False  # KAI's preemptionDelay: what frees meanwhile may do
-        key = (action, gang.shape, gang.priority, gang.queue, gang.preemptible)
-        found = None
+        key: tuple[object, ...] = (action, gang.shape, gang.priority, gang.queue,
+                                   gang.preemptible)
+        if trade is not None:  # a search of its own pool; what it found not worth it is
+            key += ("trade",)  # not worth it for a gang whose wait costs no more
+            if trade.cost <= self._unworthy.get(key, -1.0):
+                return False
+        found, search = None, None
         if key not in self.failed:
-            first = preemption.VictimSearch(gang, self.capacity, self.book, pool)
-            found = first.run(candidates)
+            search = preemption.VictimSearch(gang, self.capacity, self.book, pool)
+            found = search.run(candidates)
             if amounts is not None:
                 if found is not None and not amounts.allow(found[1]):
-                    first.undo()
+                    search.undo()
                     found = None
                 if found is None:
                     wide, among = amounts.candidates()
-                    found = ExcessSearch(gang, self.capacity, self.book, wide,
-                                         amounts).run(among)
+                    search = ExcessSearch(gang, self.capacity, self.book, wide, amounts)
+                    found = search.run(among)
         if found is None:
             self.failed.add(key)
-            self.tried.setdefault(gang.gang_id, []).append((action, candidates))
+            if trade is None:
+                self.tried.setdefault(gang.gang_id, []).append((action, candidates))
+            return False
+        if trade is not None and not trade.worth(found[1]):
+            assert search is not None
+            search.undo()
+            self._unworthy[key] = trade.cost
             return False
         nodes, victims = found
         why = self.actions[action].why
@@ -316,6 +347,7 @@ class Cycle:
         return True
 
     def _stopped(self, victim: PlacedGang) -> None:
+        self._unworthy.clear()
         for pool in self._pools.values():
             pool.taken(victim)
 

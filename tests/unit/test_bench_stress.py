@@ -75,3 +75,14 @@ def test_a_probe_moves_each_submission_by_at_most_its_jitter(stress):
     shifts = [job.submit_s - at[job.name] for job in moved.jobs]
     assert max(abs(s) for s in shifts) <= 60.0 and any(abs(s) > 1.0 for s in shifts)
     assert [j.submit_s for j in moved.jobs] == sorted(j.submit_s for j in moved.jobs)
+
+
+def test_the_goals_missed_are_named_per_candidate_and_slice(stress, tmp_path):
+    first = list(stress.SLICES)[0]
+    _report(tmp_path, first, "kueue", 2.0, lost=10.0)
+    _report(tmp_path, first, "kai", 2.2, lost=8.0)
+    _report(tmp_path, first, "raygang-no-tbf", 2.1, lost=5.0)  # JCT, p99 (21 h), lost > 4
+    _report(tmp_path, first, "backfill", 1.9, lost=3.0)
+    text = stress.goals(tmp_path, ["raygang-no-tbf", "backfill"])
+    assert "| raygang-no-tbf | JCT, p99, lost |" in text
+    assert "| backfill | - |" in text

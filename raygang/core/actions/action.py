@@ -15,6 +15,7 @@ from raygang.core.gang import PendingGang
 from raygang.core.plan import Growth
 from raygang.core.plan import Preemption as Stop
 from raygang.core.preemption.pool import Candidates, Pool
+from raygang.core.preemption.trade import Trade
 from raygang.core.queues import QueueTree
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
@@ -24,6 +25,9 @@ from raygang.core.statement import Statement
 class Preemption(Protocol):
     @property
     def reclaim_victim_order(self) -> str: ...
+
+    @property
+    def reclaim_trade_ratio(self) -> float | None: ...
 
 
 class Policy(Protocol):  # read-only: a config.PolicyConfig is one
@@ -59,10 +63,14 @@ class CycleState(Protocol):
               victims: list[PlacedGang]) -> None: ...
 
     def pool(self, action: str, narrow: VictimFilter | None = None,
-             key: str | None = None) -> Pool: ...
+             key: str | None = None, young: bool = False) -> Pool: ...
 
     def search(self, gang: PendingGang, pool: Pool, candidates: Candidates, action: str,
-               amounts: Amounts | None = None) -> bool: ...
+               amounts: Amounts | None = None, trade: Trade | None = None) -> bool: ...
+
+    def delay_left(self, gang: PendingGang, action: str) -> float: ...
+
+    def delay(self, gang: PendingGang, action: str, left: float) -> None: ...
 
 
 class GrowPolicy(Policy, Protocol):

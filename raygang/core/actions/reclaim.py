@@ -7,7 +7,11 @@ more than the gangs beyond would (`core.preemption.excess`).
 What a queue keeps is a rule of the action, by name (`PROTECTIONS`, `protecting`):
 raygang's own keeps what runs within a queue's quota or its fair share
 (`core.preemption.victims.reclaim_protected`); KAI Scheduler's, its deserved quota only
-(`raygang.sim.baselines.kai`)."""
+(`raygang.sim.baselines.kai`).
+
+With `preemption.reclaim_trade_ratio` set, a gang the delay holds back, or that finds no
+room among gangs past the minimum runtime, searches again among those too; what it finds
+is taken only if its wait is worth what the stop loses (`core.preemption.trade`)."""
 
 from __future__ import annotations
 
@@ -21,32 +25,59 @@ from raygang.core.preemption.excess import NONE, Amounts
 from raygang.core.gang import PendingGang
 from raygang.core.fairshare import in_quota
 from raygang.core.preemption.pool import Candidates, Pool
+from raygang.core.preemption.trade import Trade, trade
 from raygang.core.preemption.victims import reclaim_protected
 from raygang.core.resources import Resources
 from raygang.core.snapshot import PlacedGang
 
-_ANY = "reclaim by amount"  # the pool of the search by amount
+_ANY = " by amount"  # a pool's key with this: the pool of its search by amount
+_YOUNG = "reclaim traded"  # the pool of a search a trade must justify (`trade`)
 
 
 def reclaim(cycle: CycleState, gang: PendingGang) -> bool:
     if not cycle.book.within_quota(gang.queue, gang.total):
         return False
-    pool = cycle.pool("reclaim")  # its victim filter: `beyond` the queues' protection
+    ratio = cycle.config.preemption.reclaim_trade_ratio
+    if ratio is None:  # the fixed rules alone: the search waits out the delay itself
+        return _attempt(cycle, gang, "reclaim")
+    left = cycle.delay_left(gang, "reclaim")
+    if left <= 0:
+        if _attempt(cycle, gang, "reclaim"):
+            return True
+        if not cycle.pool("reclaim").young:
+            return False  # no gang a minimum runtime protects: a trade finds no more
+    spec = cycle.book.tree.specs[gang.queue]
+    deal = trade(gang, spec.quota, cycle.book.usage[gang.queue], ratio, cycle.now)
+    if _attempt(cycle, gang, _YOUNG, deal):
+        return True
+    if left > 0:
+        cycle.delay(gang, "reclaim", left)  # what frees meanwhile may do
+    return False
+
+
+def _attempt(cycle: CycleState, gang: PendingGang, key: str, deal: Trade | None = None
+             ) -> bool:
+    """One search: in the pool named `key` (its victim filter: `beyond` the queues'
+    protection; with `deal`, gangs a minimum runtime protects too, their stop justified
+    by the deal), then by amount."""
+    young = deal is not None
+    pool = cycle.pool("reclaim", key=key, young=young)
     amounts: Amounts
 
     def any_of_theirs() -> tuple[Pool, Candidates]:
-        wide = cycle.pool("reclaim", _of_queues_beyond, key=_ANY)
+        wide = cycle.pool("reclaim", _of_queues_beyond(key), key=key + _ANY, young=young)
         # Not of its own queue, nor of queues with nothing left of what it asks for; nor,
         # by the filter, of queues with no amount (a minimum runtime protects theirs).
         spent = [q for q in amounts.queues
                  if all((amounts.left(q) or NONE).units(n) <= 0 for n in gang.total)]
         among = wide.candidates(other_than=[gang.queue, *spent])
-        alone = amounts.alone(wide.by_queue, _largest(cycle, wide))
+        alone = amounts.alone(wide.by_queue, _largest(cycle, wide, key))
         return wide, among if alone is None else among.only(alone)
 
-    amounts = Amounts(*_amounts(cycle, pool), cycle.taken_from, cycle.frees, any_of_theirs)
+    amounts = Amounts(*_amounts(cycle, pool, key), cycle.taken_from, cycle.frees,
+                      any_of_theirs)
     return cycle.search(gang, pool, pool.candidates(other_than=[gang.queue]), "reclaim",
-                        amounts)
+                        amounts, deal)
 
 
 Protection = Callable[[CycleState], set[str]]  # the gangs no reclaim takes, by id
@@ -101,24 +132,29 @@ def beyond(protection: Protection) -> VictimFilter:
     return narrow
 
 
-def _of_queues_beyond(cycle: CycleState, gangs: list[PlacedGang]) -> list[PlacedGang]:
-    """The gangs of the queues that have an amount, in the victim order."""
-    amounts = cycle.memo["reclaim amounts"][0]  # type: ignore[index]
-    return [g for g in gangs if g.queue in amounts]
+def _of_queues_beyond(key: str) -> VictimFilter:
+    """The gangs of the queues that have an amount (of the pool `key`), in the victim
+    order."""
+
+    def narrow(cycle: CycleState, gangs: list[PlacedGang]) -> list[PlacedGang]:
+        amounts = cycle.memo[key + " amounts"][0]  # type: ignore[index]
+        return [g for g in gangs if g.queue in amounts]
+
+    return narrow
 
 
 def _counted(cycle: CycleState) -> dict[str, frozenset[str]]:
     return {q: frozenset(spec.quota) for q, spec in cycle.book.tree.specs.items() if spec.quota}
 
 
-def _amounts(cycle: CycleState, pool: Pool
+def _amounts(cycle: CycleState, pool: Pool, key: str
              ) -> tuple[dict[str, Resources], dict[str, frozenset[str]]]:
     """(per queue, what it runs of the gangs beyond its share that reclaim could stop at
     the start of the cycle (the pool's: not those a minimum runtime protects, they keep
     their part), in the resources its quota names (a quota guarantees those: a GPU quota
     counts GPUs, not the CPUs asked alongside) or, with none named, in all; those names
     per queue), once a cycle."""
-    found = cycle.memo.get("reclaim amounts")
+    found = cycle.memo.get(key + " amounts")
     if found is None:
         counted = _counted(cycle)
         amounts = {}
@@ -126,21 +162,21 @@ def _amounts(cycle: CycleState, pool: Pool
             if q is not None:
                 total = Resources.sum(g.total for g in gangs)
                 amounts[q] = total.only(counted[q]) if q in counted else total
-        found = cycle.memo["reclaim amounts"] = (amounts, counted)
+        found = cycle.memo[key + " amounts"] = (amounts, counted)
     return found  # type: ignore[return-value]
 
 
-def _largest(cycle: CycleState, wide: Pool) -> dict[str, Resources]:
+def _largest(cycle: CycleState, wide: Pool, key: str) -> dict[str, Resources]:
     """Per queue, the most any one of its gangs in `wide` holds of what its amount counts
     (once a cycle)."""
-    found = cycle.memo.get("reclaim largest")
+    found = cycle.memo.get(key + " largest")
     if found is None:
-        counted = cycle.memo["reclaim amounts"][1]  # type: ignore[index]
+        counted = cycle.memo[key + " amounts"][1]  # type: ignore[index]
         sizes: dict[str, set[Resources]] = {}  # a few distinct totals per queue
         for g in wide.by_queue[None]:
             sizes.setdefault(g.queue, set()).add(
                 g.total.only(counted[g.queue]) if g.queue in counted else g.total)
-        found = cycle.memo["reclaim largest"] = {
+        found = cycle.memo[key + " largest"] = {
             q: functools.reduce(Resources.maximum, totals) for q, totals in sizes.items()}
     return found  # type: ignore[return-value]
 

@@ -11,6 +11,7 @@ from raygang.core import elastic
 from raygang.core.fairshare import QueueBook
 from raygang.core.gang import PendingGang
 from raygang.core.plan import Plan
+from raygang.core.preemption.trade import scarcest, stop_loss, waiting_cost
 from raygang.core.preemption.victims import reclaim_protected
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
@@ -27,7 +28,10 @@ def reclaimable(book: QueueBook, pieces: Sequence[PlacedGang], config: PolicyCon
     beyond the queue's quota and fair share, those it may stop, in the resources the
     queue's quota names (all, where it names none)."""
     kept = reclaim_protected(book, pieces, config.preemption.reclaim_victim_order, now)
-    least = config.preemption.min_runtime_s("reclaim")
+    # With a trade ratio, a reclaim may stop a gang younger than its minimum runtime
+    # (core.preemption.trade): `check` asserts the trade of each.
+    least = 0.0 if config.preemption.reclaim_trade_ratio else \
+        config.preemption.min_runtime_s("reclaim")
     amounts: dict[str, Resources] = {}
     for g in pieces:
         if g.gang_id in kept or not g.preemptible or g.draining or g.protected(now) or (
@@ -35,6 +39,19 @@ def reclaimable(book: QueueBook, pieces: Sequence[PlacedGang], config: PolicyCon
             continue
         amounts[g.queue] = amounts.get(g.queue, Resources()) + counted(g, config)
     return amounts
+
+
+def _traded(gang: PendingGang, plan: Plan, running: dict[str, PlacedGang],
+            config: PolicyConfig) -> bool:
+    """Whether what `gang` waited can have been worth what its reclaims lose: its queue
+    is below its quota by at most the quota, so its wait costs at most that much."""
+    ratio = config.preemption.reclaim_trade_ratio
+    spec = config.queue_tree.specs.get(gang.queue)
+    if ratio is None or spec is None:
+        return False
+    most = waiting_cost(gang, spec.quota, Resources(), plan.at)
+    victims = [running[p.victim] for p in plan.preemptions if p.preemptor == gang.gang_id]
+    return most > 0 and most >= ratio * stop_loss(victims, scarcest(gang.total), plan.at)
 
 
 def counted(gang: PlacedGang, config: PolicyConfig) -> Resources:
@@ -84,7 +101,8 @@ def check(plan: Plan, snapshot: ClusterSnapshot, pending: Sequence[PendingGang],
         assert not first.protected(plan.at), p
         least = config.preemption.min_runtime_s(p.action)  # the action's own minimum
         assert least <= 0 or (victim.running_since is not None
-                              and plan.at - victim.running_since >= least), p
+                              and plan.at - victim.running_since >= least) or (
+            p.action == "reclaim" and _traded(preemptor, plan, running, config)), p
         if p.action == "preempt":
             assert victim.priority < preemptor.priority, p
         elif p.action == "shrink":

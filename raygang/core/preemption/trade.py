@@ -1,0 +1,67 @@
+"""Reclaim by what it trades (`PreemptionPolicy.reclaim_trade_ratio`, issue 30).
+
+The fixed protections (KAI's `preemptionDelay` and `reclaimMinRuntime`) hold a reclaim
+back for a set time whatever it would save or cost. This rule lets a reclaim go ahead
+before they have passed when the wait it ends costs more than the work it throws away:
+
+- the cost of not reclaiming: how long the gang has been pending, times how far its queue
+  is below its quota, in units of the gang's scarcest resource (GPU-seconds of guarantee
+  the queue has gone without);
+- the loss a reclaim causes: each victim's units of that resource times its work since
+  its last checkpoint, or since its start (`PlacedGang.unsaved_s`).
+
+A reclaim is worth it when cost > 0 and cost >= ratio x loss. Pure: everything it reads is
+the cycle's state at the search, and `now`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from raygang.core.gang import PendingGang
+from raygang.core.resources import Resources, scarcity_key
+from raygang.core.snapshot import PlacedGang
+
+
+def scarcest(total: Resources) -> str | None:
+    """The resource a gang's trade is counted in: its scarcest (GPU first)."""
+    return min(total, key=scarcity_key, default=None)
+
+
+def waiting_cost(gang: PendingGang, quota: Resources, usage: Resources, now: float) -> float:
+    """Unit-seconds the gang's queue has gone without: the gang's pending seconds times
+    its queue's units below its quota (0 when not below it, or not pending)."""
+    name = scarcest(gang.total)
+    if name is None or gang.pending_since is None:
+        return 0.0
+    below = quota.units(name) - usage.units(name)
+    return max(0.0, now - gang.pending_since) * max(0, below)
+
+
+def stop_loss(victims: Iterable[PlacedGang], name: str | None, now: float) -> float:
+    """Unit-seconds the victims' stop throws away: their units of `name` times their work
+    since their last checkpoint or start."""
+    if name is None:
+        return 0.0
+    return sum(v.total.units(name) * v.unsaved_s(now) for v in victims)
+
+
+@dataclass(frozen=True)
+class Trade:
+    """One pending gang's side of the trade, worked out before its victims are known."""
+
+    cost: float  # `waiting_cost`
+    resource: str | None  # what the loss is counted in
+    ratio: float  # `PreemptionPolicy.reclaim_trade_ratio`
+    now: float
+
+    def worth(self, victims: Iterable[PlacedGang]) -> bool:
+        """Whether stopping `victims` costs less than the wait it ends."""
+        return self.cost > 0 and self.cost >= self.ratio * stop_loss(victims, self.resource,
+                                                                     self.now)
+
+
+def trade(gang: PendingGang, quota: Resources, usage: Resources, ratio: float,
+          now: float) -> Trade:
+    return Trade(waiting_cost(gang, quota, usage, now), scarcest(gang.total), ratio, now)
