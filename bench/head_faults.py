@@ -227,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
         result["scheduler_same_process"] = ping["instance"] == instance
         result["after_outage"] = ping["after_outage"]
         result["submitted_during_outages"] = len(during)
+        refusals = [r for _, box in during for r in box.get("refused", [])]
+        result["refused_then_submitted_again"] = len(refusals)
+        result["refusal"] = refusals[0] if refusals else None
         result["admitted_after_return_s"] = [admitted_after(box) for _, box in during]
         pinger.stop()  # this driver reconnects: no Ray call meanwhile
         progress("the head replaced")
@@ -285,13 +288,24 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def submit_into(box: dict, task, logs: str) -> None:
-    """A submission made while the GCS is down (it returns once the scheduler accepted
-    it), from a thread of its own."""
-    try:
-        box["id"] = task.remote(10.0, logs).gang_id
-        box["returned"] = time.monotonic()
-    except Exception as error:  # noqa: BLE001 - reported as lost
-        box["error"] = f"{type(error).__name__}: {error}"
+    """A submission made while the GCS is down, from a thread of its own. It returns once
+    the scheduler's store took it; one the store did not take within its timeout (30 s)
+    is refused, saying to submit it again once the GCS answers: done so, as a user would
+    (nothing of a refused one is kept: no second gang). Refusals are counted."""
+    from raygang.control.errors import StoreError
+
+    box["refused"] = []
+    while True:
+        try:
+            box["id"] = task.remote(10.0, logs).gang_id
+            box["returned"] = time.monotonic()
+            return
+        except StoreError as error:
+            box["refused"].append(str(error))
+            time.sleep(1.0)
+        except Exception as error:  # noqa: BLE001 - reported as lost
+            box["error"] = f"{type(error).__name__}: {error}"
+            return
 
 
 def admitted_after(box: dict) -> float | None:
@@ -376,8 +390,11 @@ def report(result: dict) -> None:
     print(f"  scheduler's process the same across the GCS kills: "
           f"{result.get('scheduler_same_process')}")
     if admitted:
-        print(f"  {len(admitted)} submissions made during outages: admitted "
-              f"{min(admitted):.1f}-{max(admitted):.1f} s after the GCS returned")
+        print(f"  {len(admitted)} submissions made during outages ("
+              f"{result.get('refused_then_submitted_again')} refusals by the store's "
+              f"timeout, submitted again): admitted {min(admitted):.1f}-{max(admitted):.1f} "
+              "s after the GCS returned")
+    print(f"  Train run and jobs: {[(n, e[0], e[1]) for n, e in result.get('ends', {}).items() if n in ('train', 'queued', 'elastic')]}")
     print(f"  event loop during outages: {result.get('pings_during_outages')}")
     print(f"  head replaced: new head up in {result.get('head_up_s')} s, scheduler ready "
           f"{result.get('ready_after_head_up_s')} s after, recovery {result.get('recovery')}")
