@@ -47,7 +47,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout
 
 from raygang.runtime.ports import free_port  # noqa: E402
-from tests.integration.gcs_outage import HEAD, new_head, start_on_head, start_redis  # noqa: E402
+from tests.integration.gcs_outage import (  # noqa: E402
+    HEAD, new_head, shut_down, start_on_head, start_redis,
+)
 
 SLOT = "slot"  # the one-member gangs' resource: 10 per worker node, no CPU or GPU taken
 TRAIN = ROOT / "examples" / "jobs" / "train.py"
@@ -278,11 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         result["leaked"] = settled_leaks(leaks, 60)
         result["seconds"] = round(time.monotonic() - t0, 1)
     finally:
-        raygang.shutdown()
-        ray.shutdown()
-        cluster.shutdown()
-        if redis is not None:
-            redis.kill()
+        shut_down(cluster, redis)
     report(result)
     return 0
 

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     from raygang import demo
     from raygang.runtime.names import NAMESPACE, SCHEDULER_NAME
     from tests.integration import leaks
-    from tests.integration.gcs_outage import new_head, start_redis
+    from tests.integration.gcs_outage import new_head, shut_down, start_redis
 
     rng = random.Random(args.seed)
     low, high = (float(s) for s in args.every.split(","))
@@ -145,11 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             "chaos_errors": errors[:10], "seconds": round(time.monotonic() - t0, 1),
         }
     finally:
-        raygang.shutdown()
-        ray.shutdown()
-        cluster.shutdown()
-        if redis is not None:
-            redis.kill()
+        shut_down(cluster, redis)
     result["redis"] = redis is not None
     print("RESULT " + json.dumps(result))
     return 0

@@ -38,6 +38,20 @@ def start_redis(namespace: str) -> subprocess.Popen:
     return redis
 
 
+def shut_down(cluster, redis: subprocess.Popen | None) -> None:
+    """Everything a Redis-backed scenario started, stopped: raygang, this driver's Ray,
+    the cluster, and Redis (None: none was started)."""
+    import ray
+
+    import raygang
+
+    raygang.shutdown()
+    ray.shutdown()
+    cluster.shutdown()
+    if redis is not None:
+        redis.kill()
+
+
 def new_head(cluster, head_args: dict, opened: str | None = None) -> float:
     """KubeRay's head pod deletion, locally: every process of the head killed, a new head
     started with `head_args` on the same GCS port (and Redis); this driver, whose raylet
@@ -78,10 +92,7 @@ def main() -> dict:
         out.update(replace_head(cluster, raygang, out["running_gang"], http))
         return out
     finally:
-        raygang.shutdown()
-        ray.shutdown()
-        cluster.shutdown()
-        redis.kill()
+        shut_down(cluster, redis)
 
 
 # The head takes no work, as KubeRay runs it, and runs the scheduler (`raygang start` on
