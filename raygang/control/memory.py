@@ -337,7 +337,7 @@ class MemoryCluster:
                          on_member_ready)
 
     def leftovers(self, known: Container[str]) -> MemoryLeftovers:
-        return MemoryLeftovers(self)
+        return MemoryLeftovers(self, known)
 
     def budget(self, job_id: str) -> MemoryBudget | None:
         return self.budgets.get(job_id)
@@ -418,8 +418,9 @@ class MemoryBudget:
 class MemoryLeftovers:
     """Recovery's view: what runs the cluster still has, by gang id."""
 
-    def __init__(self, cluster: MemoryCluster):
+    def __init__(self, cluster: MemoryCluster, known: Container[str]):
         self._cluster = cluster
+        self._known = known
         self._taken: set[str] = set()
 
     def take(self, gang_id: str) -> None:
@@ -428,9 +429,11 @@ class MemoryLeftovers:
     def clear(self, gang_id: str | None) -> int:
         return 0 if gang_id is None else self._cluster.clear(gang_id)
 
-    def orphans(self, unfinished: set[str]) -> int:
+    def orphans(self, unfinished: set[str], unknown: bool = True) -> int:
         gangs = {key.split("/", 1)[0] for key in self._cluster.booked}
         stale = (gangs | set(self._cluster.members)) - unfinished
+        if not unknown:
+            stale = {gang_id for gang_id in stale if gang_id in self._known}
         return sum(self._cluster.clear(g) for g in stale - self._taken)
 
 

@@ -53,15 +53,17 @@ class AfterOutage:
             self._spawn(self.lost_starts(starting))
 
     async def sweep(self, lasted: float) -> int:
-        """Remove the parts (member actors, placement groups) of gangs no longer driven;
-        how many. Kept: every gang with a drive (admitted, starting, running or tearing
+        """Remove the parts (member actors, placement groups) of known gangs no longer
+        driven; how many. Kept: every gang with a drive (admitted, starting, running or tearing
         down: a group being prepared must not be removed, ray-project/ray #64693). The list
         is read first and the gangs to keep after it, on the loop: one admitted meanwhile
         has nothing in the list yet. Never raises."""
         try:
             found = await asyncio.to_thread(self._cluster.leftovers, self._registry)
             keep = {record.gang_id for record in self._fleet}
-            removed = await asyncio.to_thread(found.orphans, keep)
+            # Only known gangs' parts: a `raygang-` name it cannot place may be another
+            # scheduler's, or made by hand, and an outage is no proof that it is left over
+            removed = await asyncio.to_thread(found.orphans, keep, unknown=False)
         except Exception:  # noqa: BLE001 - the next outage's end looks again
             log.warning("looking for leftovers after the outage failed", exc_info=True)
             return 0

@@ -113,8 +113,9 @@ class Leftovers(Protocol):
     def clear(self, gang_id: str | None) -> int:
         """Remove the gang's parts; how many there were."""
 
-    def orphans(self, unfinished: set[str]) -> int:
-        """Remove everything of no unfinished gang; how many parts."""
+    def orphans(self, unfinished: set[str], unknown: bool = True) -> int:
+        """Remove everything of no unfinished gang; how many parts. `unknown`: also what
+        belongs to no gang the scheduler knows (a `raygang-` name it cannot place)."""
 
 
 class JobBudget(Protocol):

@@ -31,6 +31,8 @@ if TYPE_CHECKING:  # (`X as X`: the Train classes are exported, lazily; see belo
 # What a GCS call raises when the GCS does not answer. Within Ray's reconnect timeout
 # (gcs_rpc_server_reconnect_timeout_s, 60 s by default) a call mostly waits instead.
 GCS_DOWN = (RpcError, GetTimeoutError, ConnectionError, TimeoutError)
+# Past it, Ray's own processes give the GCS up (and exit): so does a caller that waits.
+GCS_RECONNECT_S = 60.0
 
 # Ray Train V2's controller calls its callbacks and its scaling policy through these classes,
 # which only `ray.train.v2._internal` defines in Ray 2.60 (`RaygangTrain` subclasses them).

@@ -62,31 +62,36 @@ def test_no_decision_while_the_cluster_does_not_answer_and_one_as_soon_as_it_doe
 def test_what_the_outage_left_of_gangs_no_longer_driven_is_removed_when_it_answers_again():
     """A teardown whose removal the GCS never answered (an outage longer than Ray's 60 s
     request timeout) leaves its parts in the cluster: they are listed once the cluster
-    answers again and removed; the parts of gangs the scheduler still drives are kept."""
+    answers again and removed; the parts of gangs the scheduler still drives are kept, and
+    so is what belongs to no gang it knows (another scheduler's, or made by hand)."""
     from raygang.core.resources import Resources
 
     async def scenario():
         cluster = make_cluster("n0: GPU=4")
         plane = make_plane(cluster)
         running = await submit(plane, "running", "2xGPU=1", seconds=None)
+        gone = await submit(plane, "gone", "GPU=1", seconds=0.1)
         await wait_for(plane, running, S.RUNNING)
+        await wait_for(plane, gone, S.SUCCEEDED)
         assert (await plane.ping())["after_outage"] is None
 
         cluster.outage = True
         await asyncio.sleep(sight.PROBE_EVERY_S + 1.0)  # a probe finds it, nothing waits
         assert (await plane.ping())["unreachable"] is not None
         # What a given-up teardown left: a placement group's booking
-        cluster.book("gone-gang", [("n0", Resources(GPU=1))])
+        cluster.book(gone, [("n0", Resources(GPU=1))])
+        cluster.book("not-raygangs", [("n0", Resources(GPU=1))])
         await asyncio.sleep(1.0)
-        assert "gone-gang" in cluster.booked  # no decision while it does not answer
+        assert gone in cluster.booked  # no decision while it does not answer
 
         cluster.outage = False
-        waiting = await submit(plane, "waiting", "2xGPU=1", seconds=None)
-        await until(lambda: "gone-gang" not in cluster.booked, sight.PROBE_EVERY_S + 1.0,
+        waiting = await submit(plane, "waiting", "GPU=1", seconds=None)
+        await until(lambda: gone not in cluster.booked, sight.PROBE_EVERY_S + 1.0,
                     lambda: f"left: {sorted(cluster.booked)}")
         swept = (await plane.ping())["after_outage"]
         assert swept["removed"] == 1 and swept["outage_s"] > 0, swept
         assert running in cluster.booked  # driven: kept
+        assert "not-raygangs" in cluster.booked  # no known gang's: kept
         assert (await plane.status(running)).state is S.RUNNING
         await wait_for(plane, waiting, S.RUNNING)  # the room it held is free again
         await plane.shutdown()

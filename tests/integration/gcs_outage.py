@@ -245,8 +245,10 @@ def scenario(cluster, raygang, handle) -> dict:
     staged = raygang.gang("staged", roles={  # caught starting by the outage
         "first": gated.bind(gate), "second": gated.options(after=["first"]).bind(gate)}
     ).remote()
+    finished = sleeper.options(replicas=1).remote(0.1)
     running.ready(timeout=120)
     ending.ready(timeout=120)
+    finished.wait(timeout=120)
     deadline = time.monotonic() + 60
     while not os.path.exists(f"{gate}.entered"):  # its first member is in its constructor
         assert time.monotonic() < deadline, staged.status()
@@ -266,9 +268,12 @@ def scenario(cluster, raygang, handle) -> dict:
 
     threading.Thread(target=pinger, daemon=True).start()
     # What a teardown given up on in an outage leaves (its removal never answered): the
-    # scheduler looks for such parts once the GCS answers again, and removes them
-    given_up = ray.util.placement_group([{"CPU": 0.1}], name="raygang-given-up-teardown")
-    ray.get(given_up.ready(), timeout=30)
+    # scheduler looks for such parts of gangs it knows once the GCS answers again, and
+    # removes them; a `raygang-` name of no gang it knows it keeps
+    given_up = ray.util.placement_group(
+        [{"CPU": 0.1}], name=f"raygang-{finished.gang_id}-given-up-teardown")
+    not_ours = ray.util.placement_group([{"CPU": 0.1}], name="raygang-of-no-known-gang")
+    ray.get([given_up.ready(), not_ours.ready()], timeout=30)
     time.sleep(1.0)
     killed_at = time.monotonic()
     cluster.head_node.kill_gcs_server()
@@ -317,6 +322,8 @@ def scenario(cluster, raygang, handle) -> dict:
     out["unreachable_after"] = ping["unreachable"]
     out["after_outage"] = ping["after_outage"]
     out["given_up_group"] = ray.util.placement_group_table(given_up)["state"]
+    out["not_ours_group"] = ray.util.placement_group_table(not_ours)["state"]
+    ray.util.remove_placement_group(not_ours)
     out["running_gang"] = running.gang_id
     return out  # the running gang goes on into the head's replacement
 

@@ -49,9 +49,11 @@ def test_the_event_loop_answers_throughout_and_says_the_gcs_is_unreachable(outag
     assert why, outage
     assert outage["unreachable_after"] is None, outage
     # Once it answered again, the scheduler listed what it had in Ray and removed the parts
-    # of gangs it no longer drives (a teardown given up on in the outage), and no more
+    # of gangs it no longer drives (a teardown given up on in the outage), and no more: a
+    # `raygang-` name of no gang it knows is not its to remove
     assert outage["after_outage"]["removed"] >= 1, outage
     assert outage["given_up_group"] == "REMOVED", outage
+    assert outage["not_ours_group"] == "CREATED", outage
     assert outage["running_after"] == ["RUNNING", 0, 0], outage
 
 

@@ -66,9 +66,11 @@ class RayLeftovers:
                 log.debug("removing placement group %s failed", pg_id, exc_info=True)
         return removed
 
-    def orphans(self, unfinished: set[str]) -> int:
-        """Remove everything of no unfinished gang."""
+    def orphans(self, unfinished: set[str], unknown: bool = True) -> int:
+        """Remove everything of no unfinished gang (`unknown`: also of no known gang)."""
         stale = (set(self.actors) | set(self.groups)) - unfinished
+        if not unknown:
+            stale.discard(None)
         return sum(self.clear(gang_id) for gang_id in stale)
 
 

@@ -41,7 +41,7 @@ from raygang.runtime.handoff.train import TrainSession
 from raygang.runtime.kinds.job.submission import TERMINAL, JobClient, stop_until_ended, transient
 from raygang.runtime.kinds.kind import NoLiveResize, NoRestartResize
 from raygang.runtime.names import node_selector, ray_job_id
-from raygang.runtime.ray_private import GCS_DOWN
+from raygang.runtime.ray_private import GCS_DOWN, GCS_RECONNECT_S
 
 log = logging.getLogger(__name__)
 POLL_S = 1.0
@@ -296,11 +296,16 @@ class JobLaunch(NoLiveResize, NoRestartResize):  # a job's budget has a fixed si
     async def _status(self) -> str | None:
         """Ray's word on this attempt's job (None: it has none). A GCS that does not
         answer is no word: asked again until it does, never a job that ended (a Train run
-        in a job was restarted at each GCS kill before: bench/head_faults.py)."""
+        in a job was restarted at each GCS kill before: bench/head_faults.py), for as long
+        as Ray's own processes wait for it (GCS_RECONNECT_S); then the error is raised."""
+        since: float | None = None
         while True:
             try:
                 return await self.client.status(self.job_id)
             except GCS_DOWN:
+                since = time.monotonic() if since is None else since
+                if time.monotonic() - since >= GCS_RECONNECT_S:
+                    raise
                 log.debug("no status of %s: the GCS does not answer", self.job_id)
                 await asyncio.sleep(POLL_S)
 
