@@ -54,7 +54,7 @@ def said(logs: str, text: str) -> str:
 def main() -> None:
     connect(num_cpus=4, num_gpus=4, dashboard=True)
     storage = tempfile.mkdtemp(prefix="raygang-train-")
-    job = raygang.submit_job(f"{sys.executable} {SCRIPT} {storage} 24", gpus=2,
+    job = raygang.submit_job(f"{sys.executable} {SCRIPT} {storage} 40", gpus=2,
                              name="resumable", preemption_grace_s=8,
                              max_restarts=2)  # a failed attempt runs the script again
     wait_for(job, "worker 0 starts at step 0")

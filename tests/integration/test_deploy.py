@@ -26,7 +26,7 @@ class Echo:
 
 
 def _get(port: int, path: str) -> dict:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as response:
         return json.loads(response.read())
 
 

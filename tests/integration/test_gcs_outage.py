@@ -74,7 +74,9 @@ def test_the_running_gang_is_untouched_and_a_gang_submitted_meanwhile_runs(outag
 
 def test_a_replaced_head_restarts_the_scheduler_which_adopts_the_running_gang(outage):
     assert outage["scheduler_restarted"], outage  # it ran on the head, and died with it
-    assert outage["ready_after_head_s"] < 10.0, outage  # recovered from the store (Redis)
+    # Recovered from the store (Redis), not rebuilt from scratch: ~5 s here when the machine
+    # is quiet (bench/head_faults.py measures it), 14 s seen under a loaded CI
+    assert outage["ready_after_head_s"] < 30.0, outage
     assert outage["recovery"] == {"adopted": 4, "requeued": 0, "pending": 0}, outage
     state, restarts, preemptions, last = outage["running_after_head"]
     assert (state, restarts, preemptions) == ("RUNNING", 0, 0), outage
