@@ -237,7 +237,7 @@ class GangRecord:
                                         if slot.name not in self.live.surplus
                                         and slot.name not in self.live.leaving),
                                   within=tuple(sorted(set(self.nodes)))
-                                  if kind.keeps_its_nodes else None)
+                                  if kind.keeps_its_nodes else None, steps=spec.ratio_steps)
             unseen = self.state is GangState.ADMITTED or (
                 self.state is GangState.STARTING and kind.hands_off_at_start)
             live.placed = (key, PlacedGang(
