@@ -80,3 +80,30 @@ def growth_units(roles: Sequence[RoleRange], ratio: Mapping[str, int] | None
 def step_of(steps: Sequence[Sequence[str]]) -> dict[str, int]:
     """Member name -> the index of its step (members of no step are left out)."""
     return {member: i for i, step in enumerate(steps) for member in step}
+
+
+GROWS_NO_FURTHER = "grows no further now: "  # how a gang's grow reason says why (grow.py)
+
+
+def role_reasons(units: Sequence[Sequence[str]], held: set[str], role_of: Mapping[str, str],
+                 most: Mapping[str, int], size: Mapping[str, int],
+                 gang_reason: str | None) -> dict[str, str | None]:
+    """Why each role of a running elastic gang is not larger: at its maximum; else, if the
+    gang grows no further (`gang_reason`, the grow action's), that reason for the roles of
+    the unit that grows next (`units`: the gang's growth order, `held`: the members it
+    holds), and for the others that the unit comes first (members grow in order). None: it
+    is growing (or not running, so no reason was given)."""
+    why = None if gang_reason is None else gang_reason.split(GROWS_NO_FURTHER, 1)[-1]
+    upcoming = next((u for u in units if not set(u) <= held), ())
+    waiting = [m for m in upcoming if m not in held]
+    out: dict[str, str | None] = {}
+    for role, n in most.items():
+        if size[role] >= n:
+            out[role] = f"at its maximum ({n})"
+        elif why is None:
+            out[role] = None
+        elif any(role_of[m] == role for m in waiting):
+            out[role] = why
+        else:
+            out[role] = f"members grow in order and {', '.join(waiting)} come(s) first: {why}"
+    return out

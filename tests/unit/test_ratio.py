@@ -9,6 +9,7 @@ import pytest
 
 from raygang.core import PolicyConfig, Strategy, schedule
 from raygang.core.preemption.check import check
+from raygang.core.ratio import role_reasons
 from raygang.core.snapshot import Elastic, PlacedGang
 from raygang.core.spec import GangSpec, SpecError, gang_spec
 
@@ -204,3 +205,22 @@ def test_growth_and_stops_move_whole_steps_whatever_the_cluster(seed):
         assert all(set(growth.members) & s in (set(), s) for s in steps), growth
     for stop in plan.preemptions:
         assert all(set(stop.members) & s in (set(), s) for s in steps), stop
+
+
+# Why each role is not larger ----------------------------------------------------------------
+def test_each_role_says_why_it_is_not_larger():
+    spec = pd_spec(roles=[{"name": "router", "replicas": (1, 3)}])
+    role_of = {s.name: s.role for s in spec.slots}
+    most = {r.name: r.replicas for r in spec.roles}
+    held = {s.name for s in spec.min_slots} | set(STEP_1)
+    size = {role: sum(role_of[m] == role for m in held) for role in most}
+    why = role_reasons(spec.surplus_units, held, role_of, most, size,
+                       "runs 6 of at most 11 members; grows no further now: no room")
+    assert why == {"prefill": "no room", "decode": "no room",  # the next step's roles
+                   "router": "members grow in order and prefill-3, prefill-4, decode-2 "
+                             "come(s) first: no room"}
+    full = held | set(STEP_2)
+    size = {role: sum(role_of[m] == role for m in full) for role in most}
+    why = role_reasons(spec.surplus_units, full, role_of, most, size, None)
+    assert why == {"prefill": "at its maximum (5)", "decode": "at its maximum (3)",
+                   "router": None}  # growing: no reason

@@ -17,6 +17,7 @@ import math
 from raygang.core.actions.action import Action, GrowingCycle
 from raygang.core.elastic import place_member
 from raygang.core.plan import Growth
+from raygang.core.ratio import GROWS_NO_FURTHER
 from raygang.core.resources import Resources
 from raygang.core.snapshot import Elastic, PlacedGang
 
@@ -140,7 +141,7 @@ def _runs(gang: PlacedGang, why: str, grown: int = 0) -> str:
     e = _elastic(gang)
     have = len(gang.bundles) - len(e.leaving) + grown
     most = len(gang.bundles) - len(e.leaving) + len(e.missing)
-    return f"runs {have} of at most {most} members; grows no further now: {why}"
+    return f"runs {have} of at most {most} members; {GROWS_NO_FURTHER}{why}"
 
 
 def _fmt(bundle: Resources) -> str:
