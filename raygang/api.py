@@ -35,7 +35,7 @@ from raygang.runtime.names import NAMESPACE
 # Options of a whole gang, and options of one role (the rest of the decorator's keywords).
 _GANG_OPTIONS = {
     "name", "queue", "priority", "strategy", "reservation_timeout_s", "startup_timeout_s",
-    "max_restarts", "preemption_grace_s", "resize", "checkpoint_interval_s", "fence_s",
+    "max_restarts", "preemption_grace_s", "resize", "checkpoint_interval_s", "fence_s", "ratio",
 }
 _ROLE_OPTIONS = {
     "role", "replicas", "min_replicas", "resources", "num_cpus", "num_gpus", "memory", "after",
@@ -60,7 +60,7 @@ def gang_task(_target: Any = None, /, **options: Any):
     `max_concurrency`, `runtime_env`, `topology` (a `raygang.Topology` or a dict such as
     `{"required": "rack"}`: where its members sit, by node label). Gang options: `name`,
     `queue`, `priority`, `strategy`, `reservation_timeout_s`, `startup_timeout_s`,
-    `max_restarts`, `preemption_grace_s`, `resize`, `checkpoint_interval_s`, `fence_s`.
+    `max_restarts`, `preemption_grace_s`, `resize`, `checkpoint_interval_s`, `fence_s`, `ratio`.
     """
     if _target is not None:
         return GangTask(_target, options)
@@ -134,7 +134,7 @@ class GangTask:
 
 class Gang:
     """Several roles that start together: `raygang.gang("llm", roles={...}, strategy=...)`
-    (`topology=`: the whole gang by node labels; a role's own applies inside it)."""
+    (`topology=`: the whole gang by node labels; `ratio=`: elastic roles move in steps)."""
 
     def __init__(self, name: str, roles: Mapping[str, GangTask], **options: Any):
         unknown = set(options) - (_GANG_OPTIONS - {"name"}) - {"topology"}

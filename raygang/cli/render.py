@@ -144,6 +144,8 @@ def gang_details(g: Mapping[str, Any]) -> RenderableType:
     for key, value in rows:
         fields.add_row(key, value)
     parts: list[RenderableType] = [fields]
+    if g.get("roles"):
+        parts.append(roles_table(g["roles"]))
     if g.get("members"):
         members = _table("RANK", "ROLE", "INDEX", "ACTOR", "NODE", title="members")
         for m in g["members"]:
@@ -152,6 +154,19 @@ def gang_details(g: Mapping[str, Any]) -> RenderableType:
         parts.append(members)
     parts.append(events_table(g.get("events", []), g["submitted_at"]))
     return Group(*parts)
+
+
+def roles_table(roles: list[Mapping[str, Any]]) -> RenderableType:
+    """An elastic gang's roles: each one's size now (min-max), what it grows by at a time
+    (a ratio step's members of it, else 1) and why it is not larger."""
+    table = _table("ROLE", "SIZE", "STEP", "WHY NOT LARGER", title="roles")
+    for r in roles:
+        table.add_row(r["role"], role_size(r), str(r.get("step", 1)), r.get("grow_reason") or "-")
+    return table
+
+
+def role_size(r: Mapping[str, Any]) -> str:
+    return f"{r['size']} ({r['min_size']}-{r['max_size']})"
 
 
 def _job_rows(g: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -212,6 +227,9 @@ def explain(g: Mapping[str, Any], queues: list[Mapping[str, Any]] | None,
         lines.append(Text(f"  elastic: runs {g['world_size']} of {g['min_size']} to "
                           f"{g['max_size']} members"
                           + (f"; grows: {g['grow_reason']}" if g.get("grow_reason") else "")))
+        for r in g.get("roles", []):
+            lines.append(Text(f"    role {r['role']}: {role_size(r)}, by {r.get('step', 1)} at "
+                              f"a time; {r.get('grow_reason') or '-'}"))
     preemptions = [e for e in g.get("events", []) if e["to_state"] == "PREEMPTED"]
     lines.append(Text(f"  preempted {g.get('preemptions', 0)} time(s), "
                       f"restarted {g.get('restarts', 0)} time(s)"))

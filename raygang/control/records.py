@@ -10,12 +10,13 @@ from typing import Any
 from raygang.core.gang import GangState, PendingGang
 from raygang.core.lifecycle import Life, Outcome, check_move
 from raygang.core.plan import WaitCode
+from raygang.core.ratio import role_reasons
 from raygang.core.resources import Resources
 from raygang.core.snapshot import Elastic, PlacedGang
 from raygang.core.spec import GangSpec
 from raygang.control import kinds
 from raygang.control.program import RoleProgram
-from raygang.control.status import GangError, GangEvent, GangStatus, MemberStatus
+from raygang.control.status import GangError, GangEvent, GangStatus, MemberStatus, RoleSize
 
 MAX_EVENTS = 500
 
@@ -237,7 +238,7 @@ class GangRecord:
                                         if slot.name not in self.live.surplus
                                         and slot.name not in self.live.leaving),
                                   within=tuple(sorted(set(self.nodes)))
-                                  if kind.keeps_its_nodes else None)
+                                  if kind.keeps_its_nodes else None, steps=spec.ratio_steps)
             unseen = self.state is GangState.ADMITTED or (
                 self.state is GangState.STARTING and kind.hands_off_at_start)
             live.placed = (key, PlacedGang(
@@ -279,6 +280,7 @@ class GangRecord:
             min_size=len(self.spec.min_slots) if self.spec.elastic else None,
             max_size=self.spec.world_size if self.spec.elastic else None,
             grow_reason=self.wait.grow_reason if self.state is GangState.RUNNING else None,
+            roles=self.role_sizes(),
             members=sorted(self.members, key=lambda m: m.rank),
             restarts=self.restarts,
             preemptions=self.preemptions,
@@ -292,3 +294,22 @@ class GangRecord:
             finished_at=self.finished_at,
             events=list(self.events),
         )
+
+    def role_sizes(self) -> list[RoleSize]:
+        """An elastic gang's roles: the members each runs now (pending: at its minimum),
+        its bounds and step, and, while it runs, why it is not larger (core/ratio.py)."""
+        spec = self.spec
+        if not spec.elastic:
+            return []
+        held = {s.name for s in spec.min_slots}
+        if self.state.holds_resources:
+            held |= set(self.live.surplus)
+        role_of = {s.name: s.role for s in spec.slots}
+        size = {r.name: sum(role_of[m] == r.name for m in held) for r in spec.roles}
+        why = role_reasons(spec.surplus_units, held, role_of,
+                           {r.name: r.replicas for r in spec.roles}, size,
+                           self.wait.grow_reason) if self.state is GangState.RUNNING else {}
+        step = spec.ratio or {}
+        return [RoleSize(role=r.name, size=size[r.name], min_size=r.minimum,
+                         max_size=r.replicas, step=step.get(r.name, 1),
+                         grow_reason=why.get(r.name)) for r in spec.roles]

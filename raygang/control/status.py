@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from raygang.core.gang import GangState
 
@@ -44,6 +44,20 @@ class GangError(BaseModel):
         return f"{where}{self.error_type}: {self.message}"
 
 
+class RoleSize(BaseModel):
+    """One role of an elastic gang: the members it runs now, its bounds, the members it
+    grows by at a time (its ratio step's count, else 1), and why it is not larger."""
+
+    model_config = ConfigDict(frozen=True)
+
+    role: str
+    size: int = Field(ge=0)
+    min_size: int = Field(ge=1)
+    max_size: int = Field(ge=1)
+    step: int = Field(1, ge=1)
+    grow_reason: str | None = None  # None: it is growing, or the gang does not run
+
+
 class GangStatus(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -57,6 +71,7 @@ class GangStatus(BaseModel):
     min_size: int | None = None  # an elastic gang's bounds (None: a rigid gang)
     max_size: int | None = None
     grow_reason: str | None = None  # a running elastic gang below its maximum: why
+    roles: list[RoleSize] = []  # an elastic gang: each role's size and why not larger
     members: list[MemberStatus] = []
     restarts: int = 0
     preemptions: int = 0

@@ -81,14 +81,16 @@ class ElasticData(_Model):
     leaving: tuple[str, ...] = ()
     missing: tuple[tuple[str, Resources], ...] = ()
     within: tuple[str, ...] | None = None
+    steps: tuple[tuple[str, ...], ...] = ()
 
     @classmethod
     def of(cls, elastic: Elastic) -> ElasticData:
         return cls(strategy=elastic.strategy, surplus=elastic.surplus, leaving=elastic.leaving,
-                   missing=elastic.missing, within=elastic.within)
+                   missing=elastic.missing, within=elastic.within, steps=elastic.steps)
 
     def elastic(self) -> Elastic:
-        return Elastic(self.strategy, self.surplus, self.leaving, self.missing, self.within)
+        return Elastic(self.strategy, self.surplus, self.leaving, self.missing, self.within,
+                       self.steps)
 
 
 class PlacedData(_Model):

@@ -4,12 +4,13 @@ An elastic gang (a role with `replicas=(min, max)`) is admitted at its minimum, 
 nothing, like any gang. What it holds beyond that, its surplus, is borrowed: every search
 for victims sees each surplus member as a small gang of its own (a *unit*, `of` its
 gang), ahead of every whole gang, so reclaim and preempt shrink surplus before they stop
-anyone whole (KAI Scheduler's semi-preemptible workloads; Volcano's minAvailable). A gang
+anyone whole; a gang with a ratio (core/ratio.py) has a unit per ratio step it holds
+instead, all the step's bundles, so a search takes a whole step or none of it (KAI Scheduler's semi-preemptible workloads; Volcano's minAvailable). A gang
 chosen whole takes its remaining surplus with it. The surplus is preemptible even where
 the gang's class is not: only the minimum is guaranteed.
 
-Growth (`grow`, the cycle's last action by default) adds surplus members one at a time on
-settled free capacity, queue by queue in fair-share order, within limits. A queue's gangs
+Growth (`grow`, the cycle's last action by default) adds surplus members one at a time (a
+ratio step all at once, or not at all) on settled free capacity, queue by queue in fair-share order, within limits. A queue's gangs
 grow only once its line has no gang left waiting that could fit on this cluster (unless
 `backfill`): growth never goes ahead of pending work that comes first in its queue, and
 any pending gang of the same queue at the same or a higher priority may take the surplus
@@ -26,11 +27,13 @@ from typing import Any
 from raygang.core.capacity import Capacity
 from raygang.core.gang import PendingGang
 from raygang.core.plan import Preemption
+from raygang.core.ratio import step_of
 from raygang.core.resources import Resources
 from raygang.core.snapshot import GangKey, PlacedGang
 from raygang.core.spec import Strategy
 
 SEP = "/"  # a unit's id: "<gang id>/<member name>" (gang ids hold no "/")
+AND = "+"  # a ratio step's unit: "<gang id>/<member>+<member>..." (names hold no "+")
 
 
 def member_id(gang_id: str, member: str) -> str:
@@ -38,9 +41,27 @@ def member_id(gang_id: str, member: str) -> str:
 
 
 def member_of(unit_id: str) -> tuple[str, str]:
-    """(gang id, member name) of a unit's id."""
+    """(gang id, member name) of a one-member unit's id."""
     gang_id, _, member = unit_id.partition(SEP)
     return gang_id, member
+
+
+def members_of(unit_id: str) -> tuple[str, ...]:
+    """The member names of a unit's id (a ratio step's: several)."""
+    return tuple(unit_id.partition(SEP)[2].split(AND))
+
+
+def per_member(ids: Iterable[str]) -> tuple[str, ...]:
+    """These gang and unit ids, a ratio step's written as one id per member (what a plan
+    names, and what the control plane waits for, is one member at a time), sorted."""
+    out: set[str] = set()
+    for one in ids:
+        if AND in one:
+            gang_id = one.partition(SEP)[0]
+            out.update(member_id(gang_id, m) for m in members_of(one))
+        else:
+            out.add(one)
+    return tuple(sorted(out))
 
 
 def minimum_count(gang: PlacedGang) -> int:
@@ -58,16 +79,33 @@ def split(gang: PlacedGang) -> tuple[PlacedGang, list[PlacedGang], list[PlacedGa
     n = minimum_count(gang)
     core = dataclasses.replace(gang, bundles=gang.bundles[:n])
     held = gang.bundles[n:]
-    units = [_unit(gang, name, held[i]) for i, name in enumerate(e.surplus)]
-    leaving = [_unit(gang, name, held[len(e.surplus) + i], draining=True)
-               for i, name in enumerate(e.leaving)]
+    units = [_unit(gang, names, bundles)
+             for names, bundles in _grouped(e.surplus, held, e.steps)]
+    leaving = [_unit(gang, names, bundles, draining=True)
+               for names, bundles in _grouped(e.leaving, held[len(e.surplus):], e.steps)]
     return core, units, leaving
 
 
-def _unit(gang: PlacedGang, name: str, bundle: tuple[str, Resources],
+def _grouped(names: Sequence[str], held: Sequence[tuple[str, Resources]],
+             steps: Sequence[Sequence[str]]) -> list[tuple[list[str], list[tuple[str, Resources]]]]:
+    """(members, their bundles) per unit: those of one ratio step together, in the order
+    the step's first member comes; every other member alone."""
+    if not steps:
+        return [([name], [held[i]]) for i, name in enumerate(names)]
+    step = step_of(steps)
+    groups: dict[object, tuple[list[str], list[tuple[str, Resources]]]] = {}
+    for i, name in enumerate(names):
+        names_in, bundles = groups.setdefault(step.get(name, name), ([], []))
+        names_in.append(name)
+        bundles.append(held[i])
+    return list(groups.values())
+
+
+def _unit(gang: PlacedGang, names: Sequence[str], bundles: Sequence[tuple[str, Resources]],
           draining: bool = False) -> PlacedGang:
     return PlacedGang(
-        gang_id=member_id(gang.gang_id, name), priority=gang.priority, bundles=(bundle,),
+        gang_id=member_id(gang.gang_id, AND.join(names)), priority=gang.priority,
+        bundles=tuple(bundles),
         queue=gang.queue, preemptible=True, running_since=gang.running_since,
         min_runtime_s=gang.min_runtime_s, draining=draining or gang.draining,
         checkpoint_s=gang.checkpoint_s, of=gang.gang_id)
@@ -129,7 +167,7 @@ def stops(victims: Sequence[PlacedGang], gang: PendingGang, action: str,
         if unit.of is not None and unit.of not in whole:
             shrunk.setdefault(unit.of, []).append(unit)
     for owner, units in shrunk.items():
-        members = tuple(sorted(member_of(u.gang_id)[1] for u in units))
+        members = tuple(sorted(m for u in units for m in members_of(u.gang_id)))
         out.append(Preemption(owner, gang.gang_id, action, f"shrunk by {len(members)} surplus "
                               f"member(s): {why(units[0], gang)}", members=members))
     return out

@@ -34,13 +34,16 @@ class Elastic:
     member of `surplus` (held beyond the minimum, in that order), then one per member of
     `leaving` (being removed); `missing` are the members it may add, (name, bundle), in the
     order it grows. Member names are `<role>-<index>`. `within`: the only nodes it may
-    grow on (a Serve deployment's: its node selector is fixed while it runs), or None."""
+    grow on (a Serve deployment's: its node selector is fixed while it runs), or None.
+    `steps`: the members of each ratio step (core/ratio.py), which grow and are taken back
+    only together; a member of no step moves alone."""
 
     strategy: Strategy
     surplus: tuple[str, ...] = ()
     leaving: tuple[str, ...] = ()
     missing: tuple[tuple[str, Resources], ...] = ()
     within: tuple[str, ...] | None = None
+    steps: tuple[tuple[str, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

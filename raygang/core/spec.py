@@ -19,7 +19,9 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from raygang.core.ratio import growth_units, ratio_problem
 from raygang.core.resources import Resources
+from raygang.core.startup_order import find_cycle
 from raygang.core.topology import Layout, Topology, check_segments, layout_of
 
 # Names become parts of Ray actor and placement group names (`raygang-<gang>-<role>-<i>`).
@@ -200,6 +202,9 @@ class GangSpec(BaseModel):
         None, description="where the gang's members may sit, by node labels: all in one "
         "domain of a level (`required`), in as few as possible (`preferred`), or in "
         "segments of consecutive ranks each in one domain (`segment`, `segment_level`)")
+    ratio: dict[str, Annotated[int, Field(ge=1, le=MAX_MEMBERS)]] | None = Field(
+        None, description="elastic roles that grow and shrink together in whole steps, "
+        'members per step by role, e.g. {"prefill": 2, "decode": 1}: core/ratio.py')
 
     @model_validator(mode="after")
     def _roles_consistent(self) -> GangSpec:
@@ -217,12 +222,15 @@ class GangSpec(BaseModel):
                     raise ValueError(
                         f"roles[{i}].after: unknown role {dep!r} (roles are: {', '.join(names)})"
                     )
-        cycle = _find_cycle({r.name: r.after for r in self.roles})
+        cycle = find_cycle({r.name: r.after for r in self.roles})
         if cycle:
             raise ValueError(f"roles.after: startup order has a cycle: {' -> '.join(cycle)}")
         if self.strategy is Strategy.STRICT_SPREAD and self.world_size > MAX_MEMBERS:
             raise ValueError(f"strategy: STRICT_SPREAD over more than {MAX_MEMBERS} members")
         self._topology_consistent()
+        if self.ratio is not None and (problem := ratio_problem(
+                {r.name: (r.minimum, r.replicas) for r in self.roles}, self.ratio)):
+            raise ValueError(problem)
         return self
 
     def _topology_consistent(self) -> None:
@@ -274,7 +282,7 @@ class GangSpec(BaseModel):
         return total
 
     # Elastic views: the minimum is what admission reserves, all or nothing; the slots
-    # beyond it are the surplus, added and taken back one member at a time.
+    # beyond it are the surplus, added and taken back one member (or ratio step) at a time.
     @cached_property
     def elastic(self) -> bool:
         return any(role.elastic for role in self.roles)
@@ -286,10 +294,22 @@ class GangSpec(BaseModel):
         return tuple(s for s in self.slots if s.index < minimum[s.role])
 
     @cached_property
+    def surplus_units(self) -> tuple[tuple[str, ...], ...]:
+        """The members beyond the minimum, in the order they grow, cut in what grows and
+        shrinks together: a ratio step, or one member (core/ratio.py)."""
+        return growth_units([(r.name, r.minimum, r.replicas) for r in self.roles], self.ratio)
+
+    @cached_property
+    def ratio_steps(self) -> tuple[tuple[str, ...], ...]:
+        """The ratio's steps (their members), in the order they grow (none: no ratio)."""
+        return tuple(u for u in self.surplus_units if self.ratio and
+                     self.slots_by_name[u[0]].role in self.ratio)
+
+    @cached_property
     def surplus_slots(self) -> tuple[MemberSlot, ...]:
-        """The members beyond the minimum, in rank order (the order they grow in)."""
-        minimum = {role.name: role.minimum for role in self.roles}
-        return tuple(s for s in self.slots if s.index >= minimum[s.role])
+        """The members beyond the minimum, in the order they grow in: rank order, but a
+        ratio step's members together (`surplus_units`)."""
+        return tuple(self.slots_by_name[m] for unit in self.surplus_units for m in unit)
 
     @cached_property
     def min_bundles(self) -> tuple[Resources, ...]:
@@ -334,33 +354,6 @@ class GangSpec(BaseModel):
             done.update(wave)
             remaining = [r for r in remaining if r.name not in done]
         return waves
-
-
-def _find_cycle(edges: dict[str, tuple[str, ...]]) -> list[str] | None:
-    """A cycle in the `after` graph as a list of role names, or None."""
-    state: dict[str, int] = {}  # 1 = on the current path, 2 = finished
-    path: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        path.append(node)
-        for dep in edges.get(node, ()):
-            if state.get(dep) == 1:
-                return path[path.index(dep):] + [dep]
-            if dep not in state:
-                found = visit(dep)
-                if found:
-                    return found
-        path.pop()
-        state[node] = 2
-        return None
-
-    for node in sorted(edges):
-        if node not in state:
-            found = visit(node)
-            if found:
-                return found
-    return None
 
 
 class SpecError(ValueError):

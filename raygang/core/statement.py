@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 
 from raygang.core.capacity import Capacity, Undo
 from raygang.core.draining import Draining
-from raygang.core.elastic import stops, with_remaining_units
+from raygang.core.elastic import AND, per_member, stops, with_remaining_units
 from raygang.core.fairshare import QueueBook
 from raygang.core.gang import PendingGang
 from raygang.core.plan import Admission, Preemption
@@ -71,6 +71,8 @@ class Statement:
         if not gang.preemptible:
             self.book.add_firm(gang.queue, gang.total)
         self.admitted.add(gang.gang_id)
+        if any(AND in one for one in waits):  # a ratio step: the plan names its members
+            own, waits = per_member(own), per_member(waits)
         self.admissions.append(Admission(gang.gang_id, nodes, action, own, waits))
         if restore is not None:
             def undo() -> None:

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import cached_property
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from raygang.core.ratio import ratio_problem
 from raygang.core.resources import Resources
 from raygang.core.serve_app import (
     AppDeployment,
@@ -71,6 +72,10 @@ class DeploymentSpec(BaseModel):
         None, description="an application of several deployments: options per deployment "
         "name (replicas, resources or bundles, strategy); the rest is read from each "
         "deployment's own options")
+    ratio: dict[str, Annotated[int, Field(ge=1, le=MAX_MEMBERS)]] | None = Field(
+        None, description="an application of several deployments: elastic deployments that "
+        'grow and shrink together in whole steps, replicas per step by deployment name, e.g. '
+        '{"Prefill": 2, "Decode": 1} (core/ratio.py); checked once its deployments are known')
 
     @model_validator(mode="before")
     @classmethod
@@ -80,7 +85,7 @@ class DeploymentSpec(BaseModel):
     @model_validator(mode="after")
     def _min_ok(self) -> DeploymentSpec:
         min_within(self)
-        if self.deployments is None:
+        if self.deployments is None:  # a ratio is checked once the app's graph is read
             return self
         given = [name for name, default in _ONE_DEPLOYMENT.items()
                  if getattr(self, name) != default]
@@ -89,6 +94,12 @@ class DeploymentSpec(BaseModel):
                 f"{', '.join(given)}: the application's replicas and resources are given "
                 f"per deployment, e.g. deployments={{'Decode': {{'replicas': 2}}}}")
         problems = role_problems(self.deployments)
+        if self.ratio is not None and (problem := ratio_problem(
+                {name: None if o.replicas is None else (o.min_replicas or o.replicas, o.replicas)
+                 for name, o in self.deployments.items()}, self.ratio, "deployment")):
+            problems.append(problem)
+        # The runtime does not resize a deployment of an application yet (a ratio's steps
+        # included): the core grows and shrinks them, but nothing would carry it out.
         elastic = [name for name, options in self.deployments.items() if options.elastic]
         problems += [f"deployments.{name}.replicas: elastic deployments in an application "
                      "of several deployments are not supported yet; give a count"
@@ -112,7 +123,7 @@ class DeploymentSpec(BaseModel):
         resources a role, with its options (given ones first, then its own). An app of
         one deployment, given no `deployments`, is left as it is: its ingress is the one
         role, with `replicas` and `resources` given here."""
-        if self.deployments is None and len(graph) <= 1:
+        if self.deployments is None and len(graph) <= 1 and self.ratio is None:
             return self
         what = f"deployment {self.name!r}"
         roles = app_roles(self.deployments, graph, what)
@@ -129,9 +140,11 @@ class DeploymentSpec(BaseModel):
         else:
             roles = (RoleSpec(name="replica", replicas=self.replicas,
                               min_replicas=self.min_replicas, resources=self.resources),)
+        ratio = None if self.ratio is None or self.deployments is None else {
+            role_name(name): count for name, count in self.ratio.items()}
         return GangSpec(
             name=self.name, queue=self.queue, priority=self.priority, strategy=self.strategy,
-            roles=roles,
+            roles=roles, ratio=ratio,
             reservation_timeout_s=self.reservation_timeout_s,
             startup_timeout_s=self.startup_timeout_s, preemption_grace_s=0,
         )

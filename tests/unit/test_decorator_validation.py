@@ -131,3 +131,20 @@ def test_a_topology_is_a_role_option_and_a_gang_option_validated_when_applied():
     assert "must be a node label key" in raised.value.problems[0][1]
     with pytest.raises(SpecError, match="topology.segment_level: needed with segment"):
         llm.options(topology={"segment": 5})
+
+
+def test_a_gang_takes_a_ratio_over_its_elastic_roles_and_names_a_bad_one():
+    @raygang.gang_task(replicas=(1, 5), num_gpus=1)
+    def prefill():
+        pass
+
+    @raygang.gang_task(replicas=(1, 3), num_gpus=2)
+    def decode():
+        pass
+
+    pd = raygang.gang("pd", {"prefill": prefill, "decode": decode},
+                      ratio={"prefill": 2, "decode": 1})
+    assert pd.spec.ratio_steps[0] == ("prefill-1", "prefill-2", "decode-1")
+    with pytest.raises(SpecError, match=r"ratio: role 'router' is not one of the "
+                                                r"gang's roles \(they are: prefill, decode\)"):
+        pd.options(ratio={"router": 1})

@@ -55,3 +55,22 @@ def test_list_shows_a_size_column_where_a_gang_is_elastic():
     # Rigid gangs alone: the columns of `raygang list` (docs/interfaces.md), no SIZE.
     out = _text(render.gangs_table({"now": 10.0, "total": 1, "items": [rigid]}))
     assert "SIZE" not in out
+
+
+RATIO = {**ELASTIC, "world_size": 5, "min_size": 2, "max_size": 8, "roles": [
+    {"role": "prefill", "size": 3, "min_size": 1, "max_size": 5, "step": 2,
+     "grow_reason": "no room for a whole ratio step of 3 members"},
+    {"role": "decode", "size": 2, "min_size": 1, "max_size": 3, "step": 1,
+     "grow_reason": None}]}
+
+
+def test_status_and_explain_show_each_role_its_size_step_and_why_not_larger():
+    out = _text(render.gang_details(RATIO))
+    assert re.search(r"ROLE +SIZE +STEP +WHY NOT LARGER", out), out
+    assert re.search(r"prefill +3 \(1-5\) +2 +no room for a whole ratio step of 3 members",
+                     out), out
+    assert re.search(r"decode +2 \(1-3\) +1 +-", out), out
+    assert "WHY NOT LARGER" not in _text(render.gang_details(ELASTIC))  # no roles given
+    out = _text(render.explain(RATIO, None))
+    assert ("role prefill: 3 (1-5), by 2 at a time; no room for a whole ratio step of 3 "
+            "members") in out

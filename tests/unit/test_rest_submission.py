@@ -53,3 +53,22 @@ def test_a_bad_topology_over_rest_is_a_422_naming_the_field():
         assert answer.status_code == 422, answer.text
         errors = answer.json()["errors"]
         assert any(e["field"] == field and words in e["message"] for e in errors), errors
+
+
+def test_a_ratio_sent_over_rest_reaches_the_spec_and_a_bad_one_is_a_422():
+    from fastapi.testclient import TestClient
+
+    from raygang.server.app import create_app
+    from raygang.server.auth import AuthConfig
+
+    roles = [{"name": "prefill", "replicas": [1, 5], "entrypoint": "raygang.demo:sleep"},
+             {"name": "decode", "replicas": [1, 3], "entrypoint": "raygang.demo:sleep"}]
+    body = {"name": "pd", "roles": roles, "ratio": {"prefill": 2, "decode": 1}}
+    spec = GangSubmission.model_validate(body).gang_spec()
+    assert spec.ratio == {"prefill": 2, "decode": 1} and len(spec.ratio_steps) == 2
+    app = create_app(scheduler=object(), auth=AuthConfig.disabled())  # type: ignore[arg-type]
+    answer = TestClient(app).post("/v1/gangs", json={**body, "ratio": {"prefill": 3}})
+    assert answer.status_code == 422, answer.text
+    errors = answer.json()["errors"]
+    assert any(e["field"] == "ratio" and "grows by 3 per step" in e["message"]
+               for e in errors), errors

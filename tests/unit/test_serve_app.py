@@ -159,3 +159,34 @@ def test_a_stored_application_reads_back_with_its_deployments():
     back = load_gang(pickle.dumps(data))
     assert back.workload == Served(deployment, "pkg.module:app")
     assert back.workload.deployment.deployments["Decode"].bundles[1] == Resources(GPU=1)
+
+
+def test_a_ratio_over_an_application_s_deployments_is_checked_at_the_edge():
+    with pytest.raises(SpecError, match=r"ratio: deployment 'Encode' is not one of the gang's "
+                                        r"deployments \(they are: Prefill, Decode, Router\)"):
+        deployment_spec("d", name="pd", ratio={"Encode": 1}).with_app(PD)
+    with pytest.raises(SpecError, match=r"ratio: deployment 'Prefill' is not elastic "
+                                        r"\(replicas=2\)"):
+        deployment_spec("d", name="pd", ratio={"Prefill": 2, "Decode": 1}).with_app(PD)
+    elastic = {"Prefill": {"replicas": (1, 5)}, "Decode": {"replicas": (1, 4)}}
+    with pytest.raises(SpecError, match=r"allow different numbers of steps \(Prefill: 2, "
+                                        r"Decode: 3\)"):
+        deployment_spec("d", name="pd", deployments=elastic, ratio={"Prefill": 2, "Decode": 1})
+    # A good ratio: only the refusal of elastic deployments in an application remains
+    # (the runtime does not resize them yet).
+    elastic["Decode"] = {"replicas": (1, 3)}
+    with pytest.raises(SpecError) as caught:
+        deployment_spec("d", name="pd", deployments=elastic, ratio={"Prefill": 2, "Decode": 1})
+    assert "ratio" not in str(caught.value) and "not supported yet" in str(caught.value)
+
+
+def test_the_gang_of_an_application_with_a_ratio_steps_its_roles():
+    # What the core is given once the runtime resizes an application's deployments (today
+    # refused at the edge: the spec is built here without its checks).
+    spec = DeploymentSpec.model_construct(
+        name="pd", deployments={"Prefill:m": DeploymentOptions(replicas=(1, 5)),
+                                "Decode:m": DeploymentOptions(replicas=(1, 3))},
+        ratio={"Prefill:m": 2, "Decode:m": 1})
+    gang = spec.gang_spec()
+    assert gang.ratio == {"Prefill-m": 2, "Decode-m": 1}
+    assert gang.ratio_steps[0] == ("Prefill-m-1", "Prefill-m-2", "Decode-m-1")

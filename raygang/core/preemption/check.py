@@ -68,6 +68,8 @@ def check(plan: Plan, snapshot: ClusterSnapshot, pending: Sequence[PendingGang],
     free = {n.node_id: n.free for n in snapshot.nodes}
     pieces, leaving_units = elastic.pieces(snapshot.placed)
     running = {g.gang_id: g for g in pieces}
+    running.update({elastic.member_id(g.of, m): g for g in pieces if g.of is not None
+                    for m in elastic.members_of(g.gang_id)})  # a ratio step's, by member
     leaving = [g for g in snapshot.placed if g.draining]  # stopping already: freeing soon
     leaving += [u for u in leaving_units if u.of not in {g.gang_id for g in leaving}]
     for gang in leaving:
@@ -83,7 +85,8 @@ def check(plan: Plan, snapshot: ClusterSnapshot, pending: Sequence[PendingGang],
     stopped: list[PlacedGang] = []  # whole gangs and units (a gang shrunk for one gang
     for p in plan.preemptions:  # may then be stopped whole for another: the rest goes)
         done = {v.gang_id for v in stopped}
-        parts = [running[elastic.member_id(p.victim, m)] for m in p.members] or [
+        named = (running[elastic.member_id(p.victim, m)] for m in p.members)
+        parts = list({u.gang_id: u for u in named}.values()) or [  # a ratio step once
             running[p.victim]] + [u for u in pieces if u.of == p.victim
                                   and u.gang_id not in done]
         assert not p.members or all(u.of == p.victim for u in parts), p
@@ -103,6 +106,8 @@ def check(plan: Plan, snapshot: ClusterSnapshot, pending: Sequence[PendingGang],
         assert least <= 0 or (victim.running_since is not None
                               and plan.at - victim.running_since >= least) or (
             p.action == "reclaim" and _traded(preemptor, plan, running, config)), p
+        if p.members and victim.elastic is not None:
+            assert _whole_steps(victim.elastic.steps, p.members, victim.elastic.surplus), p
         if p.action == "preempt":
             assert victim.priority < preemptor.priority, p
         elif p.action == "shrink":
@@ -122,7 +127,7 @@ def check(plan: Plan, snapshot: ClusterSnapshot, pending: Sequence[PendingGang],
     stopping: dict[str, set[str]] = {}
     for victim in stopped + leaving:
         for node_id, _ in victim.bundles:
-            stopping.setdefault(node_id, set()).add(victim.gang_id)
+            stopping.setdefault(node_id, set()).update(elastic.per_member([victim.gang_id]))
     settled = {n.node_id: n.free for n in snapshot.nodes}
     labels = {n.node_id: n.labels for n in snapshot.nodes}
     for a in plan.admissions:
@@ -141,6 +146,7 @@ def check(plan: Plan, snapshot: ClusterSnapshot, pending: Sequence[PendingGang],
         assert e is not None and not e.leaving and growth.gang_id not in {
             p.victim for p in plan.preemptions}, growth
         assert growth.members == tuple(m for m, _ in e.missing[:len(growth.members)]), growth
+        assert _whole_steps(e.steps, growth.members, [m for m, _ in e.missing]), growth
         for node_id, (_, bundle) in zip(growth.nodes, e.missing, strict=False):
             free[node_id] = free[node_id] - bundle
             settled[node_id] = settled[node_id] - bundle
@@ -154,3 +160,9 @@ def check(plan: Plan, snapshot: ClusterSnapshot, pending: Sequence[PendingGang],
     assert set(admitted) | set(plan.waiting) == set(gangs), "a pending gang was not decided"
 
 
+def _whole_steps(steps: Sequence[Sequence[str]], moved: Sequence[str],
+                 could: Sequence[str]) -> bool:
+    """Of each ratio step that `moved` touches, it moves every member that `could` move
+    (a step grows, and is taken back, whole)."""
+    moved_set, could_set = set(moved), set(could)
+    return all(set(step) & could_set <= moved_set for step in steps if moved_set & set(step))

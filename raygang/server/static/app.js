@@ -246,11 +246,16 @@
     $("gang-count").textContent = "(" + page.total + ")";
   }
 
-  // An elastic gang: the members it runs now, of its min..max, and why it grows no further.
+  // An elastic gang: the members it runs now, of its min..max, and why it grows no further;
+  // then each role's size and why it is not larger.
   function elasticSize(g) {
     if (!g.max_size) return null;
-    return el("span", { class: "kind elastic", title: g.grow_reason || "elastic: " +
-      g.min_size + " to " + g.max_size + " members" },
+    const roles = (g.roles || []).map((r) => r.role + " " + r.size + " of " + r.min_size +
+      "\u2013" + r.max_size + (r.step > 1 ? " (by " + r.step + ")" : "") +
+      (r.grow_reason ? ": " + r.grow_reason : ""));
+    const title = [g.grow_reason || "elastic: " + g.min_size + " to " + g.max_size +
+      " members"].concat(roles).join("\n");
+    return el("span", { class: "kind elastic", title: title },
       g.world_size + " of " + g.min_size + "\u2013" + g.max_size);
   }
 
