@@ -10,14 +10,15 @@ run a training gang of 2 x 1 GPU runs for T seconds (3 to 10, seeded); a second 
 started, the application is deployed, either with `raygang.deploy` at the training
 gang's priority or with plain `serve.run`. The 2 free GPUs have room for one role only
 (both prefill replicas, or the decode replica). Every 0.2 s until the application is
-RUNNING and has answered a request through its router, the bench reads Serve's status
-and the GPUs free, and counts per run:
-- **half admitted**: a sample with a replica of the application running while the
-  application holds fewer than its 4 GPUs;
-- **half-placed seconds**: one deployment that needs GPUs has replicas running while
-  another has none (it holds GPUs and cannot serve);
-- **held, not serving**: seconds the application holds GPUs before it serves (its start
-  included); how many runs are over 5 s;
+RUNNING and has answered a request through its router, the bench reads the GPUs free, the
+GPUs the training gang's placement group holds, and Serve's status; the application holds
+what is neither. Per run:
+- **half admitted**: a sample where the application holds some of its 4 GPUs, not all,
+  while the training gang holds the rest of the cluster (it took the room left, and
+  waits for more);
+- **half-held seconds**: how long it held GPUs that way (they serve nothing);
+- **held before serving**: seconds the application holds GPUs before it serves, its
+  replicas' start included; how many runs are over 5 s;
 - **serving after the room freed**: from the training gang's end to the application's
   first answer.
 After each run the application and the gang are removed and the cluster must be back as it
@@ -44,8 +45,6 @@ sys.path.insert(0, str(ROOT / "examples"))
 GPUS = 4
 APP_GPUS = 4  # prefill 2 x 1 + decode 1 x 2
 TRAINING_GPUS = 2
-# The deployments that ask for GPUs (the router asks for none)
-ROLES = ("Prefill", "Decode")
 SAMPLE_S = 0.2
 HELD_TOO_LONG_S = 5.0
 
@@ -54,9 +53,8 @@ HELD_TOO_LONG_S = 5.0
 class Sample:
     at: float  # seconds since the application was deployed
     app_gpus: float  # GPUs the application holds
-    running: dict[str, int]  # deployment -> RUNNING replicas
     serving: bool  # Serve says the application is RUNNING
-    training_holds: bool
+    training_gpus: float  # GPUs the training gang's placement group holds
 
 
 @dataclass
@@ -72,22 +70,20 @@ class Run:
 def tally(run: Run) -> dict:
     """What one run's samples show (see the module's docstring)."""
     half_admitted = False
-    half_placed = held_not_serving = 0.0
+    half_held = held_before_serving = 0.0
     for before, sample in zip(run.samples, run.samples[1:]):
         dt = sample.at - before.at
-        some = [role for role in ROLES if before.running.get(role, 0) > 0]
-        if some and before.app_gpus < APP_GPUS - 1e-9:
+        if before.training_gpus > 0 and 0 < before.app_gpus < APP_GPUS - 1e-9:
             half_admitted = True
-        if some and len(some) < len(ROLES):
-            half_placed += dt
+            half_held += dt
         if before.app_gpus > 0 and not before.serving:
-            held_not_serving += dt
+            held_before_serving += dt
     after_room = None
     if run.answered_at is not None and run.training_ended_at is not None:
         after_room = run.answered_at - run.training_ended_at
     return {"arm": run.arm, "training_s": round(run.training_s, 1),
-            "half_admitted": half_admitted, "half_placed_s": round(half_placed, 1),
-            "held_not_serving_s": round(held_not_serving, 1),
+            "half_admitted": half_admitted, "half_held_s": round(half_held, 1),
+            "held_before_serving_s": round(held_before_serving, 1),
             "serving_after_room_s": None if after_room is None else round(after_room, 1),
             "answered": run.answered_at is not None, "leaked": run.leaked}
 
@@ -103,11 +99,13 @@ def summary(rows: list[dict]) -> dict:
         "runs": len(rows),
         "answered": sum(r["answered"] for r in rows),
         "half admitted (runs)": sum(r["half_admitted"] for r in rows),
-        "half-placed s (mean / p50 / max)": spread([r["half_placed_s"] for r in rows]),
-        "held, not serving s (mean / p50 / max)": spread(
-            [r["held_not_serving_s"] for r in rows]),
-        f"runs held, not serving > {HELD_TOO_LONG_S:g} s": sum(
-            r["held_not_serving_s"] > HELD_TOO_LONG_S for r in rows),
+        "half-held s (mean / p50 / max)": spread([r["half_held_s"] for r in rows]),
+        f"runs half-held > {HELD_TOO_LONG_S:g} s": sum(
+            r["half_held_s"] > HELD_TOO_LONG_S for r in rows),
+        "held before serving s (mean / p50 / max)": spread(
+            [r["held_before_serving_s"] for r in rows]),
+        f"runs held before serving > {HELD_TOO_LONG_S:g} s": sum(
+            r["held_before_serving_s"] > HELD_TOO_LONG_S for r in rows),
         "serving after the room freed s (mean / p50 / max)": spread(
             [r["serving_after_room_s"] for r in rows if r["serving_after_room_s"] is not None]),
         "leaks": sum(bool(r["leaked"]) for r in rows),
@@ -133,19 +131,14 @@ def one_run(arm: str, training_s: float, app, training) -> Run:
     deadline = deployed_at + 240
     while time.monotonic() < deadline:
         at = time.monotonic() - deployed_at
-        training_holds = gang.status().state.value in ("RUNNING", "ADMITTED", "RESERVED",
-                                                       "STARTING")
-        if not training_holds and run.training_ended_at is None:
+        training_gpus = gpus_of(f"raygang-{gang.gang_id}")
+        if not training_gpus and run.training_ended_at is None:
             run.training_ended_at = at
         free = ray.available_resources().get("GPU", 0.0)
         app_status = serve.status().applications.get("pd")
-        running: dict[str, int] = {}
-        if app_status is not None:
-            for name, deployment in app_status.deployments.items():
-                running[name] = int(deployment.replica_states.get("RUNNING", 0))
         serving = app_status is not None and app_status.status.value == "RUNNING"
-        held = GPUS - free - (TRAINING_GPUS if training_holds else 0)
-        run.samples.append(Sample(at, max(held, 0.0), running, serving, training_holds))
+        held = GPUS - free - training_gpus
+        run.samples.append(Sample(at, max(held, 0.0), serving, training_gpus))
         if serving and answers():
             run.answered_at = time.monotonic() - deployed_at
             break
@@ -157,6 +150,15 @@ def one_run(arm: str, training_s: float, app, training) -> Run:
     gang.cancel()
     run.leaked = leftovers()
     return run
+
+
+def gpus_of(name: str) -> float:
+    """GPUs in the CREATED placement groups named `name`."""
+    from ray.util import placement_group_table
+
+    return sum(b.get("GPU", 0) for g in placement_group_table().values()
+               if g["name"] == name and g["state"] == "CREATED"
+               for b in g["bundles"].values())
 
 
 def answers() -> bool:

@@ -22,40 +22,38 @@ def compound():
 
 
 def samples(compound, rows):
-    return [compound.Sample(at, gpus, running, serving, training)
-            for at, gpus, running, serving, training in rows]
+    return [compound.Sample(at, gpus, serving, training) for at, gpus, serving, training in rows]
 
 
 def test_an_application_reserved_whole_is_never_half_admitted(compound):
     run = compound.Run(arm="raygang", training_s=5.0, training_ended_at=5.0, answered_at=8.0)
     run.samples = samples(compound, [
-        (0.0, 0, {}, False, True),  # waits whole, holding nothing
-        (5.0, 4, {}, False, False),  # reserved whole, starting
-        (6.0, 4, {"Prefill": 2, "Decode": 0}, False, False),  # its roles start in turn
-        (7.0, 4, {"Prefill": 2, "Decode": 1}, True, False),
-        (8.0, 4, {"Prefill": 2, "Decode": 1}, True, False),
+        (0.0, 0, False, 2),  # waits whole, holding nothing
+        (5.0, 4, False, 0),  # the room freed: reserved whole, starting
+        (7.0, 4, True, 0),
+        (8.0, 4, True, 0),
     ])
     row = compound.tally(run)
-    assert row["half_admitted"] is False
-    assert row["half_placed_s"] == 1.0  # prefill up, decode starting: cannot serve
-    assert row["held_not_serving_s"] == 2.0  # reserved at 5.0, serving from 7.0
+    assert row["half_admitted"] is False and row["half_held_s"] == 0.0
+    assert row["held_before_serving_s"] == 2.0  # reserved at 5.0, serving from 7.0
     assert row["serving_after_room_s"] == 3.0
 
 
 def test_a_role_placed_on_the_room_left_is_half_admitted_until_the_rest_fits(compound):
     run = compound.Run(arm="serve", training_s=9.0, training_ended_at=9.0, answered_at=11.0)
     run.samples = samples(compound, [
-        (0.0, 0, {}, False, True),
-        (1.0, 2, {"Prefill": 2, "Decode": 0, "Router": 1}, False, True),
-        (9.0, 2, {"Prefill": 2, "Decode": 0, "Router": 1}, False, False),
-        (10.0, 4, {"Prefill": 2, "Decode": 1, "Router": 1}, True, False),
-        (11.0, 4, {"Prefill": 2, "Decode": 1, "Router": 1}, True, False),
+        (0.0, 0, False, 2),
+        (1.0, 2, False, 2),  # prefill took the 2 GPUs left; decode waits
+        (9.0, 2, False, 0),  # the training gang ended: decode starts
+        (10.0, 4, True, 0),
+        (11.0, 4, True, 0),
     ])
     row = compound.tally(run)
     assert row["half_admitted"] is True
-    assert row["half_placed_s"] == 9.0
-    assert row["held_not_serving_s"] == 9.0
-    table = compound.summary([row, {**row, "half_admitted": False, "held_not_serving_s": 1.0,
+    assert row["half_held_s"] == 8.0
+    assert row["held_before_serving_s"] == 9.0
+    table = compound.summary([row, {**row, "half_admitted": False, "half_held_s": 0.0,
+                                    "held_before_serving_s": 1.0,
                                     "leaked": "groups ['raygang-x']"}])
     assert table["half admitted (runs)"] == 1 and table["leaks"] == 1
-    assert table["runs held, not serving > 5 s"] == 1
+    assert table["runs half-held > 5 s"] == 1 and table["runs held before serving > 5 s"] == 1
