@@ -238,7 +238,9 @@ class GangRecord:
                                         if slot.name not in self.live.surplus
                                         and slot.name not in self.live.leaving),
                                   within=tuple(sorted(set(self.nodes)))
-                                  if kind.keeps_its_nodes else None, steps=spec.ratio_steps)
+                                  if kind.keeps_its_nodes else None, steps=spec.ratio_steps,
+                                  roles_within=self._roles_within() if kind.keeps_its_nodes
+                                  and len(spec.roles) > 1 else ())
             unseen = self.state is GangState.ADMITTED or (
                 self.state is GangState.STARTING and kind.hands_off_at_start)
             live.placed = (key, PlacedGang(
@@ -251,6 +253,14 @@ class GangRecord:
                 checkpoint_s=spec.checkpoint_interval_s, elastic=elastic, unseen=unseen,
             ))
         return live.placed[1]
+
+    def _roles_within(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """Per role, the nodes of its minimum (a deployment of an application grows on
+        them only: Serve's node selector of each deployment is its role's nodes)."""
+        by_role: dict[str, set[str]] = {}
+        for slot, node in zip(self.spec.min_slots, self.nodes):
+            by_role.setdefault(slot.role, set()).add(node)
+        return tuple((role, tuple(sorted(nodes))) for role, nodes in by_role.items())
 
     @property
     def held_total(self) -> Resources:

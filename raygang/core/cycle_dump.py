@@ -82,15 +82,17 @@ class ElasticData(_Model):
     missing: tuple[tuple[str, Resources], ...] = ()
     within: tuple[str, ...] | None = None
     steps: tuple[tuple[str, ...], ...] = ()
+    roles_within: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @classmethod
     def of(cls, elastic: Elastic) -> ElasticData:
         return cls(strategy=elastic.strategy, surplus=elastic.surplus, leaving=elastic.leaving,
-                   missing=elastic.missing, within=elastic.within, steps=elastic.steps)
+                   missing=elastic.missing, within=elastic.within, steps=elastic.steps,
+                   roles_within=elastic.roles_within)
 
     def elastic(self) -> Elastic:
         return Elastic(self.strategy, self.surplus, self.leaving, self.missing, self.within,
-                       self.steps)
+                       self.steps, self.roles_within)
 
 
 class PlacedData(_Model):

@@ -2,20 +2,22 @@
 
 An elastic gang (a role with `replicas=(min, max)`) is admitted at its minimum, all or
 nothing, like any gang. What it holds beyond that, its surplus, is borrowed: every search
-for victims sees each surplus member as a small gang of its own (a *unit*, `of` its
-gang), ahead of every whole gang, so reclaim and preempt shrink surplus before they stop
-anyone whole; a gang with a ratio (core/ratio.py) has a unit per ratio step it holds
-instead, all the step's bundles, so a search takes a whole step or none of it (KAI Scheduler's semi-preemptible workloads; Volcano's minAvailable). A gang
-chosen whole takes its remaining surplus with it. The surplus is preemptible even where
-the gang's class is not: only the minimum is guaranteed.
+for victims sees each surplus member as a small gang of its own (a *unit*, `of` its gang),
+ahead of every whole gang, so reclaim and preempt shrink surplus before they stop anyone
+whole; a gang with a ratio (core/ratio.py) has a unit per ratio step it holds instead, all
+the step's bundles, so a search takes a whole step or none of it (KAI Scheduler's
+semi-preemptible workloads; Volcano's minAvailable). A gang chosen whole takes its remaining
+surplus with it. The surplus is preemptible even where the gang's class is not: only the
+minimum is guaranteed.
 
 Growth (`grow`, the cycle's last action by default) adds surplus members one at a time (a
-ratio step all at once, or not at all) on settled free capacity, queue by queue in fair-share order, within limits. A queue's gangs
-grow only once its line has no gang left waiting that could fit on this cluster (unless
-`backfill`): growth never goes ahead of pending work that comes first in its queue, and
-any pending gang of the same queue at the same or a higher priority may take the surplus
-back (`shrink`). Other queues get it back through reclaim and preempt, as borrowed
-capacity. Inside a queue, higher priority first, then the gang running longest.
+ratio step all at once, or not at all) on settled free capacity, queue by queue in
+fair-share order, within limits. A queue's gangs grow only once its line has no gang left
+waiting that could fit on this cluster (unless `backfill`): growth never goes ahead of
+pending work that comes first in its queue, and any pending gang of the same queue at the
+same or a higher priority may take the surplus back (`shrink`). Other queues get it back
+through reclaim and preempt, as borrowed capacity. Inside a queue, higher priority first,
+then the gang running longest.
 """
 
 from __future__ import annotations
@@ -174,13 +176,13 @@ def stops(victims: Sequence[PlacedGang], gang: PendingGang, action: str,
 
 
 def place_member(gang: PlacedGang, bundle: Resources, capacity: Capacity,
-                 settled: Callable[[str], Resources]) -> str | None:
-    """A node for one more member of `gang` under its strategy, on settled free capacity:
-    STRICT_PACK on its node; STRICT_SPREAD on a node it does not use; PACK its own nodes
-    first, SPREAD other nodes first; best fit (tightest, then lowest id) among them; only
-    nodes `within` where it has them."""
+                 settled: Callable[[str], Resources], member: str | None = None) -> str | None:
+    """A node for one more member of `gang` (named `member`) under its strategy, on settled
+    free capacity: STRICT_PACK on its node; STRICT_SPREAD on a node it does not use; PACK
+    its own nodes first, SPREAD other nodes first; best fit (tightest, then lowest id)
+    among them; only the nodes it may grow on where it has them (`Elastic.nodes_for`)."""
     assert gang.elastic is not None
-    strategy, within = gang.elastic.strategy, gang.elastic.within
+    strategy, within = gang.elastic.strategy, gang.elastic.nodes_for(member)
     used = {node for node, _ in gang.bundles}
     if strategy is Strategy.STRICT_PACK:
         tiers: list[tuple[Iterable[str] | None, frozenset[str]]] = [(sorted(used), frozenset())]

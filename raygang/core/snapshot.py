@@ -36,7 +36,9 @@ class Elastic:
     order it grows. Member names are `<role>-<index>`. `within`: the only nodes it may
     grow on (a Serve deployment's: its node selector is fixed while it runs), or None.
     `steps`: the members of each ratio step (core/ratio.py), which grow and are taken back
-    only together; a member of no step moves alone."""
+    only together; a member of no step moves alone. `roles_within`: per role, the only
+    nodes its members may grow on, in place of `within` (a Serve application's deployment:
+    its node selector is its own role's nodes)."""
 
     strategy: Strategy
     surplus: tuple[str, ...] = ()
@@ -44,6 +46,16 @@ class Elastic:
     missing: tuple[tuple[str, Resources], ...] = ()
     within: tuple[str, ...] | None = None
     steps: tuple[tuple[str, ...], ...] = ()
+    roles_within: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def nodes_for(self, member: str | None) -> tuple[str, ...] | None:
+        """The only nodes `member` (`<role>-<index>`) may grow on; None: any."""
+        if member is not None and self.roles_within:
+            role = member.rpartition("-")[0]
+            for name, nodes in self.roles_within:
+                if name == role:
+                    return nodes
+        return self.within
 
 
 @dataclass(frozen=True, slots=True)

@@ -98,12 +98,6 @@ class DeploymentSpec(BaseModel):
                 {name: None if o.replicas is None else (o.min_replicas or o.replicas, o.replicas)
                  for name, o in self.deployments.items()}, self.ratio, "deployment")):
             problems.append(problem)
-        # The runtime does not resize a deployment of an application yet (a ratio's steps
-        # included): the core grows and shrinks them, but nothing would carry it out.
-        elastic = [name for name, options in self.deployments.items() if options.elastic]
-        problems += [f"deployments.{name}.replicas: elastic deployments in an application "
-                     "of several deployments are not supported yet; give a count"
-                     for name in elastic]
         if problems:
             raise ValueError("; ".join(problems))
         return self

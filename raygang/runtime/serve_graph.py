@@ -97,8 +97,9 @@ def _role_options(options: DeploymentOptions, nodes: Sequence[str], own: Resourc
     """Serve options of one role's deployment: `len(nodes)` replicas on `nodes`."""
     bundles = options.replica_bundles
     several = len(bundles) > 1
+    # An elastic deployment's replicas each have a group of their own (its count changes)
     result = serving.deployment_options(len(nodes), bundles[0].to_dict(), nodes, strategy,
-                                        gang=not several)
+                                        gang=not several and not options.elastic)
     actor = bundles[0]
     if several:
         result["placement_group_bundles"] = [b.to_dict() for b in bundles]

@@ -283,11 +283,16 @@ def _ingress(name: str) -> dict | None:
 def replica_nodes(name: str) -> list[str] | None:
     """The node of each replica of application `name`'s ingress deployment, once every
     replica runs and none is starting or stopping; None until then (or with no app)."""
-    ingress = _ingress(name)
-    if ingress is None:
+    return _settled(_ingress(name))
+
+
+def _settled(deployment: dict | None) -> list[str] | None:
+    """The node of each replica of a deployment (Serve's details), once exactly its
+    target count runs and none is starting or stopping; else None."""
+    if deployment is None:
         return None
-    replicas = ingress.get("replicas") or []
-    if len(replicas) != ingress.get("target_num_replicas") \
+    replicas = deployment.get("replicas") or []
+    if len(replicas) != deployment.get("target_num_replicas") \
             or any(_name(r["state"]) != "RUNNING" or not r.get("node_id") for r in replicas):
         return None
     return sorted(r["node_id"] for r in replicas)
@@ -304,8 +309,16 @@ def deployment_replicas(name: str) -> dict[str, list[tuple[str, str]]]:
 
 
 async def scale_app(name: str, replicas: int, timeout_s: float) -> list[str]:
-    """Set application `name`'s ingress deployment to `replicas` replicas, without
-    restarting the others, and wait until exactly those run: the node of each.
+    """Set application `name`'s ingress deployment to `replicas` replicas (`scale`)."""
+    ingress = await asyncio.to_thread(_ingress, name)
+    if ingress is None:
+        raise ServeAppFailed(f"Serve application {name!r} is not running")
+    return (await scale(name, {ingress["name"]: replicas}, timeout_s))[ingress["name"]]
+
+
+async def scale(name: str, counts: Mapping[str, int], timeout_s: float) -> dict[str, list[str]]:
+    """Set deployments of application `name` to `counts` replicas each, without restarting
+    the others, and wait until exactly those run: the node of each, per deployment.
 
     Serve chooses which replica goes on a downscale (not running ones first, then on the
     nodes with the fewest replicas, the newest) and where one comes on an upscale (within
@@ -313,24 +326,30 @@ async def scale_app(name: str, replicas: int, timeout_s: float) -> list[str]:
     Raises ServeAppFailed when `timeout_s` passes first (a replica that cannot be placed,
     one slow to stop: its `graceful_shutdown_timeout_s`).
     """
-    def scale() -> str:
-        ingress = _ingress(name)
-        if ingress is None:
+    def set_counts() -> None:
+        if _app_status(name) is None:
             raise ServeAppFailed(f"Serve application {name!r} is not running")
-        serve_set_replicas(name, ingress["name"], replicas)
-        return ingress["name"]
+        for deployment, replicas in counts.items():
+            serve_set_replicas(name, deployment, replicas)
+
+    def settled() -> dict[str, list[str] | None]:
+        app = serve_details().get("applications", {}).get(name) or {}
+        deployments = app.get("deployments") or {}
+        return {d: _settled(deployments.get(d)) for d in counts}
 
     deadline = time.monotonic() + timeout_s
-    deployment = await asyncio.to_thread(scale)
-    while (nodes := await asyncio.to_thread(replica_nodes, name)) is None \
-            or len(nodes) != replicas:
+    await asyncio.to_thread(set_counts)
+    while True:
+        nodes = await asyncio.to_thread(settled)
+        if all(found is not None and len(found) == counts[d] for d, found in nodes.items()):
+            return {d: found for d, found in nodes.items() if found is not None}
         if time.monotonic() > deadline:
             status = await asyncio.to_thread(_app_status, name)
             why = _explain(status) if status else "not known to Serve"
-            raise ServeAppFailed(f"deployment {deployment} of Serve application {name!r} not "
-                                 f"at {replicas} running replicas after {timeout_s:g}s: {why}")
+            wanted = ", ".join(f"{d} at {n}" for d, n in counts.items())
+            raise ServeAppFailed(f"Serve application {name!r} not with deployment(s) "
+                                 f"{wanted} running replicas after {timeout_s:g}s: {why}")
         await asyncio.sleep(POLL_S)
-    return nodes
 
 
 def _delete(name: str) -> None:

@@ -255,6 +255,24 @@ def test_a_gang_grows_only_within_its_nodes_where_it_has_them():
            "worker-2" in plan.grow_waits["d"]
 
 
+def test_each_role_of_an_application_grows_on_its_own_role_s_nodes_only():
+    """An application's deployments each have a node selector of their role's nodes: a
+    prefill replica grows where prefill runs, never on decode's node with room."""
+    bundles = (("w-1", GPU), ("w-2", GPU))  # prefill-0 on w-1, decode-0 on w-2
+    app = PlacedGang("app", 100, bundles, running_since=0.0, elastic=Elastic(
+        Strategy.PACK, missing=(("prefill-1", GPU), ("decode-1", GPU)),
+        within=("w-1", "w-2"), roles_within=(("prefill", ("w-1",)), ("decode", ("w-2",)))))
+    full = PlacedGang("o", 100, (("w-1", res("GPU=3")),), running_since=0.0)
+    plan = schedule(busy(*TWO_NODES, placed=[app, full]), [], PolicyConfig(), now=1.0)
+    assert plan.growths == ()  # w-2 has room, but prefill may not grow there
+    assert "no node of its own (it grows on no other) has GPU 1 free for member " \
+           "prefill-1" in plan.grow_waits["app"]
+    roomy = PlacedGang("o", 100, (("w-1", res("GPU=2")),), running_since=0.0)
+    plan = schedule(busy(*TWO_NODES, placed=[app, roomy]), [], PolicyConfig(), now=1.0)
+    assert [(g.members, g.nodes) for g in plan.growths] == [
+        (("prefill-1", "decode-1"), ("w-1", "w-2"))]
+
+
 @pytest.mark.parametrize("booked, actual, moves", [
     ({"r-0": "a", "r-1": "b"}, ["b", "a"], {}),  # where booked, in any order
     ({"r-0": "a", "r-1": "b", "r-2": "a"}, ["a", "a", "a"], {"r-1": "a"}),

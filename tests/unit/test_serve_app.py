@@ -89,12 +89,10 @@ def test_serve_autoscaling_bounds_and_elastic_deployments():
     assert options.elastic
     assert merged(DeploymentOptions(replicas=2), auto).replicas == 2
     assert not merged(DeploymentOptions(replicas=2), auto).elastic
-    # An application of several deployments does not scale yet: said at the edge
-    with pytest.raises(SpecError, match=r"deployments\.Prefill\.replicas: elastic deployments "
-                       "in an application of several deployments are not supported yet"):
-        deployment_spec("d", name="pd").with_app((auto,) + PD[1:])
-    with pytest.raises(SpecError, match=r"deployments\.Decode\.replicas: elastic"):
-        deployment_spec("d", name="pd", deployments={"Decode": {"replicas": (1, 2)}})
+    # In an application of several deployments, each elastic one is an elastic role
+    gang = deployment_spec("d", name="pd").with_app((auto,) + PD[1:]).gang_spec()
+    prefill = next(r for r in gang.roles if r.name == "Prefill")
+    assert (prefill.minimum, prefill.replicas) == (1, 4) and gang.elastic
 
 
 def test_wrong_options_are_named_by_deployment_and_field():
@@ -172,18 +170,15 @@ def test_a_ratio_over_an_application_s_deployments_is_checked_at_the_edge():
     with pytest.raises(SpecError, match=r"allow different numbers of steps \(Prefill: 2, "
                                         r"Decode: 3\)"):
         deployment_spec("d", name="pd", deployments=elastic, ratio={"Prefill": 2, "Decode": 1})
-    # A good ratio: only the refusal of elastic deployments in an application remains
-    # (the runtime does not resize them yet).
+    # A good ratio: its steps are the gang's
     elastic["Decode"] = {"replicas": (1, 3)}
-    with pytest.raises(SpecError) as caught:
-        deployment_spec("d", name="pd", deployments=elastic, ratio={"Prefill": 2, "Decode": 1})
-    assert "ratio" not in str(caught.value) and "not supported yet" in str(caught.value)
+    spec = deployment_spec("d", name="pd", deployments=elastic, ratio={"Prefill": 2, "Decode": 1})
+    assert spec.gang_spec().ratio_steps == (("Prefill-1", "Prefill-2", "Decode-1"),
+                                            ("Prefill-3", "Prefill-4", "Decode-2"))
 
 
 def test_the_gang_of_an_application_with_a_ratio_steps_its_roles():
-    # What the core is given once the runtime resizes an application's deployments (today
-    # refused at the edge: the spec is built here without its checks).
-    spec = DeploymentSpec.model_construct(
+    spec = DeploymentSpec(
         name="pd", deployments={"Prefill:m": DeploymentOptions(replicas=(1, 5)),
                                 "Decode:m": DeploymentOptions(replicas=(1, 3))},
         ratio={"Prefill:m": 2, "Decode:m": 1})

@@ -100,10 +100,10 @@ def _next_unit(cycle: GrowingCycle, gang: PlacedGang, grown: list[tuple[str, str
     for name, bundle in unit:
         now = dataclasses.replace(gang, bundles=gang.bundles + tuple(
             (node, b) for (_, node), (_, b) in zip(grown + placed, e.missing)))
-        node = place_member(now, bundle, cycle.capacity, cycle.draining.settled)
+        node = place_member(now, bundle, cycle.capacity, cycle.draining.settled, name)
         if node is None:
             cycle.statement.rollback(mark)  # a step grows whole or not at all
-            where = "node of its own (it grows on no other)" if e.within else "node"
+            where = "node of its own (it grows on no other)" if e.nodes_for(name) else "node"
             short = (f"no {where} has {_fmt(bundle)} free for member {name} "
                      f"({e.strategy.value})")
             if len(unit) == 1:

@@ -18,9 +18,10 @@ external scaling on, each replica in a group of its own under the same node sele
 gang's count must stay a multiple of its size), and resized live: Serve's count-only
 path adds or stops replicas while the others serve on. The selector cannot change without
 Serve restarting every replica, so it grows only on its minimum's nodes (the core's
-`Elastic.within`). Serve chooses the nodes itself (where a replica starts, which one
-stops: `serving.scale_app`), so after each resize raygang's books follow where the
-replicas really are (`core.elastic.rebooked`).
+`Elastic.within`; in an application, each deployment on its own role's minimum's nodes,
+`Elastic.roles_within`, and a ratio step's deployments change together). Serve chooses
+the nodes itself (where a replica starts, which one stops: `serving.scale`), so after
+each resize raygang's books follow where the replicas really are (`core.elastic.rebooked`).
 """
 
 from __future__ import annotations
@@ -191,25 +192,56 @@ class ServeLaunch:
             return [str(error)]
 
     async def _scale(self, target: dict[str, str]) -> list[str]:
-        """Set the count to `target`'s and book each replica where Serve put it."""
-        from raygang.runtime import serving
-
+        """Set the counts to `target`'s (each deployment's, in an application of several:
+        a ratio step's members change several at once) and book each replica where Serve
+        put it."""
         async with self._resizing:
             before, timeout = dict(self.booked), self.spec.startup_timeout_s
+            counts = self._counts(target)
+            changed = {d: n for d, n in counts.items() if n != self._counts(before)[d]}
             try:
-                nodes = await serving.scale_app(self.deployment.name, len(target), timeout)
-            except serving.ServeAppFailed:
+                nodes = await self._set_counts(changed, timeout)
+            except Exception:
                 if len(target) < len(before):  # Serve stops them still, in its own time
                     self.booked = target
                 if len(target) > len(before):  # growing: the gang goes on at its size
+                    old = self._counts(before)
                     back = asyncio.ensure_future(
-                        serving.scale_app(self.deployment.name, len(before), timeout))
+                        self._set_counts({d: old[d] for d in changed}, timeout))
                     await run_to_completion(back)
                     if not back.cancelled() and back.exception() is None:
-                        self.follow(back.result())
+                        self._follow_all(back.result())
                 raise
             self.booked = target
-            return self.follow(nodes)
+            return self._follow_all(nodes)
+
+    def _counts(self, booked: Mapping[str, str]) -> dict[str | None, int]:
+        """Replicas per deployment (None: the ingress, the only one resized in an
+        application of one deployment) of a booking (member name -> node)."""
+        if self.deployment.deployments is None:
+            return {None: len(booked)}
+        return {d: len(self._members(role, booked)) for d, role in self.deployment.roles.items()}
+
+    @staticmethod
+    def _members(role: str, booked: Mapping[str, str]) -> list[str]:
+        return [m for m in booked if m.rpartition("-")[0] == role]  # `<role>-<index>`
+
+    async def _set_counts(self, counts: Mapping[str | None, int], timeout: float
+                          ) -> dict[str | None, list[str]]:
+        from raygang.runtime import serving
+
+        name = self.deployment.name
+        if None in counts:
+            return {None: await serving.scale_app(name, counts[None], timeout)}
+        found = await serving.scale(name, {d: n for d, n in counts.items() if d}, timeout)
+        return {d: nodes for d, nodes in found.items()}
+
+    def _follow_all(self, nodes: Mapping[str | None, Sequence[str]]) -> list[str]:
+        if None in nodes:
+            return self.follow(nodes[None])
+        roles = self.deployment.roles
+        return [problem for d, where in nodes.items() if d is not None
+                for problem in self.follow(where, self._members(roles[d], self.booked))]
 
     def follow(self, nodes: Sequence[str], members: Sequence[str] | None = None) -> list[str]:
         """Book the replicas on `nodes` (where Serve runs them, one each): what moved.
