@@ -417,9 +417,12 @@ class SchedulingLoop:
                 notes()
                 continue
             now = self._clock()
+            asked = {g.gang_id for g in waiting}
             for gang_id, request in scaling.fresh.items():
                 record = self._registry.find(gang_id)
-                if record is not None and record.state is GangState.PENDING:
+                # Noted even if it left the queue meanwhile: on a loaded machine the nodes
+                # came up and the gang ran before the request's call returned
+                if record is not None and gang_id in asked:
                     plural = "node" if request.nodes == 1 else "nodes"
                     record.note(f"requested {request.nodes} {plural} of group {request.group}",
                                 now)
