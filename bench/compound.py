@@ -126,8 +126,9 @@ def one_run(arm: str, training_s: float, app, training) -> Run:
     if arm == "raygang":
         raygang.deploy("pd", app, priority="training")
     else:  # serve.run returns once the application is RUNNING: sampled meanwhile
-        threading.Thread(target=serve.run, args=(app,), daemon=True,
-                         kwargs={"name": "pd", "route_prefix": "/pd"}).start()
+        deploying = threading.Thread(target=serve.run, args=(app,), daemon=True,
+                                     kwargs={"name": "pd", "route_prefix": "/pd"})
+        deploying.start()
     deadline = deployed_at + 240
     while time.monotonic() < deadline:
         at = time.monotonic() - deployed_at
@@ -146,6 +147,7 @@ def one_run(arm: str, training_s: float, app, training) -> Run:
     if arm == "raygang":
         raygang.undeploy("pd")
     else:
+        deploying.join(timeout=60)  # its wait for RUNNING ends before the app goes
         serve.delete("pd")
     gang.cancel()
     run.leaked = leftovers()

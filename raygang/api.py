@@ -274,8 +274,8 @@ def deploy(
 
     An application of several deployments is one gang: a role per deployment that asks for
     resources (its replicas the members, each reserving its `placement_group_bundles` on one
-    node), all reserved before any starts. `deployments={"Decode": {"replicas": 2}}` sets a
-    deployment's `replicas`, `resources`/`bundles`, `strategy` (else read from its options).
+    node), all reserved first. `deployments={"Decode": {"replicas": (1, 2)}}` sets `replicas`
+    (elastic; `ratio={"Prefill": 2, "Decode": 1}`: whole steps), `bundles`, ... (else its own).
 
     `app` is a bound Serve application (`MyDeployment.bind(...)`) or an import path
     (`"pkg.module:app"`). Options: `queue`, `priority` (default `inference`), `strategy`,

@@ -417,15 +417,12 @@ class SchedulingLoop:
                 notes()
                 continue
             now = self._clock()
-            asked = {g.gang_id for g in waiting}
-            for gang_id, request in scaling.fresh.items():
-                record = self._registry.find(gang_id)
-                # Noted even if it left the queue meanwhile: on a loaded machine the nodes
-                # came up and the gang ran before the request's call returned
-                if record is not None and gang_id in asked:
-                    plural = "node" if request.nodes == 1 else "nodes"
-                    record.note(f"requested {request.nodes} {plural} of group {request.group}",
-                                now)
+            asked = {g.gang_id for g in waiting}  # noted even if it runs already (the
+            for gang_id, request in scaling.fresh.items():  # nodes came before the call returned)
+                if (record := self._registry.find(gang_id)) is not None and gang_id in asked:
+                    n = request.nodes
+                    record.note(f"requested {n} node{'' if n == 1 else 's'} of group "
+                                f"{request.group}", now)
 
     def _scale_notes(self, scaling: Scaling, waiting: set[str]) -> None:
         """Each pending gang's note: the nodes it waits for, as the scaler says. Only a
