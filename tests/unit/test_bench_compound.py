@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.unit.benches import load_bench
 
 
 @pytest.fixture(scope="module")
 def compound():
-    spec = importlib.util.spec_from_file_location("bench_compound", ROOT / "bench/compound.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("compound")
 
 
 def samples(compound, rows):

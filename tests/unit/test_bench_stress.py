@@ -3,24 +3,17 @@ noise probes' slices (no replay: the replays take minutes each)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.unit.benches import load_bench
 
 
 @pytest.fixture(scope="module")
 def stress():
-    spec = importlib.util.spec_from_file_location("bench_stress", ROOT / "bench/stress.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("stress")
 
 
 def _report(out: Path, name: str, policy: str, jct: float, lost: float = 1.0) -> None:

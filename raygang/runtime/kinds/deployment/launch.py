@@ -197,15 +197,14 @@ class ServeLaunch:
         put it."""
         async with self._resizing:
             before, timeout = dict(self.booked), self.spec.startup_timeout_s
-            counts = self._counts(target)
-            changed = {d: n for d, n in counts.items() if n != self._counts(before)[d]}
+            counts, old = self._counts(target), self._counts(before)
+            changed = {d: n for d, n in counts.items() if n != old[d]}
             try:
                 nodes = await self._set_counts(changed, timeout)
             except Exception:
                 if len(target) < len(before):  # Serve stops them still, in its own time
                     self.booked = target
                 if len(target) > len(before):  # growing: the gang goes on at its size
-                    old = self._counts(before)
                     back = asyncio.ensure_future(
                         self._set_counts({d: old[d] for d in changed}, timeout))
                     await run_to_completion(back)
