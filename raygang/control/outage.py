@@ -42,8 +42,11 @@ class AfterOutage:
         self._fleet = fleet
         self._clock = clock
         self._spawn = spawn
-        # The last look for leftovers: {"at", "outage_s", "removed"} (the plane's ping)
+        # The last look for leftovers: {"at", "outage_s", "removed", "removed_in_all"} (the
+        # plane's ping). In all, too: a later false outage (a probe slow on a loaded
+        # machine) looks again, finds nothing, and would hide what the real one removed
         self.last: dict[str, Any] | None = None
+        self._removed_in_all = 0
 
     def answers_again(self, lasted: float) -> None:
         """The cluster answers again after `lasted` seconds without."""
@@ -67,7 +70,9 @@ class AfterOutage:
         except Exception:  # noqa: BLE001 - the next outage's end looks again
             log.warning("looking for leftovers after the outage failed", exc_info=True)
             return 0
-        self.last = {"at": self._clock(), "outage_s": round(lasted, 1), "removed": removed}
+        self._removed_in_all += removed
+        self.last = {"at": self._clock(), "outage_s": round(lasted, 1), "removed": removed,
+                     "removed_in_all": self._removed_in_all}
         if removed:
             log.warning("after an outage of %.1f s: removed %d parts of gangs raygang no "
                         "longer drives", lasted, removed)

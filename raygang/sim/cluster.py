@@ -113,6 +113,8 @@ class SimRun:
                 f"the reservation of gang {self.record.gang_id} was not ready within "
                 f"{self.record.spec.reservation_timeout_s:g}s")
         cluster.book(self.record.gang_id, self.bundles)
+        if self.log.first_admitted is None:
+            self.log.first_admitted = cluster.clock()
         racks = {cluster.nodes[n].labels.get(RACK) for n, _ in self.bundles}
         self.log.racks = max(self.log.racks, len(racks - {None}))
 

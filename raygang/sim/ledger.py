@@ -36,6 +36,8 @@ class JobLog:
     gang_name: str
     remaining_s: float  # work still to do (duration less what checkpoints saved)
     submitted_at: float | None = None
+    first_admitted: float | None = None  # its first attempt's capacity booked: an attempt
+    # stopped while its members start never runs, so `first_start` is a later attempt's
     first_start: float | None = None
     finished_at: float | None = None
     running_s: float = 0.0  # all attempts

@@ -50,8 +50,9 @@ def test_the_event_loop_answers_throughout_and_says_the_gcs_is_unreachable(outag
     assert outage["unreachable_after"] is None, outage
     # Once it answered again, the scheduler listed what it had in Ray and removed the parts
     # of gangs it no longer drives (a teardown given up on in the outage), and no more: a
-    # `raygang-` name of no gang it knows is not its to remove
-    assert outage["after_outage"]["removed"] >= 1, outage
+    # `raygang-` name of no gang it knows is not its to remove. In all: on a loaded machine
+    # a slow probe makes a later false outage, whose look finds nothing left
+    assert outage["after_outage"]["removed_in_all"] >= 1, outage
     assert outage["given_up_group"] == "REMOVED", outage
     assert outage["not_ours_group"] == "CREATED", outage
     assert outage["running_after"] == ["RUNNING", 0, 0], outage
@@ -67,9 +68,10 @@ def test_the_running_gang_is_untouched_and_a_gang_submitted_meanwhile_runs(outag
     assert outage["ending"] == "SUCCEEDED", outage
     assert outage["submission_returned_after_s"] < 5.0, outage
     # From the GCS's start (which takes ~2 s here) to the admission; RUNNING adds Ray's
-    # placement group and a new worker process (~1-2 s here, more on a loaded machine).
+    # placement group and a new worker process: ~1-2 s here, 13.7 s seen on a loaded clean
+    # clone's run (bench/head_faults.py measures it; here it only must not wait for a resync)
     assert outage["second"] == "SUCCEEDED" and outage["second_admitted_after_s"] < 5.0, outage
-    assert outage["second_running_after_s"] < 10.0, outage
+    assert outage["second_running_after_s"] < 30.0, outage
 
 
 def test_a_replaced_head_restarts_the_scheduler_which_adopts_the_running_gang(outage):

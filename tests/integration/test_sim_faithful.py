@@ -126,20 +126,24 @@ def test_the_simulator_admits_in_the_same_order_and_predicts_completion_times(ra
         log = simulated[name]
         jct_real = status.finished_at - status.submitted_at
         report.append((name, first(status, GangState.ADMITTED) - status.submitted_at,
-                       log.first_start - start_s - log.submitted_at, jct_real, log.jct_s,
+                       log.first_admitted - log.submitted_at, jct_real, log.jct_s,
                        status.preemptions, len(log.stops)))
     table = "\n".join(f"{n} admitted real {a:5.1f} sim {b:5.1f}  JCT real {c:5.1f} sim "
                       f"{d:5.1f}  stops real {e} sim {f}" for n, a, b, c, d, e, f in report)
     print(f"start_s {start_s:.2f} end_s {end_s:.2f}\n{table}")
 
     # Order between cycles: a job the real scheduler admitted in a later cycle than another
-    # starts in the simulator no more than ORDER_SLACK_S before it. Jobs the real scheduler
-    # admitted in one cycle (within SAME_CYCLE_S) have no order between them.
+    # is admitted by the simulator no more than ORDER_SLACK_S before it. Jobs the real
+    # scheduler admitted in one cycle (within SAME_CYCLE_S) have no order between them.
+    # Admissions, not first starts: a job reclaimed while its members start never ran that
+    # attempt, and the simulator starts every gang in the mean start time while Ray's vary
+    # (a CI run: the real j000002 ran 1 s before its reclaim, the simulated one, started in
+    # 4.4 s, was reclaimed while starting, so its first start was its second attempt's).
     admitted = {name: first(status, GangState.ADMITTED) for name, status in real.items()}
     for earlier, later in itertools.combinations([name for name, *_ in report], 2):
         if admitted[later] - admitted[earlier] > SAME_CYCLE_S:
-            assert simulated[later].first_start >= \
-                simulated[earlier].first_start - ORDER_SLACK_S, (earlier, later, table)
+            assert simulated[later].first_admitted >= \
+                simulated[earlier].first_admitted - ORDER_SLACK_S, (earlier, later, table)
     errors = [abs(c - d) for _, _, _, c, d, _, _ in report]
     for (name, *_, jct_real, jct_sim, _, _), error in zip(report, errors):
         assert error <= JCT_ABS_S + JCT_REL * jct_real, (name, table)
