@@ -13,9 +13,10 @@ pytestmark = pytest.mark.own_cluster  # see tests/conftest.py
 
 def test_chaos_soak_loses_nothing_and_leaks_nothing():
     # A fault every 1.5 to 3 s, gangs arriving until every kind of fault has come (member,
-    # scheduler, GCS, member, node, cancel, head): the whole soak within about 80 s.
+    # scheduler, GCS, member, node, cancel, head): the whole soak within about 80 s when
+    # the machine is quiet; a clean clone's run at load 9 passed 270 s.
     result = scenario_output("tests.e2e.chaos_scenario", "--seconds", "15", "--gangs", "10",
-                             "--every", "1.5,3", timeout=270)
+                             "--every", "1.5,3", timeout=420)
     assert result["submitted"] >= 10, result
     assert result["lost"] == [] and result["duplicated"] == [], result
     assert result["unfinished"] == 0 and result["failed_without_reason"] == [], result

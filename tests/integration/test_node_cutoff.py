@@ -53,9 +53,11 @@ def test_a_plain_gangs_old_members_end_as_soon_as_the_network_returns(cutoff):
     plain = cutoff["plain"]
     # While cut off they ran on beside the new attempt (nothing can tell them) ...
     assert plain["new_first_tick_after_cut_s"] < cutoff["cut_to_return_s"], cutoff
-    # ... and ended once the network was back: at the first answer from the GCS.
+    # ... and ended once the network was back: at the first answer from the GCS (within
+    # 0.2 s here after cuts of 11 and 36 s; 5.1 s on a clean clone's run at load 9, where
+    # every process waits for a core). Before the test's bodies are told to finish.
     after = plain["old_ticks_after_return_s"]
-    assert after is None or after < 2.5, cutoff
+    assert after is None or after < 8.0, cutoff
 
 
 def test_a_fenced_gang_never_runs_two_attempts_at_once(cutoff):
