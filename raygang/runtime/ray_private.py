@@ -353,6 +353,15 @@ def tune_resource_manager(factory: Callable[[], Any]) -> Iterator[None]:
                         kwargs["resource_manager_factory"] = made
                     super().__init__(*args, **kwargs)
 
+                def on_step_begin(self) -> None:
+                    # The manager acts on Tune's trials (pauses a preempted one) here, in
+                    # Tune's loop between two events: never from inside its own calls
+                    super().on_step_begin()
+                    manager = self._actor_manager._resource_manager
+                    step = getattr(manager, "on_tune_step", None)
+                    if step is not None:
+                        step(self)
+
             tune_module.TuneController = TuneController
     previous = getattr(_tune_local, "factory", None)
     _tune_local.factory = factory
@@ -360,6 +369,17 @@ def tune_resource_manager(factory: Callable[[], Any]) -> Iterator[None]:
         yield
     finally:
         _tune_local.factory = previous
+
+
+def tune_trial_in_group(controller: Any, group: Any) -> Any | None:
+    """The Tune trial whose actor runs in placement group `group`, if any: the controller's
+    trial -> actor map and its actor manager's actor -> acquired resources (both private)."""
+    held = controller._actor_manager._live_actors_to_ray_actors_resources
+    for trial, tracked in controller._trial_to_actor.items():
+        entry = held.get(tracked)
+        if entry is not None and getattr(entry[1], "placement_group", None) == group:
+            return trial
+    return None
 
 
 # Placement groups and actors by id ---------------------------------------------------------

@@ -4,17 +4,19 @@ moment Tune stops it."""
 
 from __future__ import annotations
 
+import json
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 import ray
 from ray import tune
-from ray.tune import PlacementGroupFactory, RunConfig, TuneConfig, Tuner
+from ray.tune import Checkpoint, PlacementGroupFactory, RunConfig, TuneConfig, Tuner
 from ray.util import placement_group_table
 
 import raygang
-from tests.integration.helpers import wait_until
+from tests.integration.helpers import restart_scheduler, wait_until
 
 
 def trial(config):
@@ -85,3 +87,118 @@ def test_trials_are_gangs_within_the_queue_limit(ray_cluster, tmp_path: Path):
     # A removed group's GPUs show as free once its node reports them (a moment later)
     wait_until(lambda: ray.available_resources().get("GPU", 0) == 8, timeout=15)
     print(f"4 trials under raygang: {took:.1f}s, at most {most:g} GPUs in groups")
+
+
+def gang_stories(gangs) -> list:
+    return [(g.name, g.state.value, [(e.to_state.value, e.reason) for e in g.events])
+            for g in gangs]
+
+
+def resumable(config):
+    """Steps of 0.5 s on 2 (virtual) GPUs, a checkpoint at each; resumes from the last."""
+    start = 0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as kept:
+            start = json.loads((Path(kept) / "state.json").read_text())["step"] + 1
+    for step in range(start, config["steps"]):
+        time.sleep(0.5)
+        with open(config["steps_file"], "a") as steps:
+            steps.write(f"{config['x']} {step}\n")
+        with tempfile.TemporaryDirectory() as here:
+            (Path(here) / "state.json").write_text(json.dumps({"step": step}))
+            tune.report({"step": step, "resumed_at": start},
+                        checkpoint=Checkpoint.from_directory(here))
+
+
+@raygang.gang_task(replicas=2, num_gpus=2, priority="inference")
+def filler(finish: str) -> None:
+    """Non-preemptible: holds the GPUs the sweep does not, until told to finish."""
+    while not Path(finish).exists():
+        time.sleep(0.2)
+
+
+@raygang.gang_task(num_gpus=2, priority="inference", queue="team-a")
+def urgent(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def test_a_preempted_trial_pauses_with_a_checkpoint_and_resumes_from_it(ray_cluster,
+                                                                        tmp_path: Path):
+    """2 trials x 2 GPUs run; a non-preemptible gang holds the other 4 GPUs; an urgent gang
+    in a queue with a quota of 2 GPUs preempts one trial: Tune pauses it with its checkpoint,
+    its gang waits in the queue (PREEMPTED, then PENDING) and is admitted again once the
+    urgent gang ends; the trial resumes from its checkpoint, not from the start."""
+    trainable = tune.with_resources(resumable, PlacementGroupFactory([{"CPU": 1, "GPU": 2}]))
+    steps_file = tmp_path / "steps"
+    steps_file.touch()
+    tuner = Tuner(trainable, param_space={"steps": 16, "x": tune.grid_search([0, 1]),
+                                          "steps_file": str(steps_file)},
+                  run_config=RunConfig(name="pre", storage_path=str(tmp_path), verbose=0))
+    box: dict = {}
+    sweep = threading.Thread(target=lambda: box.update(
+        results=raygang.tune(tuner, queue="sweep", name="pre")), daemon=True)
+    sweep.start()
+
+    def trial_gangs():
+        return [g for g in raygang.list_gangs() if g.name.startswith("pre-")]
+    def stepped(x: int) -> int:
+        return sum(line.split()[0] == str(x) for line in steps_file.read_text().splitlines())
+    wait_until(lambda: stepped(0) >= 2 and stepped(1) >= 2, timeout=90)  # checkpoints, each
+    finish = tmp_path / "finish"
+    held = filler.remote(str(finish))
+    held.ready(timeout=60)
+    assert urgent.remote(3.0).wait(timeout=90).state.value == "SUCCEEDED"
+    finish.touch()
+    assert held.wait(timeout=30).state.value == "SUCCEEDED"
+    sweep.join(timeout=120)
+    assert not sweep.is_alive(), gang_stories(trial_gangs())
+
+    results = box["results"]
+    assert not results.errors
+    assert sorted(r.metrics["step"] for r in results) == [15, 15]
+    resumed = [r.metrics["resumed_at"] for r in results if r.metrics["resumed_at"] > 0]
+    assert len(resumed) == 1, [r.metrics for r in results]  # from its checkpoint
+    gangs = trial_gangs()
+    # The preempted trial's gang was requeued and admitted again: no other gang opened
+    assert len(gangs) == 2 and all(g.state.value == "SUCCEEDED" for g in gangs), \
+        gang_stories(gangs)
+    assert sorted(g.preemptions for g in gangs) == [0, 1], gang_stories(gangs)
+    assert _live_groups() == []
+    wait_until(lambda: ray.available_resources().get("GPU", 0) == 8, timeout=15)
+
+
+def test_a_restarted_scheduler_adopts_the_running_trials_and_keeps_the_waiting(
+        ray_cluster, tmp_path: Path):
+    """4 trials x 2 GPUs in a queue limited to 4 GPUs: 2 run, 2 wait. The scheduler's
+    process dies: the restarted one adopts the running trials' gangs (their groups stay),
+    keeps the waiting ones queued, and the sweep ends with every trial done, the same 4
+    gangs, none restarted."""
+    trainable = tune.with_resources(resumable, PlacementGroupFactory([{"CPU": 1, "GPU": 2}]))
+    steps_file = tmp_path / "steps"
+    steps_file.touch()
+    tuner = Tuner(trainable, param_space={"steps": 10, "x": tune.grid_search([0, 1, 2, 3]),
+                                          "steps_file": str(steps_file)},
+                  run_config=RunConfig(name="kept", storage_path=str(tmp_path), verbose=0))
+    box: dict = {}
+    sweep = threading.Thread(target=lambda: box.update(
+        results=raygang.tune(tuner, queue="sweep", name="kept")), daemon=True)
+    sweep.start()
+    wait_until(lambda: len(steps_file.read_text().splitlines()) >= 2, timeout=90)
+
+    restart_scheduler()
+
+    sweep.join(timeout=180)
+    gangs = [g for g in raygang.list_gangs() if g.name.startswith("kept-")]
+    assert not sweep.is_alive(), gang_stories(gangs)
+    results = box["results"]
+    assert not results.errors
+    assert sorted(r.metrics["step"] for r in results) == [9, 9, 9, 9]
+    assert len(gangs) == 4 and all(g.state.value == "SUCCEEDED" for g in gangs), \
+        gang_stories(gangs)
+    assert all(g.restarts == 0 for g in gangs), gang_stories(gangs)
+    adopted = [g for g in gangs
+               if any("adopted by the restarted scheduler" in e.reason for e in g.events)]
+    assert adopted, gang_stories(gangs)
+    assert _live_groups() == []
+    wait_until(lambda: ray.available_resources().get("GPU", 0) == 8, timeout=15)

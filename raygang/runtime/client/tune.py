@@ -27,9 +27,23 @@ What the manager does (`RaygangTuneResources`, Tune's calls in order):
   for the next trial in the same cycle). `cancel_resource_request`: the gang is cancelled
   (waiting in the queue, or reserved but not yet taken). `clear` does both for all.
 
-Not yet (see TUNE-NOTES.md): preemption of a running trial (the manager does not watch
-`train_wait_preempt`; raygang's preemption of a trial's gang waits out Train's teardown
-and then removes its group), Train V2 trainables inside Tune, a recovered sweep.
+Preemption (a more urgent gang needs a trial's GPUs) goes through Tune's own pause, as
+Train's does through Train's: each placed trial's gang is watched (`train_wait_preempt`, a
+long poll per trial); when raygang preempts it, the manager asks Tune, in Tune's loop
+(`on_tune_step`, called by the controller at each step's start), to pause the trial
+(`TuneController.pause_trial`: with a checkpoint if it has reported, saved at its next
+report; once its actor runs: a trial paused while its actor starts is never asked for
+again). Its group is then removed and raygang told it was released as asked, not finished:
+the gang goes back to the queue as PREEMPTED, keeps its place, and is claimed again. Tune
+resumes the paused trial from its checkpoint once it asks for resources for it again
+(FIFOScheduler: after every pending trial has started), and gets the preempted gang back:
+from the notice on, the manager keeps one "credit" per pausing trial, which Tune's next
+request of that shape takes instead of opening a gang (gangs are fungible between trials
+of equal requests, as Tune's own placement groups are). Credits beyond the trials paused or
+pausing (a trial that ended before it could pause) cancel a waiting gang at the next step.
+A preempted trial not yet taken by Tune is simply handed back and claimed again.
+
+Not yet (see TUNE-NOTES.md): Train V2 trainables inside Tune as one gang per trial.
 """
 
 from __future__ import annotations
@@ -44,6 +58,7 @@ import ray
 from ray.air.execution.resources.placement_group import PlacementGroupAcquiredResources
 from ray.air.execution.resources.request import ResourceRequest
 from ray.air.execution.resources.resource_manager import ResourceManager
+from ray.exceptions import RayActorError
 from ray.util.placement_group import (
     PlacementGroup,
     placement_group,
@@ -54,7 +69,7 @@ from raygang.control.api import SchedulerAPI, TrainAPI
 from raygang.core.spec import GangSpec, RoleSpec, Strategy
 from raygang.runtime.client.connection import SchedulerClient
 from raygang.runtime.names import NODE_ID_LABEL
-from raygang.runtime.ray_private import tune_resource_manager
+from raygang.runtime.ray_private import tune_resource_manager, tune_trial_in_group
 
 log = logging.getLogger(__name__)
 CLAIM_POLL_S = 2.0  # one long poll of the scheduler per waiting trial
@@ -83,6 +98,9 @@ class _Trial:
     group: PlacementGroup | None = None
     ready: ray.ObjectRef | None = None  # the group's `ready()` until it is placed
     nodes: list[str] = field(default_factory=list)
+    watch: ray.ObjectRef | None = None  # the preemption watch in flight (once placed)
+    preempted: bool = False  # raygang preempted its gang: Tune pauses the trial
+    requeued: bool = False  # preempted before: its gang waits in the queue again
 
 
 class RaygangTuneResources(ResourceManager):
@@ -97,11 +115,18 @@ class RaygangTuneResources(ResourceManager):
         self._waiting: dict[ResourceRequest, list[_Trial]] = defaultdict(list)
         self._ready: dict[ResourceRequest, list[_Trial]] = defaultdict(list)
         self._acquired: dict[PlacementGroup, _Trial] = {}
-        self._futures: dict[ray.ObjectRef, tuple[_Trial, str]] = {}  # -> claim/ready
+        self._futures: dict[ray.ObjectRef, tuple[_Trial, str]] = {}  # -> claim/ready/watch
         self._count = 0
+        # Per request: gangs kept for a request Tune will make again (a preempted trial's,
+        # for when Tune resumes it), so that it does not open another
+        self._credits: dict[ResourceRequest, int] = defaultdict(int)
+        self._to_pause: list[_Trial] = []  # preempted while Tune runs them
 
     # Tune's calls --------------------------------------------------------------------
     def request_resources(self, resource_request: ResourceRequest) -> None:
+        if self._credits[resource_request] > 0:  # a preempted trial's gang, queued again
+            self._credits[resource_request] -= 1
+            return
         self._count += 1
         spec = trial_gang_spec(resource_request, f"{self.name}-{self._count}", self.queue,
                                self.priority)
@@ -133,7 +158,11 @@ class RaygangTuneResources(ResourceManager):
                                                resource_request=resource_request)
 
     def free_resources(self, acquired_resource: Any) -> None:
-        self._end(self._acquired.pop(acquired_resource.placement_group), cancel=False)
+        trial = self._acquired.pop(acquired_resource.placement_group)
+        if trial.preempted:  # Tune paused it as asked: its gang waits in the queue again
+            self._hand_back(trial)
+        else:
+            self._end(trial, cancel=False)
 
     def get_resource_futures(self) -> list[ray.ObjectRef]:
         return list(self._futures)
@@ -147,9 +176,52 @@ class RaygangTuneResources(ResourceManager):
             if what == "claim":
                 trial.claim = None
                 self._claimed(trial, ref)
-            else:
+            elif what == "ready":
                 trial.ready = None
                 self._placed(trial)
+            else:
+                trial.watch = None
+                self._watched(trial, ref)
+
+    def on_tune_step(self, controller: Any) -> None:
+        """Called by Tune's controller at the start of each step (`ray_private`'s hook):
+        pause the trials whose gangs raygang preempted; cancel the gangs kept for trials
+        Tune will not resume."""
+        later = []
+        for trial in self._to_pause:
+            running = None if trial.group is None else tune_trial_in_group(controller,
+                                                                           trial.group)
+            if running is None:
+                continue  # freed meanwhile
+            if running.status != "RUNNING":
+                # Its actor is still starting: Tune pauses a trial only once it runs (one
+                # paused while it starts stays staged, and Tune never asks for it again)
+                later.append(trial)
+                continue
+            # A trial that has reported nothing has nothing to save (Tune's save of a
+            # function trainable fails then): it stops, and starts again from its last
+            # checkpoint, if any
+            saves = running.has_reported_at_least_once
+            log.info("raygang: trial %s preempted (gang %s): Tune pauses it%s", running,
+                     trial.session, " with a checkpoint" if saves else "")
+            controller.pause_trial(running, should_checkpoint=saves)
+        self._to_pause = later
+        for request, credits in list(self._credits.items()):
+            paused = sum(1 for t in controller.get_trials()
+                         if t.status == "PAUSED" and t.placement_group_factory == request)
+            pausing = sum(1 for t in self._acquired.values()
+                          if t.preempted and t.request == request)
+            while credits > paused + pausing and self._waiting[request]:
+                # Tune may ask for the paused trial before it frees the preempted group:
+                # the gang then opened for it goes, not the preempted one (which keeps its
+                # place in the queue)
+                pool = self._waiting[request]
+                fresh = [t for t in pool if not t.requeued]
+                extra = fresh[-1] if fresh else pool[-1]
+                pool.remove(extra)
+                credits -= 1
+                self._end(extra, cancel=True)
+            self._credits[request] = credits
 
     def clear(self) -> None:
         if not ray.is_initialized():
@@ -161,6 +233,8 @@ class RaygangTuneResources(ResourceManager):
         self._ready.clear()
         self._acquired.clear()
         self._futures.clear()
+        self._credits.clear()
+        self._to_pause.clear()
 
     def __del__(self) -> None:
         try:
@@ -173,9 +247,20 @@ class RaygangTuneResources(ResourceManager):
         trial.claim = self._client.remote(TrainAPI.train_claim, trial.session, CLAIM_POLL_S)
         self._futures[trial.claim] = (trial, "claim")
 
+    def _scheduler_back(self) -> None:
+        """The scheduler actor died while a long poll waited: wait (up to the client's
+        `restart_wait_s`) for the restarted one, which recovered every gang; the poll is
+        then asked again (SchedulerUnavailable past that: the sweep cannot go on)."""
+        self._client.forget()
+        self._client.call(SchedulerAPI.ping)
+
     def _claimed(self, trial: _Trial, ref: ray.ObjectRef) -> None:
         try:
             nodes = ray.get(ref)
+        except RayActorError:  # the scheduler restarts: its gang is still queued there
+            self._scheduler_back()
+            self._ask(trial)
+            return
         except Exception as error:  # noqa: BLE001 - the gang ended in raygang
             log.warning("raygang: trial gang %s ended while it waited: %s; queued again",
                         trial.session, error)
@@ -201,6 +286,45 @@ class RaygangTuneResources(ResourceManager):
             return
         self._waiting[trial.request].remove(trial)
         self._ready[trial.request].append(trial)
+        self._watch(trial)
+
+    def _watch(self, trial: _Trial) -> None:
+        trial.watch = self._client.remote(TrainAPI.train_wait_preempt, trial.session,
+                                          CLAIM_POLL_S)
+        self._futures[trial.watch] = (trial, "watch")
+
+    def _watched(self, trial: _Trial, ref: ray.ObjectRef) -> None:
+        if trial.group is None or trial.preempted:
+            return  # freed meanwhile, or already told
+        try:
+            told = ray.get(ref)
+        except RayActorError:  # the scheduler restarts (and adopts the trial's group)
+            self._scheduler_back()
+            told = None
+        if told is None:
+            self._watch(trial)
+        elif "deadline_ms" in told:
+            trial.preempted = True
+            if trial in self._ready[trial.request]:  # placed, not yet taken by Tune
+                self._ready[trial.request].remove(trial)
+                self._hand_back(trial)
+            else:  # Tune pauses it, and asks for it again later: its gang will be there
+                self._credits[trial.request] += 1
+                self._to_pause.append(trial)
+        # else the gang ended (cancelled in raygang): Tune sees its actor fail
+
+    def _hand_back(self, trial: _Trial) -> None:
+        """A preempted trial's group goes, and its gang, requeued by raygang, is claimed
+        again for the same request."""
+        assert trial.group is not None
+        if trial.watch is not None:
+            self._futures.pop(trial.watch, None)
+            trial.watch = None
+        remove_placement_group(trial.group)
+        trial.group, trial.nodes, trial.preempted, trial.requeued = None, [], False, True
+        self._call(TrainAPI.train_released, trial.session, False)
+        self._waiting[trial.request].append(trial)
+        self._ask(trial)
 
     def _requeue(self, trial: _Trial) -> None:
         """The gang ended without handing its nodes over: a new one takes its place."""
@@ -211,7 +335,7 @@ class RaygangTuneResources(ResourceManager):
     def _end(self, trial: _Trial, cancel: bool) -> None:
         """Remove the trial's group (if any) and end its gang: at once, so that the next
         trial may have its capacity."""
-        for ref in (trial.claim, trial.ready):
+        for ref in (trial.claim, trial.ready, trial.watch):
             if ref is not None:
                 self._futures.pop(ref, None)
         if trial.group is not None:
