@@ -202,3 +202,43 @@ def test_a_restarted_scheduler_adopts_the_running_trials_and_keeps_the_waiting(
     assert adopted, gang_stories(gangs)
     assert _live_groups() == []
     wait_until(lambda: ray.available_resources().get("GPU", 0) == 8, timeout=15)
+
+
+def test_two_sweeps_in_two_queues_share_the_gpus(ray_cluster, tmp_path: Path):
+    """Two Tuners at once, each in a thread of its own and a queue of its own (team-a and
+    team-b, a GPU quota of 2 each), each wanting all 8 GPUs (4 trials x 2): they run side by
+    side, neither waits for the other to end, and both end whole."""
+    trainable = tune.with_resources(resumable, PlacementGroupFactory([{"CPU": 1, "GPU": 2}]))
+    box: dict = {}
+    threads = []
+    for team in ("team-a", "team-b"):
+        steps_file = tmp_path / f"{team}-steps"
+        steps_file.touch()
+        tuner = Tuner(trainable, param_space={"steps": 6, "x": tune.grid_search([0, 1, 2, 3]),
+                                              "steps_file": str(steps_file)},
+                      run_config=RunConfig(name=team, storage_path=str(tmp_path), verbose=0))
+        threads.append(threading.Thread(target=lambda t=tuner, q=team: box.update(
+            {q: raygang.tune(t, queue=q, name=q)}), daemon=True))
+    held: dict[str, float] = {"team-a": 0.0, "team-b": 0.0}
+    both = 0.0  # the most GPUs the two queues' trials held at one moment, while both ran
+    for thread in threads:
+        thread.start()
+    while any(thread.is_alive() for thread in threads):
+        running = {q: sum(2 for g in raygang.list_gangs(state=raygang.GangState.RUNNING)
+                          if g.queue == q) for q in held}
+        if all(running.values()):
+            both = max(both, sum(running.values()))
+        held = {q: max(held[q], running[q]) for q in held}
+        time.sleep(0.2)
+
+    for team in ("team-a", "team-b"):
+        assert not box[team].errors
+        assert sorted(r.metrics["step"] for r in box[team]) == [5, 5, 5, 5]
+        gangs = [g for g in raygang.list_gangs() if g.name.startswith(f"{team}-")]
+        assert {g.queue for g in gangs} == {team}, gang_stories(gangs)
+        assert all(g.state.value == "SUCCEEDED" for g in gangs), gang_stories(gangs)
+    print(f"two sweeps: at most {both:g} GPUs held by both at once; each at most {held}")
+    assert both >= 4, (both, held)  # side by side, each with a trial or more
+    assert all(0 < gpus <= 8 for gpus in held.values()), held
+    assert _live_groups() == []
+    wait_until(lambda: ray.available_resources().get("GPU", 0) == 8, timeout=15)

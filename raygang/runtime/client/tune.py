@@ -49,6 +49,7 @@ Not yet (see TUNE-NOTES.md): Train V2 trainables inside Tune as one gang per tri
 from __future__ import annotations
 
 import logging
+import threading
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -84,8 +85,29 @@ def tune(tuner: Any, queue: str | None = None, priority: int | str | None = None
     `TuneConfig.max_concurrent_trials` unset (raygang's queue limits the sweep)."""
     label = name or _gang_name(getattr(getattr(tuner, "_local_tuner", None), "_run_config",
                                        None))
-    with tune_resource_manager(lambda: RaygangTuneResources(queue, priority, label)):
-        return tuner.fit()
+    # Tune's registry of trainables is not safe for two threads that register at once (a
+    # dict changes while another thread flushes it: ray.tune.registry). Two sweeps started
+    # together in one process (two threads, two queues) take turns until each has
+    # registered, which is done once Tune asks for its resource manager.
+    starting = True
+    _STARTING.acquire()
+
+    def manager() -> RaygangTuneResources:
+        nonlocal starting
+        if starting:
+            starting = False
+            _STARTING.release()
+        return RaygangTuneResources(queue, priority, label)
+
+    try:
+        with tune_resource_manager(manager):
+            return tuner.fit()
+    finally:
+        if starting:
+            _STARTING.release()
+
+
+_STARTING = threading.Lock()
 
 
 @dataclass(eq=False)
