@@ -28,6 +28,9 @@ from raygang.runtime.ports import free_port
 
 CHAOS = "chaos"  # the resource the gangs use: only the worker nodes have it
 GCS_DOWN_S = 4.0
+# Once gangs stop arriving, how long the soak waits for them all to end: a gang not ended
+# by then is reported (its last events) rather than waited for without end
+END_WAIT_S = 150.0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,8 +122,15 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(rng.uniform(0.5, 2.0))
         ends = Counter()
         failed_without_reason = []
+        stuck = []  # gangs still unfinished at the end: their stories, to read
+        ending_by = time.monotonic() + END_WAIT_S
         for ref in refs:
-            status = ref.wait(timeout=300)
+            try:
+                status = ref.wait(timeout=max(1.0, ending_by - time.monotonic()))
+            except TimeoutError:
+                status = ref.status()
+                stuck.append([status.gang_id, status.state.value, [
+                    f"{e.to_state.value}: {e.reason}" for e in status.events][-6:]])
             ends[status.state.value] += 1
             if status.state.value == "FAILED" and (status.error is None or not status.reason):
                 failed_without_reason.append(ref.gang_id)
@@ -145,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             "leaked": [str(x) for x in left] if left else [], "short": short,
             "restarts": sum(r.status().restarts for r in refs),
             "chaos_errors": errors[:10], "seconds": round(time.monotonic() - t0, 1),
+            "stuck": stuck,
         }
     finally:
         shut_down(cluster, redis)

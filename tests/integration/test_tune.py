@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import ray
+import ray.train
 from ray import tune
 from ray.tune import Checkpoint, PlacementGroupFactory, RunConfig, TuneConfig, Tuner
 from ray.util import placement_group_table
@@ -240,5 +241,51 @@ def test_two_sweeps_in_two_queues_share_the_gpus(ray_cluster, tmp_path: Path):
     print(f"two sweeps: at most {both:g} GPUs held by both at once; each at most {held}")
     assert both >= 4, (both, held)  # side by side, each with a trial or more
     assert all(0 < gpus <= 8 for gpus in held.values()), held
+    assert _live_groups() == []
+    wait_until(lambda: ray.available_resources().get("GPU", 0) == 8, timeout=15)
+
+
+def train_worker(config):
+    for step in range(config["steps"]):
+        time.sleep(0.2)
+        ray.train.report({"step": step})
+
+
+def train_trial(config):
+    """A Train V2 trainable: the trial runs a trainer whose worker group (1 worker, 1 GPU)
+    raygang queues in the sweep's queue (`raygang.train`), and reports through Tune."""
+    from ray.train import RunConfig as TrainRunConfig
+    from ray.train import ScalingConfig
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    trainer = DataParallelTrainer(
+        train_worker, train_loop_config={"steps": config["steps"]},
+        scaling_config=ScalingConfig(num_workers=1, use_gpu=True),
+        run_config=TrainRunConfig(name=f"run-{config['x']}", storage_path=config["storage"],
+                                  callbacks=[TuneReportCallback()]))
+    raygang.train(trainer, queue=config["queue"])
+
+
+def test_train_v2_trainables_queue_their_worker_groups(ray_cluster, tmp_path: Path):
+    """Two trials, each a Train V2 run of 1 GPU, in a queue limited to 1 GPU: each trial is
+    a gang (its CPU), each Train run's worker group a gang of its own in the same queue; the
+    worker groups run one at a time, both trials end, and nothing is left."""
+    tuner = Tuner(tune.with_resources(train_trial, {"CPU": 1}),
+                  param_space={"steps": 4, "x": tune.grid_search([0, 1]), "queue": "load",
+                               "storage": str(tmp_path / "train")},
+                  run_config=RunConfig(name="nested", storage_path=str(tmp_path), verbose=0))
+    watch = GroupWatch()
+    results = raygang.tune(tuner, queue="load", name="nested")
+    most = watch.stop()
+
+    assert not results.errors
+    assert sorted(r.metrics["step"] for r in results) == [3, 3]
+    runs = [g for g in raygang.list_gangs() if g.name in ("run-0", "run-1")]
+    trials = [g for g in raygang.list_gangs() if g.name.startswith("nested-")]
+    assert len(runs) == 2 and len(trials) == 2, gang_stories(runs + trials)
+    assert all(g.state.value == "SUCCEEDED" for g in runs + trials), gang_stories(runs + trials)
+    assert {g.queue for g in runs + trials} == {"load"}
+    assert 0 < most <= 1, most  # the queue's limit: one worker group at a time
     assert _live_groups() == []
     wait_until(lambda: ray.available_resources().get("GPU", 0) == 8, timeout=15)

@@ -43,7 +43,9 @@ of equal requests, as Tune's own placement groups are). Credits beyond the trial
 pausing (a trial that ended before it could pause) cancel a waiting gang at the next step.
 A preempted trial not yet taken by Tune is simply handed back and claimed again.
 
-Not yet (see TUNE-NOTES.md): Train V2 trainables inside Tune as one gang per trial.
+A Train V2 trainable's worker group is a gang of its own, queued by `raygang.train` (or
+`RaygangTrain`) inside the trial; not yet: the trial and its worker group as one gang
+(see TUNE-NOTES.md).
 """
 
 from __future__ import annotations
