@@ -112,6 +112,25 @@ def resumable(config):
                         checkpoint=Checkpoint.from_directory(here))
 
 
+def resumable_sweep(tmp_path: Path, name: str, steps: int, trials: int
+                    ) -> tuple[threading.Thread, dict, Path]:
+    """`raygang.tune` of `trials` resumable trials (2 GPUs each) in queue `sweep`, started
+    in a thread: the thread, a box that holds its "results" once it ends, and the file
+    each trial's steps are written to."""
+    trainable = tune.with_resources(resumable, PlacementGroupFactory([{"CPU": 1, "GPU": 2}]))
+    steps_file = tmp_path / "steps"
+    steps_file.touch()
+    tuner = Tuner(trainable, param_space={"steps": steps,
+                                          "x": tune.grid_search(list(range(trials))),
+                                          "steps_file": str(steps_file)},
+                  run_config=RunConfig(name=name, storage_path=str(tmp_path), verbose=0))
+    box: dict = {}
+    sweep = threading.Thread(target=lambda: box.update(
+        results=raygang.tune(tuner, queue="sweep", name=name)), daemon=True)
+    sweep.start()
+    return sweep, box, steps_file
+
+
 @raygang.gang_task(replicas=2, num_gpus=2, priority="inference")
 def filler(finish: str) -> None:
     """Non-preemptible: holds the GPUs the sweep does not, until told to finish."""
@@ -130,16 +149,7 @@ def test_a_preempted_trial_pauses_with_a_checkpoint_and_resumes_from_it(ray_clus
     in a queue with a quota of 2 GPUs preempts one trial: Tune pauses it with its checkpoint,
     its gang waits in the queue (PREEMPTED, then PENDING) and is admitted again once the
     urgent gang ends; the trial resumes from its checkpoint, not from the start."""
-    trainable = tune.with_resources(resumable, PlacementGroupFactory([{"CPU": 1, "GPU": 2}]))
-    steps_file = tmp_path / "steps"
-    steps_file.touch()
-    tuner = Tuner(trainable, param_space={"steps": 16, "x": tune.grid_search([0, 1]),
-                                          "steps_file": str(steps_file)},
-                  run_config=RunConfig(name="pre", storage_path=str(tmp_path), verbose=0))
-    box: dict = {}
-    sweep = threading.Thread(target=lambda: box.update(
-        results=raygang.tune(tuner, queue="sweep", name="pre")), daemon=True)
-    sweep.start()
+    sweep, box, steps_file = resumable_sweep(tmp_path, "pre", steps=16, trials=2)
 
     def trial_gangs():
         return [g for g in raygang.list_gangs() if g.name.startswith("pre-")]
@@ -175,16 +185,7 @@ def test_a_restarted_scheduler_adopts_the_running_trials_and_keeps_the_waiting(
     process dies: the restarted one adopts the running trials' gangs (their groups stay),
     keeps the waiting ones queued, and the sweep ends with every trial done, the same 4
     gangs, none restarted."""
-    trainable = tune.with_resources(resumable, PlacementGroupFactory([{"CPU": 1, "GPU": 2}]))
-    steps_file = tmp_path / "steps"
-    steps_file.touch()
-    tuner = Tuner(trainable, param_space={"steps": 10, "x": tune.grid_search([0, 1, 2, 3]),
-                                          "steps_file": str(steps_file)},
-                  run_config=RunConfig(name="kept", storage_path=str(tmp_path), verbose=0))
-    box: dict = {}
-    sweep = threading.Thread(target=lambda: box.update(
-        results=raygang.tune(tuner, queue="sweep", name="kept")), daemon=True)
-    sweep.start()
+    sweep, box, steps_file = resumable_sweep(tmp_path, "kept", steps=10, trials=4)
     wait_until(lambda: len(steps_file.read_text().splitlines()) >= 2, timeout=90)
 
     restart_scheduler()
