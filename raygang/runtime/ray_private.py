@@ -7,6 +7,7 @@ and exercised by the integration tests, so a Ray upgrade that moves one fails he
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -403,6 +404,30 @@ def actor_state(actor_id_hex: str) -> str | None:
 
     info = state.actors(actor_id_hex)
     return info.get("State") if info else None
+
+
+# A requester (the process that alone claims a hand-off gang) is a Train controller's actor
+# id, or "job:<id>": a driver (a Tune sweep's), which is no actor
+JOB_REQUESTER = "job:"
+JOBS_READ_S = 2.0
+_ENDED_JOBS: dict[str, Any] = {"at": float("-inf"), "ended": frozenset()}
+
+
+def dead_requesters(requesters: set[str]) -> set[str]:
+    """Those of `requesters` the GCS knows to be dead: an actor DEAD, a driver's job ended
+    (Ray marks it so when the driver's process exits, killed or not). Blocking: one read of
+    the job table for every driver among them."""
+    from ray._private.state import state
+
+    jobs = {r for r in requesters if r.startswith(JOB_REQUESTER)}
+    dead = {r for r in requesters - jobs if actor_state(r) == "DEAD"}
+    if jobs - _ENDED_JOBS["ended"] and time.monotonic() - _ENDED_JOBS["at"] > JOBS_READ_S:
+        # Read at most every JOBS_READ_S (every trial's session asks each second): a job
+        # once ended stays so
+        _ENDED_JOBS["ended"] = frozenset(JOB_REQUESTER + j["JobID"]
+                                         for j in state.job_table() if j["IsDead"])
+        _ENDED_JOBS["at"] = time.monotonic()
+    return dead | (jobs & _ENDED_JOBS["ended"])
 
 
 def dashboard_url() -> str | None:

@@ -33,6 +33,24 @@ GCS_DOWN_S = 4.0
 END_WAIT_S = 150.0
 
 
+def in_the_gcs(gang_id: str) -> list[str]:
+    """What the GCS has of a gang's parts (its members' and its group's states), to tell a
+    start the cluster lost from one the scheduler forgot."""
+    import ray
+    from ray.util.placement_group import placement_group_table
+
+    prefix = f"raygang-{gang_id}"
+    try:
+        actors = ray._private.state.state.actor_table(None)  # every actor, dead ones too
+        parts = [f"{a.get('Name')}: {a.get('State')} pid={a.get('Pid')}"
+                 for a in actors.values() if str(a.get("Name", "")).startswith(prefix)]
+        parts += [f"{g['name']}: {g['state']}" for g in placement_group_table().values()
+                  if g["name"].startswith(prefix)]
+        return parts
+    except Exception as error:  # noqa: BLE001 - a report, never a second failure
+        return [f"could not read: {error!r}"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=90.0, help="how long gangs arrive")
@@ -130,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
             except TimeoutError:
                 status = ref.status()
                 stuck.append([status.gang_id, status.state.value, [
-                    f"{e.to_state.value}: {e.reason}" for e in status.events][-6:]])
+                    f"{e.to_state.value}: {e.reason}" for e in status.events][-6:],
+                    in_the_gcs(status.gang_id)])
             ends[status.state.value] += 1
             if status.state.value == "FAILED" and (status.error is None or not status.reason):
                 failed_without_reason.append(ref.gang_id)

@@ -5,6 +5,9 @@ moment Tune stops it."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -18,6 +21,8 @@ from ray.util import placement_group_table
 
 import raygang
 from tests.integration.helpers import restart_scheduler, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def trial(config):
@@ -290,3 +295,47 @@ def test_train_v2_trainables_queue_their_worker_groups(ray_cluster, tmp_path: Pa
     assert 0 < most <= 1, most  # the queue's limit: one worker group at a time
     assert _live_groups() == []
     wait_until(lambda: ray.available_resources().get("GPU", 0) == 8, timeout=15)
+
+
+ORPHAN_DRIVER = """
+import time, ray, raygang
+from ray import tune
+from ray.tune import PlacementGroupFactory, RunConfig, Tuner
+ray.init(address={address!r})
+def forever(config):
+    time.sleep(3600)
+tuner = Tuner(tune.with_resources(forever, PlacementGroupFactory([{{"CPU": 1, "GPU": 2}}])),
+              param_space={{"x": tune.grid_search([0, 1, 2])}},
+              run_config=RunConfig(name="orphan", storage_path={path!r}, verbose=0))
+raygang.tune(tuner, queue="sweep", name="orphan")
+"""
+
+
+def test_a_dead_drivers_trials_end_in_raygang(ray_cluster, tmp_path: Path):
+    """A sweep's driver killed (as a stopped Ray job's is), with 2 trials running and one
+    waiting in the queue (limit 4 GPUs): none of its 3 gangs waits or holds on for a driver
+    that will never claim or free them; each ends saying the Tune driver died, and nothing
+    is left (the fixture checks)."""
+    script = ORPHAN_DRIVER.format(address=ray_cluster.address, path=str(tmp_path))
+    driver = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT,
+                              env={**os.environ, "RAY_AUTH_MODE": "disabled"},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def orphans():
+        return [g for g in raygang.list_gangs() if g.name.startswith("orphan-")]
+
+    try:
+        wait_until(lambda: sorted(g.state.value for g in orphans())
+                   == ["PENDING", "RUNNING", "RUNNING"] or driver.poll() is not None,
+                   timeout=180, poll_s=0.5)
+        assert driver.poll() is None, driver.stderr.read()[-3000:] if driver.stderr else ""
+    finally:
+        driver.kill()
+        driver.wait()
+    killed = time.monotonic()
+    wait_until(lambda: all(g.state.finished for g in orphans()), timeout=60, poll_s=0.5)
+    print(f"the dead driver's 3 trial gangs ended {time.monotonic() - killed:.1f}s after")
+    gangs = orphans()
+    assert all(g.state.value in ("CANCELLED", "FAILED") and "Ray Tune driver died"
+               in (g.reason or "") for g in gangs), gang_stories(gangs)
+    wait_until(lambda: _live_groups() == [], timeout=30)

@@ -1,6 +1,7 @@
 """A Ray Train run's worker group, queued by raygang's Train callback and handed over to
 Train once reserved. Its durable payload: {"controller": the Train controller actor's id,
-"group": the placement group Train made, once adopted}."""
+"group": the placement group Train made, once adopted}. A sweep's trial (`raygang.tune`) is
+of this kind too, its "controller" the driver's job ("job:<id>")."""
 
 from __future__ import annotations
 

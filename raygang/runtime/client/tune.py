@@ -72,7 +72,11 @@ from raygang.control.api import SchedulerAPI, TrainAPI
 from raygang.core.spec import GangSpec, RoleSpec, Strategy
 from raygang.runtime.client.connection import SchedulerClient
 from raygang.runtime.names import NODE_ID_LABEL
-from raygang.runtime.ray_private import tune_resource_manager, tune_trial_in_group
+from raygang.runtime.ray_private import (
+    JOB_REQUESTER,
+    tune_resource_manager,
+    tune_trial_in_group,
+)
 
 log = logging.getLogger(__name__)
 CLAIM_POLL_S = 2.0  # one long poll of the scheduler per waiting trial
@@ -136,6 +140,9 @@ class RaygangTuneResources(ResourceManager):
         self.priority = priority if priority is not None else "training"
         self.name = name
         self._client = client or SchedulerClient(start_if_missing=True, restart_wait_s=60.0)
+        # The trials' requester: once this driver is dead (killed, its job stopped), raygang
+        # cancels its trials still waiting in the queue, and fails those admitted for it
+        self._driver = JOB_REQUESTER + ray.get_runtime_context().get_job_id()
         self._waiting: dict[ResourceRequest, list[_Trial]] = defaultdict(list)
         self._ready: dict[ResourceRequest, list[_Trial]] = defaultdict(list)
         self._acquired: dict[PlacementGroup, _Trial] = {}
@@ -154,7 +161,8 @@ class RaygangTuneResources(ResourceManager):
         self._count += 1
         spec = trial_gang_spec(resource_request, f"{self.name}-{self._count}", self.queue,
                                self.priority)
-        session = self._client.call(TrainAPI.train_open, spec, None, None, uuid.uuid4().hex)
+        session = self._client.call(TrainAPI.train_open, spec, None, self._driver,
+                                    uuid.uuid4().hex)
         trial = _Trial(resource_request, session)
         self._waiting[resource_request].append(trial)
         self._ask(trial)

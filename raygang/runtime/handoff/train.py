@@ -28,13 +28,20 @@ from raygang.control.status import GangError
 from raygang.control.tasks import first_set
 from raygang.core.resources import Resources
 from raygang.runtime.handoff.budget import Budget, HandoffFailed, check_group, remove_group
-from raygang.runtime.ray_private import actor_state, group_nodes
+from raygang.runtime.ray_private import JOB_REQUESTER, dead_requesters, group_nodes
 
 log = logging.getLogger(__name__)
 WATCH_INTERVAL_S = 1.0
 # After its preemption deadline, Train notices on its next poll of the workers (every few
 # seconds) and removes its group itself; only past this much more does raygang remove it.
 TRAIN_TEARDOWN_S = 20.0
+
+
+def requester_name(requester: str) -> str:
+    """Who claims a session's groups, in words: a Train controller, or a Tune sweep's
+    driver (its trials' requester)."""
+    return "the Ray Tune driver" if requester.startswith(JOB_REQUESTER) \
+        else "the Ray Train controller"
 
 
 class TrainSession:
@@ -210,9 +217,10 @@ class TrainSession:
     def check_controller(self) -> None:
         """MemberFailure (final) if the run's controller is dead: nothing will claim,
         adopt or release for it any more."""
-        if self.controller_id and actor_state(self.controller_id) == "DEAD":
-            raise MemberFailure(GangError(error_type="ControllerDied",
-                                          message="the Ray Train controller died"), final=True)
+        if self.controller_id and dead_requesters({self.controller_id}):
+            raise MemberFailure(GangError(
+                error_type="ControllerDied",
+                message=f"{requester_name(self.controller_id)} died"), final=True)
 
     async def wait_released(self, timeout: float) -> None:
         await first_set((self.released, self.ended), timeout)
@@ -225,7 +233,7 @@ class TrainSession:
             return
         if self.preempt_deadline_ms:
             left = self.preempt_deadline_ms / 1000 - time.time() + TRAIN_TEARDOWN_S
-            alive = self.controller_id is None or actor_state(self.controller_id) != "DEAD"
+            alive = self.controller_id is None or not dead_requesters({self.controller_id})
             if alive and left > 0:
                 await self.wait_released(left)
         if self.pg_id is not None and group_nodes(self.pg_id) is not None:

@@ -18,8 +18,8 @@ from raygang.control.status import MemberStatus
 from raygang.core.gang import GangState
 from raygang.core.spec import GangSpec
 from raygang.runtime.handoff.budget import HandoffFailed
-from raygang.runtime.handoff.train import TrainSession
-from raygang.runtime.ray_private import actor_state
+from raygang.runtime.handoff.train import TrainSession, requester_name
+from raygang.runtime.ray_private import dead_requesters
 from raygang.runtime.scheduler.cluster import RayCluster
 
 POLL_S = 0.2
@@ -38,16 +38,24 @@ class TrainDesk:
             self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
 
     async def _sweep(self) -> None:
-        """A run waiting in the queue whose controller died (its driver was stopped) will
-        never claim: cancel it rather than admit it (an admitted one fails by itself)."""
+        """A run waiting in the queue whose requester died (a Train controller, its driver
+        stopped; a Tune sweep's driver) will never claim: cancel it rather than admit it (an
+        admitted one fails by itself). One look at the GCS per sweep, off the loop."""
         while True:
             await asyncio.sleep(SWEEP_S)
-            for record in self._plane.registry.unfinished():
-                controller = kinds.of(record.kind).requester(record.workload)
-                if controller and record.state is GangState.PENDING \
-                        and actor_state(controller) == "DEAD":
-                    await self._plane.cancel(record.gang_id,
-                                             "the Ray Train controller died while it waited")
+            waiting = {record.gang_id: requester for record in self._plane.registry.unfinished()
+                       if record.state is GangState.PENDING
+                       and (requester := kinds.of(record.kind).requester(record.workload))}
+            if not waiting:
+                continue
+            try:
+                dead = await asyncio.to_thread(dead_requesters, set(waiting.values()))
+            except Exception:  # noqa: BLE001 - the GCS did not answer: no decision
+                continue
+            for gang_id, requester in waiting.items():
+                if requester in dead:
+                    await self._plane.cancel(
+                        gang_id, f"{requester_name(requester)} died while it waited")
 
     async def open(self, spec: GangSpec, parent: str | None, controller: str | None,
                    key: str) -> str:
