@@ -6,11 +6,16 @@ outage may have lost.
   is listed and removed. A teardown during the outage waits for the GCS, but one whose
   removal was given up on (an outage longer than Ray's request timeout, 60 s) left its
   parts there, and so did a creation the GCS finished after its caller gave up.
-- **Lost starts** (`lost_starts`): a start under way when the cluster answers again, with
-  members the run shows as never started LOST_START_S later (`GangRun.lost_members`: on
-  Ray, a member whose creation its GCS lost while scheduling it), goes back in line at
-  once, with no restart counted. Left alone, it would hold its capacity until its
-  startup timeout (10 min by default), then fail.
+- **Lost starts** (`watch_starts`): a start under way when the cluster answers again, or
+  begun within WATCH_S after, with members the run shows as never started LOST_START_S
+  into it (`GangRun.lost_members`: on Ray, a member whose creation its GCS lost while
+  scheduling it), goes back in line at once, with no restart counted. Left alone, it
+  would hold its capacity until its startup timeout (10 min by default), then fail. The
+  same watch follows a restart of the scheduler's own process with gangs to recover: a
+  head replaced (KubeRay's head pod deleted) restarts it with no outage it could see, and
+  its first starts, made while the new GCS takes its nodes back, were seen lost there
+  (the chaos soak, tests/e2e/chaos_scenario.py: members PENDING_CREATION with no process
+  for minutes, their group CREATED).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from raygang.control.driver import GangDriver
 from raygang.control.fleet import Fleet
 from raygang.control.ports import Cluster
 from raygang.control.registry import Registry
@@ -30,6 +36,8 @@ log = logging.getLogger(__name__)
 # How long after an outage a start may take before members the cluster shows as never
 # started are taken for lost (a worker process starts in 1-3 s here, more under load).
 LOST_START_S = 30.0
+WATCH_S = 60.0  # how long after the cluster answers again new starts are watched too
+CHECK_EVERY_S = 2.0
 STARTING = (GangState.ADMITTED, GangState.RESERVED, GangState.STARTING)
 
 
@@ -47,13 +55,55 @@ class AfterOutage:
         # machine) looks again, finds nothing, and would hide what the real one removed
         self.last: dict[str, Any] | None = None
         self._removed_in_all = 0
+        self._watch_until = float("-inf")
+        self._when = ""
+        self._watcher: asyncio.Task[Any] | None = None
 
     def answers_again(self, lasted: float) -> None:
         """The cluster answers again after `lasted` seconds without."""
         self._spawn(self.sweep(lasted))
-        starting = [r.gang_id for r in self._fleet if r.state in STARTING]
-        if starting:
-            self._spawn(self.lost_starts(starting))
+        self.watch_starts("in an outage")
+
+    def watch_starts(self, when: str) -> None:
+        """Watch the starts under way now and those begun in the next WATCH_S for members
+        lost `when` (words for the requeue's reason)."""
+        self._watch_until = max(self._watch_until, self._clock() + WATCH_S)
+        self._when = when
+        if self._watcher is None or self._watcher.done():
+            self._watcher = self._spawn(self._watch())
+
+    async def _watch(self) -> None:
+        """Each start seen is looked at once, LOST_START_S after it was first seen; the
+        watch ends once the window has closed and every start seen was looked at."""
+        seen: dict[str, tuple[GangDriver | None, float]] = {}  # gang id -> (its driver, first seen at)
+        while True:
+            now = self._clock()
+            if now <= self._watch_until:
+                for record in self._fleet:
+                    driver = self._fleet.driver(record.gang_id)
+                    known = seen.get(record.gang_id)
+                    if record.state in STARTING and (known is None or known[0] is not driver):
+                        seen[record.gang_id] = (driver, now)  # a new start (or attempt)
+            due = [g for g, (_, at) in seen.items() if now - at >= LOST_START_S]
+            for gang_id in due:
+                await self._give_up_if_lost(gang_id, seen.pop(gang_id)[0])
+            if not seen and now > self._watch_until:
+                return
+            await asyncio.sleep(CHECK_EVERY_S)
+
+    async def _give_up_if_lost(self, gang_id: str, driver: GangDriver | None) -> None:
+        if driver is None or self._fleet.driver(gang_id) is not driver \
+                or driver.record.state not in STARTING:
+            return  # started, ended, or another attempt (watched on its own)
+        try:
+            lost = await asyncio.to_thread(driver.run.lost_members)
+        except Exception:  # noqa: BLE001 - cannot tell: no decision
+            log.warning("could not read %s's members", gang_id, exc_info=True)
+            return
+        if lost and self._fleet.driver(gang_id) is driver:
+            driver.give_up_start(
+                f"the cluster lost the start of member(s) {', '.join(lost)} {self._when} "
+                f"(not started {LOST_START_S:g}s into the start)")
 
     async def sweep(self, lasted: float) -> int:
         """Remove the parts (member actors, placement groups) of known gangs no longer
@@ -77,21 +127,3 @@ class AfterOutage:
             log.warning("after an outage of %.1f s: removed %d parts of gangs raygang no "
                         "longer drives", lasted, removed)
         return removed
-
-    async def lost_starts(self, gang_ids: list[str]) -> None:
-        """Give up the starts of `gang_ids` (starting when the cluster answered again)
-        whose run shows members lost LOST_START_S later."""
-        await asyncio.sleep(LOST_START_S)
-        for gang_id in gang_ids:
-            driver = self._fleet.driver(gang_id)
-            if driver is None or driver.record.state not in STARTING:
-                continue
-            try:
-                lost = await asyncio.to_thread(driver.run.lost_members)
-            except Exception:  # noqa: BLE001 - cannot tell: no decision
-                log.warning("could not read %s's members", gang_id, exc_info=True)
-                continue
-            if lost and self._fleet.driver(gang_id) is driver:
-                driver.give_up_start(
-                    f"the cluster lost the start of member(s) {', '.join(lost)} in an "
-                    f"outage (not started {LOST_START_S:g}s after the GCS answered again)")

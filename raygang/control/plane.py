@@ -153,6 +153,8 @@ class ControlPlane:
                 await asyncio.sleep(STORE_RETRY_S)
         for record in list(self.fleet):  # adopted inside a job adopted before them
             self.inside.recovered(record)
+        if self.recovery.get("gangs"):  # a restart: perhaps of a head replaced meanwhile
+            self.loop.after_outage.watch_starts("after the scheduler restarted")
         self._recovered.set()
         self.start()
         self.loop.wake()

@@ -126,6 +126,42 @@ def test_a_start_the_outage_lost_is_given_up_and_requeued_with_no_restart_counte
     run(scenario)
 
 
+def test_a_start_begun_just_after_an_outage_and_lost_is_given_up_too():
+    """The GCS that just came back may lose creations while it takes its nodes back: a
+    start begun within WATCH_S after the cluster answers again is watched as well."""
+    from raygang.control.outage import LOST_START_S, WATCH_S
+
+    async def scenario():
+        cluster = make_cluster("n0: GPU=6")
+        plane = make_plane(cluster)
+        running = await submit(plane, "running", "2xGPU=1", seconds=None)
+        await wait_for(plane, running, S.RUNNING)
+        cluster.outage = True
+        await asyncio.sleep(sight.PROBE_EVERY_S + 1.0)
+        assert (await plane.ping())["unreachable"] is not None
+        cluster.outage = False
+        await asyncio.sleep(WATCH_S / 2)
+        cluster.losing_creations = True
+        late = await submit(plane, "late", "2xGPU=1", seconds=None)
+        await wait_for(plane, late, S.STARTING)
+        await asyncio.sleep(1.0)
+        cluster.losing_creations = False
+        status = await wait_for(plane, late, S.RUNNING, timeout=LOST_START_S + 10.0)
+        assert status.restarts == 0, status
+        requeued = [e.reason for e in status.events if e.to_state is S.PENDING][-1]
+        assert "lost the start of member(s)" in requeued and "in an outage" in requeued
+        # Past the window, a lost start is left to its startup timeout: no outage, no watch
+        await asyncio.sleep(WATCH_S)
+        cluster.losing_creations = True
+        later = await submit(plane, "later", "2xGPU=1", seconds=None)
+        await wait_for(plane, later, S.STARTING)
+        await asyncio.sleep(LOST_START_S + 5.0)
+        assert (await plane.status(later)).state is S.STARTING
+        await plane.shutdown()
+
+    run(scenario, virtual_s=240.0)
+
+
 def test_a_slow_start_after_an_outage_is_left_alone():
     """Members that started (the run shows none lost) are never taken for lost."""
     from raygang.control.outage import LOST_START_S

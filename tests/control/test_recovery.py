@@ -22,7 +22,7 @@ from tests.control.harness import make_plane, moves, submit, wait_for
 from tests.unit.builders import spec
 
 
-def crash_and_restart(cluster, before, after):
+def crash_and_restart(cluster, before, after, after_s: float = 30):
     """Run `before(plane)` on a first plane, abandon it, run `after(plane)` on a second;
     both loops in the same virtual time as the cluster."""
     store = MemoryStore()
@@ -33,7 +33,7 @@ def crash_and_restart(cluster, before, after):
         second_loop = VirtualTimeLoop(cluster.clock, wall_limit_s=30)
         try:
             second = make_plane_in(second_loop, cluster, store)
-            second_loop.run_until_complete(asyncio.wait_for(after(second, ids), 30))
+            second_loop.run_until_complete(asyncio.wait_for(after(second, ids), after_s))
             stuck = second_loop.run_until_complete(second.close())
             assert not stuck, f"tasks that did not end when cancelled: {stuck}"
         finally:
@@ -161,3 +161,36 @@ def test_gangs_inside_a_job_lost_while_the_scheduler_was_down_are_cancelled():
         await plane.shutdown()
 
     crash_and_restart(cluster, before, after)
+
+
+def test_a_restarted_scheduler_gives_up_its_first_starts_that_the_cluster_lost():
+    """A head replaced restarts the scheduler with no outage it could see; its first
+    starts, made while the new GCS takes its nodes back, may be lost (Ray 2.60 keeps the
+    members PENDING_CREATION with no process): they are given up LOST_START_S into the
+    start and go back in line, with no restart counted (the chaos soak found this)."""
+    from raygang.control.outage import LOST_START_S
+
+    cluster = make_cluster("n0: GPU=4")
+
+    async def before(plane):
+        cluster.losing_creations = True
+        caught = await submit(plane, "caught", "2xGPU=1", seconds=None)
+        await wait_for(plane, caught, S.STARTING)
+        await asyncio.sleep(0.05)  # the writer task writes the latest states
+        return {"caught": caught}
+
+    async def after(plane, ids):
+        await plane.ready()
+        assert plane.recovery["requeued"] == 1, plane.recovery
+        await wait_for(plane, ids["caught"], S.STARTING)  # requeued, started again
+        await asyncio.sleep(1.0)
+        cluster.losing_creations = False
+        status = await wait_for(plane, ids["caught"], S.RUNNING,
+                                timeout=LOST_START_S + 10.0)
+        assert status.restarts == 0, status
+        reasons = [e.reason for e in status.events if e.to_state is S.PENDING]
+        assert "lost the start of member(s)" in reasons[-1], reasons
+        assert "after the scheduler restarted" in reasons[-1], reasons
+        await plane.shutdown()
+
+    crash_and_restart(cluster, before, after, after_s=LOST_START_S + 30)
