@@ -173,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
             "failed_without_reason": failed_without_reason,
             "leaked": [str(x) for x in left] if left else [], "short": short,
             "restarts": sum(r.status().restarts for r in refs),
+            # starts the cluster lost in a GCS fault, given up and made again (control/outage)
+            "lost_starts": sum("lost the start" in (e.reason or "")
+                               for r in refs for e in r.status().events),
             "chaos_errors": errors[:10], "seconds": round(time.monotonic() - t0, 1),
             "stuck": stuck,
         }
