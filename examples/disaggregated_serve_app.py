@@ -1,15 +1,19 @@
-"""Disaggregated serving on Ray Serve as one gang: a router, 2 prefill replicas and a decode
-replica of 2 GPUs (tensor parallel 2), deployed under contention with a training gang.
+"""Disaggregated serving on Ray Serve as one gang: a router, prefill replicas and decode
+replicas of 2 GPUs (tensor parallel 2), deployed under contention with a training gang, and
+scaled in whole prefill:decode ratio steps.
 
 The application is Serve LLM's prefill/decode shape (`build_pd_openai_app`: ingress ->
 decode -> prefill; each replica one placement group of TP x PP bundles), with stub models:
-3 deployments, 4 GPUs. A training gang holds 2 of the cluster's 4 GPUs. The 2 free ones
-would fit both prefill replicas, but an app with prefill and no decode serves nothing:
-raygang admits the application whole or not at all. At the training gang's priority it
-waits, holding nothing; as `inference` it preempts the training gang (whole, after its
-checkpoint), and every deployment comes up on the nodes raygang reserved for it. A request
-goes through the router to decode, which asks prefill first. After `undeploy`, the training
-gang resumes from its checkpoint.
+3 deployments, at least 2 prefill replicas of 1 GPU and 1 decode replica of 2 GPUs. A
+training gang in queue `research` holds 6 of the cluster's 8 GPUs. The 2 free ones would fit both prefill
+replicas, but an app with prefill and no decode serves nothing: raygang admits the
+application whole or not at all. At the training gang's priority it waits, holding
+nothing; as `inference` it preempts the training gang (whole, after its checkpoint), and
+every deployment comes up on the nodes raygang reserved for it. A request goes through the
+router to decode, which asks prefill first. Prefill (2 to 4 replicas) and decode (1 to 2)
+are elastic with a ratio of 2:1: the app grows by whole steps of 2 prefill and 1 decode
+replica, never prefill alone. After `undeploy`, the training gang resumes from its
+checkpoint.
 
     python examples/disaggregated_serve_app.py
 """
@@ -24,6 +28,7 @@ from pathlib import Path
 
 import ray
 from ray import serve
+from ray.util import placement_group_table
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 import raygang
@@ -33,7 +38,7 @@ from local_cluster import connect
 CHECKPOINTS = Path(tempfile.mkdtemp(prefix="raygang-ckpt-"))
 
 
-@raygang.gang_task(replicas=2, num_gpus=1, num_cpus=0, preemption_grace_s=10,
+@raygang.gang_task(replicas=2, num_gpus=3, num_cpus=0, preemption_grace_s=10,
                    max_concurrency=2)  # progress() while run() runs
 class Trainer:
     def __init__(self):
@@ -113,12 +118,24 @@ def gpus_free() -> float:
     return ray.available_resources().get("GPU", 0)
 
 
+def serving_replicas(app_name: str) -> dict[str, int]:
+    """Serve's own count of each deployment's RUNNING replicas."""
+    deployments = serve.status().applications[app_name].deployments
+    return {name: d.replica_states.get("RUNNING", 0) for name, d in deployments.items()}
+
+
+def roles(status) -> str:
+    return ", ".join(f"{r.role} {r.size}" for r in sorted(status.roles, key=lambda r: r.role))
+
+
 def main() -> None:
-    connect(num_cpus=4, num_gpus=4)
-    raygang.start()
-    training = Trainer.options(name="training").remote()
+    connect(num_cpus=4, num_gpus=8)
+    # Training in a queue of its own: a pending gang holds back growth only in its own queue
+    raygang.start(raygang.SchedulerConfig(queues=[raygang.QueueSpec(name="default"),
+                                                  raygang.QueueSpec(name="research")]))
+    training = Trainer.options(name="training", queue="research").remote()
     wait_for(training, "RUNNING")
-    print(f"training RUNNING on 2 GPUs; {gpus_free():g} GPUs free")
+    print(f"training RUNNING on 6 GPUs; {gpus_free():g} GPUs free")
 
     # Same priority as training: it may not preempt, and it does not fit beside it.
     pd = raygang.deploy("pd", app, priority="training")
@@ -130,12 +147,15 @@ def main() -> None:
           f"{gpus_free():g} GPUs free: nothing held, not even prefill's 2")
     raygang.undeploy("pd")
 
-    # As inference: the training gang is preempted whole, the app comes up whole.
+    # As inference: the training gang is preempted whole, the app comes up whole, at its
+    # minimum, then grows in whole steps of 2 prefill + 1 decode replica while room is free.
     started = time.time()
-    pd = raygang.deploy("pd", app)  # priority "inference"
+    pd = raygang.deploy("pd", app, ratio={"Prefill": 2, "Decode": 1},
+                        deployments={"Prefill": {"replicas": (2, 4)},
+                                     "Decode": {"replicas": (1, 2)}})  # priority "inference"
     status = pd.ready(timeout=180)
-    print(f"pd as inference: {status.state.value} in {time.time() - started:.1f}s; "
-          f"{gpus_free():g} GPUs free")
+    print(f"pd as inference: {status.state.value} in {time.time() - started:.1f}s "
+          f"({roles(status)})")
     for member in sorted(status.members, key=lambda m: m.rank):
         print(f"  {member.role}-{member.index} on node {member.node_id[:8]}")
     url = "http://127.0.0.1:8000/pd?prompt=hello%20gang"
@@ -143,6 +163,18 @@ def main() -> None:
         answer = json.loads(response.read())
     print(f"router -> decode -> prefill: {answer['text']!r}; decode's 2 TP ranks on one "
           f"node: {answer['tp_on_one_node']}")
+    deadline = time.time() + 180
+    while True:  # until Serve runs the grown replicas
+        status = pd.status()
+        if serving_replicas("pd") == {"Decode": 2, "Prefill": 4, "Router": 1}:
+            break
+        assert time.time() < deadline, (roles(status), serving_replicas("pd"))
+        time.sleep(0.2)
+    grown = next(r for r in status.roles if r.role == "Prefill")
+    print(f"pd grew one ratio step of {grown.step} prefill + 1 decode, serving "
+          f"{time.time() - started:.1f}s after deploy ({roles(status)}); "
+          f"{gpus_free():g} GPUs free")
+    print(f"  why no further: {grown.grow_reason}")
     victim = wait_for(training, "PENDING")
     print(f"training {victim.state.value} (preemptions {victim.preemptions}): "
           f"{victim.reason.split(';')[0]}")
@@ -153,6 +185,14 @@ def main() -> None:
     print(f"pd undeployed; training RUNNING again, same id {resumed.gang_id == training.gang_id}, "
           f"resumed from its checkpoint: {all(s > 0 for s in steps)}")
     training.cancel()
+    deadline = time.time() + 60
+    while (left := [g for g in placement_group_table().values()
+                    if g["name"].startswith("raygang-") and g["state"] != "REMOVED"]) \
+            or gpus_free() < 8:
+        assert time.time() < deadline, (left, gpus_free())
+        time.sleep(0.2)
+    print(f"training cancelled: no raygang placement group left, all {gpus_free():g} GPUs "
+          "free again")
     raygang.shutdown()
     serve.shutdown()  # else the local cluster's exit waits a long time on Serve's actors
 
