@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable, Iterator
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from functools import cached_property
 from typing import Annotated, NamedTuple, Protocol, TypeVar
 
@@ -310,6 +311,20 @@ class GangSpec(BaseModel):
         """The members beyond the minimum, in the order they grow in: rank order, but a
         ratio step's members together (`surplus_units`)."""
         return tuple(self.slots_by_name[m] for unit in self.surplus_units for m in unit)
+
+    def surplus_running(self, running: Mapping[str, int]) -> tuple[MemberSlot, ...]:
+        """The surplus members of a gang found running `running[role]` members per role (a
+        restarted scheduler reads them back from what runs): whole units only, in growth
+        order, while each role has members left beyond its minimum to fill them."""
+        left = {r.name: running.get(r.name, 0) - r.minimum for r in self.roles}
+        found: list[MemberSlot] = []
+        for unit in self.surplus_units:
+            needs = Counter(self.slots_by_name[m].role for m in unit)
+            if all(left[role] >= n for role, n in needs.items()):
+                found.extend(self.slots_by_name[m] for m in unit)
+                for role, n in needs.items():
+                    left[role] -= n
+        return tuple(found)
 
     @cached_property
     def min_bundles(self) -> tuple[Resources, ...]:

@@ -1,6 +1,7 @@
 """A Serve application of elastic deployments with a ratio (issue 31, point 2), on Ray: it
 grows and shrinks in whole steps of 2 prefill replicas and 1 decode replica, each
 deployment on its own role's node, and never holds prefill surplus without decode's.
+A restarted scheduler adopts it grown, and gives the step up as before.
 The shared cluster has 8 GPUs (two workers of 4)."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import raygang
 from raygang import GangState
 from raygang.runtime import serving
 from tests.integration import leaks
-from tests.integration.helpers import wait_state, wait_until
+from tests.integration.helpers import restart_scheduler, wait_state, wait_until
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0, "num_gpus": 0.5},
@@ -100,6 +101,16 @@ def test_an_application_grows_and_shrinks_in_whole_ratio_steps(ray_cluster, http
         assert all("at its maximum" in r.grow_reason for r in status.roles), status.roles
         [node] = _gpu_nodes("pd")
         assert _ask(http_port) == "gnag"
+
+        # A restarted scheduler adopts it as it is, surplus step included: nothing started
+        # again, the same replicas serving, and the step still its own to give up below.
+        restart_scheduler()
+        status = wait_until(lambda: (s := pd.status()).state is GangState.RUNNING and any(
+            e.reason.startswith("adopted by the restarted scheduler") for e in s.events) and s,
+            timeout=60)
+        assert {r.role: r.size for r in status.roles} == {"Prefill": 3, "Decode": 2}, status
+        assert status.restarts == 0 and status.preemptions == 0
+        assert _gpu_nodes("pd") == {node} and _ask(http_port) == "gnag"
 
         # A more urgent deployment needs 2 GPUs on one node: the whole step goes (2 prefill
         # and 1 decode replicas), not the hold and not the application.

@@ -56,6 +56,21 @@ def test_a_ratio_cuts_the_surplus_in_steps_in_the_order_they_grow():
     assert plain.ratio_steps == tuple((f"prefill-{i}",) for i in range(1, 5))
 
 
+def test_the_surplus_found_running_is_whole_steps_only():
+    """What a restarted scheduler books of a gang it adopts, from the members found running
+    per role: whole steps, in growth order; a step half there (a resize under way) is not
+    booked, and a role's own units count apart from the ratio's."""
+    spec = pd_spec(roles=[{"name": "router", "replicas": (1, 3)}])
+    names = lambda running: [s.name for s in spec.surplus_running(running)]  # noqa: E731
+    assert names({"prefill": 1, "decode": 1, "router": 1}) == []
+    assert names({"prefill": 3, "decode": 2, "router": 1}) == list(STEP_1)
+    assert names({"prefill": 5, "decode": 2, "router": 2}) == [*STEP_1, "router-1"]
+    assert names({"prefill": 4, "decode": 3, "router": 3}) == [*STEP_1, "router-1",
+                                                               "router-2"]  # step 2 half
+    assert names({"prefill": 5, "decode": 3}) == [*STEP_1, *STEP_2]
+    assert names({}) == []
+
+
 @pytest.mark.parametrize("fields, field, message", [
     ({"ratio": {"encode": 1}}, "ratio",
      "role 'encode' is not one of the gang's roles (they are: prefill, decode)"),

@@ -31,17 +31,26 @@ def adopt(host: Host, record: GangRecord, leftovers: RayLeftovers) -> ServeLaunc
     name = served.deployment.name
     if serving.app_lost(name) is not None:
         return None
-    surplus = {}
+    surplus: dict[str, str] = {}
+    running: dict[str | None, list[str]] = {}  # deployment (None: the ingress) -> nodes
     if record.spec.elastic:  # its replicas beyond the minimum, as Serve runs them
-        nodes = serving.replica_nodes(name) or []
-        extra = record.spec.surplus_slots[:max(0, len(nodes) - len(record.nodes))]
-        surplus = {slot.name: "" for slot in extra}  # where: followed just below
+        roles = served.deployment.roles  # deployment -> role (an app of several)
+        if roles:
+            found = {d: [node for node, _ in replicas] for d, replicas
+                     in serving.deployment_replicas(name).items() if d in roles}
+            counts = {roles[d]: len(nodes) for d, nodes in found.items()}
+            running = {d: nodes for d, nodes in found.items()}
+        else:
+            running = {None: serving.replica_nodes(name) or []}
+            counts = {record.spec.roles[0].name: len(running[None])}
+        # whole ratio steps only: a step half there (Serve was mid-resize) is not booked
+        surplus = {slot.name: "" for slot in record.spec.surplus_running(counts)}
     launch = ServeLaunch.adopted(record.gang_id, record.spec, served.deployment,
                                  record.nodes, host.serve_http_port, surplus,
                                  moved=record.rebook)
     record.live.surplus = dict(surplus)
-    if surplus:
-        launch.follow(nodes)
+    if surplus:  # where: the books follow where Serve runs them
+        launch.follow_all(running)
     return launch
 
 

@@ -209,10 +209,10 @@ class ServeLaunch:
                         self._set_counts({d: old[d] for d in changed}, timeout))
                     await run_to_completion(back)
                     if not back.cancelled() and back.exception() is None:
-                        self._follow_all(back.result())
+                        self.follow_all(back.result())
                 raise
             self.booked = target
-            return self._follow_all(nodes)
+            return self.follow_all(nodes)
 
     def _counts(self, booked: Mapping[str, str]) -> dict[str | None, int]:
         """Replicas per deployment (None: the ingress, the only one resized in an
@@ -235,7 +235,8 @@ class ServeLaunch:
         found = await serving.scale(name, {d: n for d, n in counts.items() if d}, timeout)
         return {d: nodes for d, nodes in found.items()}
 
-    def _follow_all(self, nodes: Mapping[str | None, Sequence[str]]) -> list[str]:
+    def follow_all(self, nodes: Mapping[str | None, Sequence[str]]) -> list[str]:
+        """`follow` for each deployment (None: the ingress of an app of one) of `nodes`."""
         if None in nodes:
             return self.follow(nodes[None])
         roles = self.deployment.roles
