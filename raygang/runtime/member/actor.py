@@ -110,9 +110,11 @@ class _SyncControl:
         return outcome
 
     def _raygang_running(self) -> bool:
-        """Whether the body was released and has not ended (a service's ends at once)."""
+        """Whether the body was released and has not ended. A service has no body: none
+        runs, even in the instant between its release and its record (a preemption's reply
+        said "running" there once, on a loaded CI)."""
         started = getattr(self, "_raygang_started", False)  # False before `_raygang_enter`
-        return started and not self._raygang_ended.is_set()
+        return started and not self._raygang_ended.is_set() and self._raygang_body() is not None
 
     def _raygang_keep(self, kind: str, value: Any) -> None:
         self._raygang_outcome = (kind, value)
