@@ -143,15 +143,17 @@ def filler(finish: str) -> None:
         time.sleep(0.2)
 
 
-def test_a_preempted_trial_pauses_with_a_checkpoint_and_resumes_from_it(
-        ray_cluster, http_port, tmp_path: Path):
-    """2 trials x 2 GPUs run; a non-preemptible gang holds the other 4 GPUs; a Serve
-    deployment of 2 GPUs in a queue with a quota of 2 GPUs preempts one trial: Tune pauses
-    it with its checkpoint, its gang waits in the queue (PREEMPTED, then PENDING) and is
-    admitted again once the deployment is undeployed; the trial resumes from its
-    checkpoint, not from the start."""
-    import httpx
+@raygang.gang_task(num_gpus=2, priority="inference", queue="team-a")
+def urgent(seconds: float) -> None:
+    time.sleep(seconds)
 
+
+def test_a_preempted_trial_pauses_with_a_checkpoint_and_resumes_from_it(ray_cluster,
+                                                                        tmp_path: Path):
+    """2 trials x 2 GPUs run; a non-preemptible gang holds the other 4 GPUs; an urgent gang
+    in a queue with a quota of 2 GPUs preempts one trial: Tune pauses it with its checkpoint,
+    its gang waits in the queue (PREEMPTED, then PENDING) and is admitted again once the
+    urgent gang ends; the trial resumes from its checkpoint, not from the start."""
     sweep, box, steps_file = resumable_sweep(tmp_path, "pre", steps=16, trials=2)
 
     def trial_gangs():
@@ -162,14 +164,7 @@ def test_a_preempted_trial_pauses_with_a_checkpoint_and_resumes_from_it(
     finish = tmp_path / "finish"
     held = filler.remote(str(finish))
     held.ready(timeout=60)
-    served = raygang.deploy("urgent", "raygang.demo:echo", replicas=1, num_gpus=2,
-                            num_cpus=0, queue="team-a")  # priority: inference
-    try:
-        served.ready(timeout=120)
-        answer = httpx.get(f"http://127.0.0.1:{http_port}/urgent", timeout=30)
-        assert answer.status_code == 200, answer.text
-    finally:
-        raygang.undeploy("urgent")
+    assert urgent.remote(3.0).wait(timeout=90).state.value == "SUCCEEDED"
     finish.touch()
     assert held.wait(timeout=30).state.value == "SUCCEEDED"
     sweep.join(timeout=120)
