@@ -75,14 +75,15 @@ class AfterOutage:
     async def _watch(self) -> None:
         """Each start seen is looked at once, LOST_START_S after it was first seen; the
         watch ends once the window has closed and every start seen was looked at."""
-        seen: dict[str, tuple[GangDriver | None, float]] = {}  # gang id -> (its driver, first seen at)
+        seen: dict[str, tuple[GangDriver, float]] = {}  # gang id -> (driver, first seen at)
         while True:
             now = self._clock()
             if now <= self._watch_until:
                 for record in self._fleet:
                     driver = self._fleet.driver(record.gang_id)
                     known = seen.get(record.gang_id)
-                    if record.state in STARTING and (known is None or known[0] is not driver):
+                    if driver is not None and record.state in STARTING \
+                            and (known is None or known[0] is not driver):
                         seen[record.gang_id] = (driver, now)  # a new start (or attempt)
             due = [g for g, (_, at) in seen.items() if now - at >= LOST_START_S]
             for gang_id in due:
@@ -91,9 +92,8 @@ class AfterOutage:
                 return
             await asyncio.sleep(CHECK_EVERY_S)
 
-    async def _give_up_if_lost(self, gang_id: str, driver: GangDriver | None) -> None:
-        if driver is None or self._fleet.driver(gang_id) is not driver \
-                or driver.record.state not in STARTING:
+    async def _give_up_if_lost(self, gang_id: str, driver: GangDriver) -> None:
+        if self._fleet.driver(gang_id) is not driver or driver.record.state not in STARTING:
             return  # started, ended, or another attempt (watched on its own)
         try:
             lost = await asyncio.to_thread(driver.run.lost_members)

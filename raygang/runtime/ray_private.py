@@ -415,8 +415,8 @@ _ENDED_JOBS: dict[str, Any] = {"at": float("-inf"), "ended": frozenset()}
 
 def dead_requesters(requesters: set[str]) -> set[str]:
     """Those of `requesters` the GCS knows to be dead: an actor DEAD, a driver's job ended
-    (Ray marks it so when the driver's process exits, killed or not). Blocking: one read of
-    the job table for every driver among them."""
+    (Ray marks it so when the driver's process exits, killed or not). Blocking: with
+    drivers among them, at most one read of the job table every JOBS_READ_S."""
     from ray._private.state import state
 
     jobs = {r for r in requesters if r.startswith(JOB_REQUESTER)}
