@@ -23,6 +23,7 @@ import raygang
 from tests.integration.helpers import restart_scheduler, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
+GATE_STEP = 3  # a gated trial (`resumable`) takes steps 0-3, then waits for its gate
 
 
 def trial(config):
@@ -101,24 +102,31 @@ def gang_stories(gangs) -> list:
 
 
 def resumable(config):
-    """Steps of 0.5 s on 2 (virtual) GPUs, a checkpoint at each; resumes from the last."""
+    """Steps of 0.5 s on 2 (virtual) GPUs, a checkpoint at each; resumes from the last.
+    With a `gate` (a path), no step past GATE_STEP is taken until that file exists: the
+    trial reports its last step again every 0.5 s meanwhile, so Tune can still pause it."""
     start = 0
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as kept:
             start = json.loads((Path(kept) / "state.json").read_text())["step"] + 1
-    for step in range(start, config["steps"]):
+    step = start
+    while step < config["steps"]:
         time.sleep(0.5)
-        with open(config["steps_file"], "a") as steps:
-            steps.write(f"{config['x']} {step}\n")
+        gated = step > GATE_STEP and config.get("gate") and not Path(config["gate"]).exists()
+        done = step - 1 if gated else step
+        if not gated:
+            with open(config["steps_file"], "a") as steps:
+                steps.write(f"{config['x']} {step}\n")
+            step += 1
         with tempfile.TemporaryDirectory() as here:
-            (Path(here) / "state.json").write_text(json.dumps({"step": step}))
-            tune.report({"step": step, "resumed_at": start},
+            (Path(here) / "state.json").write_text(json.dumps({"step": done}))
+            tune.report({"step": done, "resumed_at": start},
                         checkpoint=Checkpoint.from_directory(here))
 
 
-def resumable_sweep(tmp_path: Path, name: str, steps: int, trials: int
-                    ) -> tuple[threading.Thread, dict, Path]:
+def resumable_sweep(tmp_path: Path, name: str, steps: int, trials: int,
+                    gate: Path | None = None) -> tuple[threading.Thread, dict, Path]:
     """`raygang.tune` of `trials` resumable trials (2 GPUs each) in queue `sweep`, started
     in a thread: the thread, a box that holds its "results" once it ends, and the file
     each trial's steps are written to."""
@@ -127,7 +135,8 @@ def resumable_sweep(tmp_path: Path, name: str, steps: int, trials: int
     steps_file.touch()
     tuner = Tuner(trainable, param_space={"steps": steps,
                                           "x": tune.grid_search(list(range(trials))),
-                                          "steps_file": str(steps_file)},
+                                          "steps_file": str(steps_file),
+                                          "gate": str(gate) if gate else None},
                   run_config=RunConfig(name=name, storage_path=str(tmp_path), verbose=0))
     box: dict = {}
     sweep = threading.Thread(target=lambda: box.update(
@@ -143,18 +152,20 @@ def filler(finish: str) -> None:
         time.sleep(0.2)
 
 
-@raygang.gang_task(num_gpus=2, priority="inference", queue="team-a")
-def urgent(seconds: float) -> None:
-    time.sleep(seconds)
+def test_a_preempted_trial_pauses_with_a_checkpoint_and_resumes_from_it(
+        ray_cluster, http_port, tmp_path: Path):
+    """2 trials x 2 GPUs run; a non-preemptible gang holds the other 4 GPUs; a Serve
+    deployment of 2 GPUs in a queue with a quota of 2 GPUs preempts one trial: Tune pauses
+    it with its checkpoint, its gang waits in the queue (PREEMPTED, then PENDING) and is
+    admitted again once the deployment is undeployed; the trial resumes from its
+    checkpoint, not from the start. The trials wait at step GATE_STEP until the deployment
+    is gone: a Serve start on a loaded machine may outlast a whole trial, and the
+    deployment must find both still running (a CI run: both trials had ended, nothing was
+    preempted)."""
+    import httpx
 
-
-def test_a_preempted_trial_pauses_with_a_checkpoint_and_resumes_from_it(ray_cluster,
-                                                                        tmp_path: Path):
-    """2 trials x 2 GPUs run; a non-preemptible gang holds the other 4 GPUs; an urgent gang
-    in a queue with a quota of 2 GPUs preempts one trial: Tune pauses it with its checkpoint,
-    its gang waits in the queue (PREEMPTED, then PENDING) and is admitted again once the
-    urgent gang ends; the trial resumes from its checkpoint, not from the start."""
-    sweep, box, steps_file = resumable_sweep(tmp_path, "pre", steps=16, trials=2)
+    gate = tmp_path / "gate"
+    sweep, box, steps_file = resumable_sweep(tmp_path, "pre", steps=16, trials=2, gate=gate)
 
     def trial_gangs():
         return [g for g in raygang.list_gangs() if g.name.startswith("pre-")]
@@ -164,7 +175,17 @@ def test_a_preempted_trial_pauses_with_a_checkpoint_and_resumes_from_it(ray_clus
     finish = tmp_path / "finish"
     held = filler.remote(str(finish))
     held.ready(timeout=60)
-    assert urgent.remote(3.0).wait(timeout=90).state.value == "SUCCEEDED"
+    served = raygang.deploy("urgent", "raygang.demo:echo", replicas=1, num_gpus=2,
+                            num_cpus=0, queue="team-a")  # priority: inference
+    try:
+        served.ready(timeout=120)
+        assert sorted(g.preemptions for g in trial_gangs()) == [0, 1], \
+            gang_stories(trial_gangs())
+        answer = httpx.get(f"http://127.0.0.1:{http_port}/urgent", timeout=30)
+        assert answer.status_code == 200, answer.text
+    finally:
+        raygang.undeploy("urgent")
+        gate.touch()
     finish.touch()
     assert held.wait(timeout=30).state.value == "SUCCEEDED"
     sweep.join(timeout=120)
