@@ -18,6 +18,10 @@ if TYPE_CHECKING:
 
 NAMESPACE = "raygang"  # of the scheduler actor and every member actor
 SCHEDULER_NAME = "raygang-scheduler"
+# The Train callback named in RAY_TRAIN_CALLBACKS (a raygang job's driver, a sweep's trials),
+# by its public name: Train imports the module and takes the attribute (`raygang`'s lazy
+# export), so the value outlives a move of the module (the old path has a shim too).
+TRAIN_CALLBACK = "raygang.RaygangTrain"
 PREFIX = "raygang-"  # of every placement group, member actor and Ray job raygang creates
 GCS_NAMESPACE = "raygang-state"  # the GCS store's key-value namespace (state.store: gcs)
 NODE_ID_LABEL = "ray.io/node-id"  # Ray's own label: what pins a bundle to a node

@@ -280,7 +280,9 @@ def train_worker(config):
 
 def train_trial(config):
     """A Train V2 trainable: the trial runs a trainer whose worker group (1 worker, 1 GPU)
-    raygang queues in the sweep's queue (`raygang.train`), and reports through Tune."""
+    raygang queues in the sweep's queue, and reports through Tune. Trial 0 is a plain Train
+    script (`trainer.fit()`: the trial's env names raygang's callback); trial 1 calls
+    `raygang.train` itself, whose callback then decides alone."""
     from ray.train import RunConfig as TrainRunConfig
     from ray.train import ScalingConfig
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
@@ -291,13 +293,17 @@ def train_trial(config):
         scaling_config=ScalingConfig(num_workers=1, use_gpu=True),
         run_config=TrainRunConfig(name=f"run-{config['x']}", storage_path=config["storage"],
                                   callbacks=[TuneReportCallback()]))
-    raygang.train(trainer, queue=config["queue"])
+    if config["x"] == 0:
+        trainer.fit()
+    else:
+        raygang.train(trainer, queue=config["queue"])
 
 
 def test_train_v2_trainables_queue_their_worker_groups(ray_cluster, tmp_path: Path):
     """Two trials, each a Train V2 run of 1 GPU, in a queue limited to 1 GPU: each trial is
-    a gang (its CPU), each Train run's worker group a gang of its own in the same queue; the
-    worker groups run one at a time, both trials end, and nothing is left."""
+    a gang (its CPU), each Train run's worker group a gang of its own in the same queue
+    (one only, whether the trainable calls `raygang.train` or not); the worker groups run
+    one at a time, both trials end, and nothing is left."""
     tuner = Tuner(tune.with_resources(train_trial, {"CPU": 1}),
                   param_space={"steps": 4, "x": tune.grid_search([0, 1]), "queue": "load",
                                "storage": str(tmp_path / "train")},

@@ -9,16 +9,21 @@ test_tune.py.
 Windows: a trial's gang preempted once placed but before Tune took it (handed back, queued
 again, placed again: twice over), and cancelled while waiting in the queue, while its
 group is being placed, once placed and not taken, and once taken (`clear`, as Tune does
-when a sweep ends or fails). Each ends with nothing of the trial's left in Ray."""
+when a sweep ends or fails). Each ends with nothing of the trial's left in Ray. And, with a
+real Tuner: a trial preempted while its actor starts, then again while it runs."""
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import ray
+from ray import tune
 from ray.air.execution.resources.request import ResourceRequest
+from ray.tune import PlacementGroupFactory
 from ray.util import placement_group_table
 
 import raygang
@@ -144,3 +149,83 @@ def test_a_trial_cancelled_at_each_point_of_its_hand_off_leaves_nothing(ray_clus
         manager.clear()
     wait_until(lambda: not groups_holding_gpus(), timeout=15)
     wait_until(lambda: ray.available_resources().get("GPU", 0) == 8, timeout=15)
+
+
+class SlowStart(tune.Trainable):
+    """A trial whose actor takes SETUP_S to start (Tune's trial is not RUNNING until its
+    actor's constructor, and so `setup`, returns): steps of 0.5 s, a checkpoint on request,
+    each step written to `steps_file` with the step it resumed from."""
+
+    def setup(self, config):
+        time.sleep(SETUP_S)
+        self.done = 0
+        self.resumed_at = 0
+
+    def step(self):
+        time.sleep(0.5)
+        self.done += 1
+        with open(self.config["steps_file"], "a") as steps:
+            steps.write(f"{self.done} {self.resumed_at}\n")
+        return {"step": self.done, "resumed_at": self.resumed_at}
+
+    def save_checkpoint(self, checkpoint_dir):
+        (Path(checkpoint_dir) / "state.json").write_text(json.dumps({"done": self.done}))
+
+    def load_checkpoint(self, checkpoint_dir):
+        self.done = json.loads((Path(checkpoint_dir) / "state.json").read_text())["done"]
+        self.resumed_at = self.done
+
+
+SETUP_S = 6.0
+
+
+def test_a_trial_preempted_while_its_actor_starts_then_again_while_it_runs(
+        ray_cluster, tmp_path: Path):
+    """One trial of 2 GPUs; 6 of the 8 GPUs held by inference gangs. An urgent gang
+    preempts the trial once its group is placed and its actor is still starting (Tune would
+    never run a trial paused in that window again): raygang's manager waits until it runs,
+    then Tune pauses it (nothing reported, nothing to save). It is resumed once the urgent
+    gang ends, from the start, and preempted a second time while it runs, after steps it
+    reported: paused with a checkpoint, it resumes from it. One gang throughout, preempted
+    twice; the sweep ends, and nothing is left."""
+    finish = tmp_path / "finish"
+    held = [holder.remote(str(finish)), keeper.remote(str(finish))]
+    for gang_ref in held:
+        gang_ref.ready(timeout=60)
+    steps_file = tmp_path / "steps"
+    steps_file.touch()
+    tuner = tune.Tuner(
+        tune.with_resources(SlowStart, PlacementGroupFactory([{"CPU": 1, "GPU": 2}])),
+        param_space={"steps_file": str(steps_file)},
+        run_config=tune.RunConfig(name="slow", storage_path=str(tmp_path), verbose=0,
+                                  stop={"training_iteration": 16}))
+    box: dict = {}
+    sweep = threading.Thread(target=lambda: box.update(
+        results=raygang.tune(tuner, queue="sweep", name="slow")), daemon=True)
+    sweep.start()
+    try:
+        def steps() -> list[list[int]]:
+            return [[int(n) for n in line.split()] for line in
+                    steps_file.read_text().splitlines()]
+        # Placed and handed over; its actor is in `setup` for SETUP_S: no step yet
+        wait_until(lambda: [g.state.value for g in raygang.list_gangs()
+                            if g.name == "slow-1"] == ["RUNNING"], timeout=60)
+        assert steps() == []
+        assert urgent.remote(1.0).wait(timeout=90).state.value == "SUCCEEDED"
+        assert gang("slow-1").preemptions == 1
+        # Resumed once the urgent gang ended: from the start (nothing was saved)
+        wait_until(lambda: len(steps()) >= 2, timeout=90)
+        assert steps()[0] == [1, 0], steps()
+        assert urgent.remote(1.0).wait(timeout=90).state.value == "SUCCEEDED"
+        sweep.join(timeout=120)
+        assert not sweep.is_alive()
+    finally:
+        finish.touch()
+    results = box["results"]
+    assert not results.errors
+    [result] = list(results)
+    assert result.metrics["step"] == 16 and result.metrics["resumed_at"] >= 2, result.metrics
+    assert gang("slow-1").preemptions == 2 and gang("slow-1").state.value == "SUCCEEDED"
+    assert [g.name for g in raygang.list_gangs() if g.name.startswith("slow-")] == ["slow-1"]
+    assert [g.wait(timeout=30).state.value for g in held] == ["SUCCEEDED"] * 2
+    wait_until(lambda: not groups_holding_gpus(), timeout=15)

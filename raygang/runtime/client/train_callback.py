@@ -1,8 +1,10 @@
 """`RaygangTrain`: the Ray Train V2 callback that makes a Train run a raygang gang.
 
 Pass it in `RunConfig(callbacks=[RaygangTrain(queue=..., priority=...)])`, or set
-`RAY_TRAIN_CALLBACKS=raygang.RaygangTrain` (raygang does this for the jobs it starts) to
-use it with no change to the script. It runs in Train's controller:
+`RAY_TRAIN_CALLBACKS=raygang.RaygangTrain` (raygang does this for the jobs it starts and
+for the trials of `raygang.tune`; the queue and priority then come from `RAYGANG_QUEUE`
+and `RAYGANG_PRIORITY`) to use it with no change to the script. Where both are set, the
+one in the run's config decides and the other stands down. It runs in Train's controller:
 
 - before every worker group starts (`on_controller_start_worker_group`) it waits until
   raygang admits the group (queue, priority, quota, preemption) and reserves its bundles,
@@ -67,7 +69,7 @@ class RaygangTrain(ControllerCallback, WorkerGroupCallback):
 
     def __init__(self, queue: str | None = None, priority: int | str | None = None,
                  name: str | None = None, preemption_grace_s: float | None = None,
-                 parent: str | None = None):
+                 parent: str | None = None, key: str | None = None):
         self.queue = queue or os.environ.get("RAYGANG_QUEUE") or "default"
         self.priority = priority if priority is not None else (
             os.environ.get("RAYGANG_PRIORITY") or "training")
@@ -75,6 +77,8 @@ class RaygangTrain(ControllerCallback, WorkerGroupCallback):
         self.preemption_grace_s = preemption_grace_s
         # Made in the driver (RAYGANG_JOB_ID is the raygang job's), sent to the controller.
         self.parent = parent or os.environ.get("RAYGANG_JOB_ID") or None
+        self.key = key or uuid.uuid4().hex  # which instance this is, once sent (see _inert)
+        self._inert = False
         self.session: str | None = None
         self._client: SchedulerClient | None = None
         self._watcher: threading.Thread | None = None
@@ -86,7 +90,7 @@ class RaygangTrain(ControllerCallback, WorkerGroupCallback):
 
     def __reduce__(self):  # sent to the controller: no client, thread or session
         return (type(self), (self.queue, self.priority, self.name, self.preemption_grace_s,
-                               self.parent))
+                               self.parent, self.key))
 
     @property
     def client(self) -> SchedulerClient:
@@ -96,6 +100,15 @@ class RaygangTrain(ControllerCallback, WorkerGroupCallback):
 
     # ControllerCallback -----------------------------------------------------------
     def after_controller_start(self, train_run_context: Any) -> None:
+        given = [c for c in (train_run_context.run_config.callbacks or [])
+                 if isinstance(c, RaygangTrain)]
+        if given and all(c.key != self.key for c in given):
+            # Made from RAY_TRAIN_CALLBACKS (set for a raygang job's driver, a raygang
+            # sweep's trials) while the run's config names one of its own (`raygang.train`,
+            # `RunConfig(callbacks=[RaygangTrain(...)])`): that one queues the run, with its
+            # queue and priority; two would queue every worker group twice
+            self._inert = True
+            return
         if self.name is None:
             self.name = _gang_name(getattr(train_run_context.run_config, "name", None))
         if train_run_context.scaling_config.elasticity_enabled and self.parent is None:
@@ -103,6 +116,8 @@ class RaygangTrain(ControllerCallback, WorkerGroupCallback):
 
     def on_controller_start_worker_group(self, *, scaling_config: Any,
                                          num_workers: int) -> dict[str, str] | None:
+        if self._inert:
+            return None
         nodes, self.next_nodes = self.next_nodes, None  # the scaling policy claimed them
         while not nodes:
             nodes = self.claim(scaling_config, num_workers)

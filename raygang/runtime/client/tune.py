@@ -43,14 +43,20 @@ of equal requests, as Tune's own placement groups are). Credits beyond the trial
 pausing (a trial that ended before it could pause) cancel a waiting gang at the next step.
 A preempted trial not yet taken by Tune is simply handed back and claimed again.
 
-A Train V2 trainable's worker group is a gang of its own, queued by `raygang.train` (or
-`RaygangTrain`) inside the trial; not yet: the trial and its worker group as one gang
-(see TUNE-NOTES.md).
+A Train V2 trainable's worker group is a gang of its own, in the sweep's queue at its
+priority, with no change to the trainable: each trial's actor is started with
+`RAY_TRAIN_CALLBACKS` naming raygang's Train callback, and `RAYGANG_QUEUE` and
+`RAYGANG_PRIORITY` set to the sweep's (`TrialResources`; Ray merges these env vars into the
+job's runtime env), so a trainer's `fit()` inside the trial queues its worker group as
+`raygang.train` would. A trainable that calls `raygang.train` itself (another queue, say)
+keeps its own: the callback from the env var then stands down. Not yet: the trial and its
+worker group as one gang (see TUNE-NOTES.md).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import uuid
 from collections import defaultdict
@@ -68,10 +74,12 @@ from ray.util.placement_group import (
     remove_placement_group,
 )
 
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
 from raygang.control.api import SchedulerAPI, TrainAPI
 from raygang.core.spec import GangSpec, RoleSpec, Strategy
 from raygang.runtime.client.connection import SchedulerClient
-from raygang.runtime.names import NODE_ID_LABEL
+from raygang.runtime.names import NODE_ID_LABEL, TRAIN_CALLBACK
 from raygang.runtime.ray_private import (
     JOB_REQUESTER,
     tune_resource_manager,
@@ -152,6 +160,7 @@ class RaygangTuneResources(ResourceManager):
         # for when Tune resumes it), so that it does not open another
         self._credits: dict[ResourceRequest, int] = defaultdict(int)
         self._to_pause: list[_Trial] = []  # preempted while Tune runs them
+        self._trial_env = trial_env(self.queue, self.priority)
 
     # Tune's calls --------------------------------------------------------------------
     def request_resources(self, resource_request: ResourceRequest) -> None:
@@ -186,8 +195,8 @@ class RaygangTuneResources(ResourceManager):
         trial = self._ready[resource_request].pop(0)
         assert trial.group is not None
         self._acquired[trial.group] = trial
-        return PlacementGroupAcquiredResources(placement_group=trial.group,
-                                               resource_request=resource_request)
+        return TrialResources(placement_group=trial.group, resource_request=resource_request,
+                              env_vars=self._trial_env)
 
     def free_resources(self, acquired_resource: Any) -> None:
         trial = self._acquired.pop(acquired_resource.placement_group)
@@ -384,6 +393,37 @@ class RaygangTuneResources(ResourceManager):
             self._client.call(method, *args)
         except Exception as error:  # noqa: BLE001 - already ended there: nothing to undo
             log.debug("raygang: %s%s: %s", method.__name__, args, error)
+
+
+def trial_env(queue: str, priority: int | str) -> dict[str, str]:
+    """What a trial's actor is started with: a Train V2 run inside it is queued in the
+    sweep's queue at its priority (callbacks the driver's env already names are kept)."""
+    named = [c.strip() for c in os.environ.get("RAY_TRAIN_CALLBACKS", "").split(",")
+             if c.strip()]
+    if TRAIN_CALLBACK not in named:
+        named.append(TRAIN_CALLBACK)
+    return {"RAY_TRAIN_CALLBACKS": ",".join(named), "RAYGANG_QUEUE": queue,
+            "RAYGANG_PRIORITY": str(priority)}
+
+
+@dataclass
+class TrialResources(PlacementGroupAcquiredResources):
+    """A trial's placed group, as Tune's own, whose actors also get `env_vars` (Tune
+    starts a trial's actor through `annotate_remote_entities`)."""
+
+    env_vars: dict[str, str] = field(default_factory=dict)
+
+    def _annotate_remote_entity(self, entity: Any, bundle: dict[str, float],
+                                bundle_index: int) -> Any:
+        rest = dict(bundle)
+        num_cpus, num_gpus = rest.pop("CPU", 0), rest.pop("GPU", 0)
+        memory = rest.pop("memory", 0.0)
+        return entity.options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                placement_group=self.placement_group, placement_group_bundle_index=bundle_index,
+                placement_group_capture_child_tasks=True),
+            num_cpus=num_cpus, num_gpus=num_gpus, memory=memory, resources=rest,
+            runtime_env={"env_vars": self.env_vars})
 
 
 def trial_gang_spec(request: ResourceRequest, name: str, queue: str,

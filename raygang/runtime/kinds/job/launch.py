@@ -40,14 +40,11 @@ from raygang.runtime.handoff.budget import Budget
 from raygang.runtime.handoff.train import TrainSession
 from raygang.runtime.kinds.job.submission import TERMINAL, JobClient, stop_until_ended, transient
 from raygang.runtime.kinds.kind import NoLiveResize, NoRestartResize
-from raygang.runtime.names import node_selector, ray_job_id
+from raygang.runtime.names import TRAIN_CALLBACK, node_selector, ray_job_id
 from raygang.runtime.ray_private import GCS_DOWN, GCS_RECONNECT_S
 
 log = logging.getLogger(__name__)
 POLL_S = 1.0
-# By its public name: Train imports the module and takes the attribute (`raygang`'s lazy
-# export), so the value outlives a move of the module (the old path has a shim too).
-TRAIN_CALLBACK = "raygang.RaygangTrain"
 LOG_TAIL_CHARS = 2000
 JOB_ACTOR = "_ray_internal_job_actor_{}"  # the name Ray gives a job's supervisor actor
 
