@@ -35,6 +35,7 @@ WATCH_INTERVAL_S = 1.0
 # After its preemption deadline, Train notices on its next poll of the workers (every few
 # seconds) and removes its group itself; only past this much more does raygang remove it.
 TRAIN_TEARDOWN_S = 20.0
+LIVENESS_S = 2.0  # a read of the controller's state: how long the loop waits for it
 
 
 def requester_name(requester: str) -> str:
@@ -74,6 +75,7 @@ class TrainSession:
         self.over = False  # the gang ended: the callback's watcher may stop
         self.broken: MemberFailure | None = None  # the run fails with it (a failed resize)
         self.final = False  # the last group was released: the run is ending
+        self._liveness: asyncio.Future[set[str]] | None = None  # the controller's, in flight
 
     # Driven by the callback --------------------------------------------------------
     async def claim(self) -> list[str]:
@@ -178,7 +180,7 @@ class TrainSession:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + claim_timeout
         while not await first_set((self.claimed, self.handoff_failed), WATCH_INTERVAL_S):
-            self.check_controller()
+            await self.check_controller()
             if loop.time() > deadline:
                 raise ReservationTimeout(f"the Train run did not claim its reserved nodes "
                                          f"within {claim_timeout:g}s")
@@ -209,18 +211,40 @@ class TrainSession:
                             "waits in the queue again"))
             # A group stopped as asked is the gang's run's to follow: it is stopped (the
             # lifecycle requeues it), or restarted at its new size (`TrainLaunch.restart`).
-            self.check_controller()
+            await self.check_controller()
             events = (self.ended,) if self.final or self.released.is_set() \
                 else (self.ended, self.released)
             await first_set(events, WATCH_INTERVAL_S)
 
-    def check_controller(self) -> None:
+    async def check_controller(self) -> None:
         """MemberFailure (final) if the run's controller is dead: nothing will claim,
         adopt or release for it any more."""
-        if self.controller_id and dead_requesters({self.controller_id}):
+        if await self._controller_dead():
             raise MemberFailure(GangError(
                 error_type="ControllerDied",
-                message=f"{requester_name(self.controller_id)} died"), final=True)
+                message=f"{requester_name(self.controller_id or '')} died"), final=True)
+
+    async def _controller_dead(self) -> bool:
+        """Whether the GCS says the controller is dead. Read in a thread, never on the
+        scheduler's loop; a GCS that does not answer within LIVENESS_S decides nothing
+        (False), and its read goes on, looked at next time, with never two in flight (a
+        long outage must not fill the loop's thread pool)."""
+        if not self.controller_id:
+            return False
+        if self._liveness is None:
+            self._liveness = asyncio.ensure_future(
+                asyncio.to_thread(dead_requesters, {self.controller_id}))
+            # Its error is read below, or by nobody if the session ends first: say so
+            self._liveness.add_done_callback(lambda read: read.cancelled() or read.exception())
+        done, _ = await asyncio.wait({self._liveness}, timeout=LIVENESS_S)
+        if not done:
+            return False
+        read, self._liveness = self._liveness, None
+        if read.exception() is not None:
+            log.debug("%s: reading its controller's state failed: %r", self.session_id,
+                      read.exception())
+            return False
+        return bool(read.result())
 
     async def wait_released(self, timeout: float) -> None:
         await first_set((self.released, self.ended), timeout)
@@ -233,11 +257,14 @@ class TrainSession:
             return
         if self.preempt_deadline_ms:
             left = self.preempt_deadline_ms / 1000 - time.time() + TRAIN_TEARDOWN_S
-            alive = self.controller_id is None or not dead_requesters({self.controller_id})
-            if alive and left > 0:
+            if left > 0 and not await self._controller_dead():
                 await self.wait_released(left)
-        if self.pg_id is not None and group_nodes(self.pg_id) is not None:
-            log.warning("removing Ray Train's placement group %s of %s", self.pg_id,
-                        self.session_id)
-            remove_group(self.pg_id)
+        if self.pg_id is not None:  # in a thread: the GCS may be down (it waits for it)
+            await asyncio.to_thread(self._remove_group, self.pg_id)
         self.pg_id = None
+
+    def _remove_group(self, pg_id: str) -> None:
+        if group_nodes(pg_id) is not None:
+            log.warning("removing Ray Train's placement group %s of %s", pg_id,
+                        self.session_id)
+            remove_group(pg_id)

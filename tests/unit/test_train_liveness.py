@@ -1,0 +1,66 @@
+"""A Train run's session asks the GCS whether its controller is dead without ever holding
+the scheduler's event loop (`runtime.handoff.train.TrainSession`): the read runs in a
+thread; a GCS that does not answer decides nothing, and never has two reads in flight.
+The GCS read itself is replaced here by one that blocks as Ray's does in an outage (the
+real outage: tests/integration/test_gcs_outage.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from raygang.control.ports import MemberFailure
+from raygang.core.resources import Resources
+from raygang.runtime.handoff import train
+from raygang.runtime.handoff.budget import Budget
+
+
+def session() -> train.TrainSession:
+    budget = Budget("g", [Resources(GPU=1)], ["n1"], timeout_s=60)
+    return train.TrainSession("s", [Resources(GPU=1)], budget, lease_s=60,
+                              controller_id="ab" * 16)
+
+
+def test_an_unanswered_read_decides_nothing_and_is_not_made_twice(monkeypatch):
+    answer, reads = threading.Event(), []
+
+    def gcs_down(requesters):  # as Ray's read does while the GCS is down
+        reads.append(requesters)
+        answer.wait(10)
+        return set(requesters)  # the GCS is back: the controller died meanwhile
+
+    monkeypatch.setattr(train, "dead_requesters", gcs_down)
+    monkeypatch.setattr(train, "LIVENESS_S", 0.2)
+
+    async def run():
+        run_session = session()
+        started = time.monotonic()
+        for _ in range(3):  # the watch's rounds while the GCS is down
+            await run_session.check_controller()
+        assert time.monotonic() - started < 2.0  # 3 x 0.2 s, not the read's 10 s
+        assert len(reads) == 1  # the first read is still in flight: no second one
+        answer.set()
+        with pytest.raises(MemberFailure, match="controller died"):
+            for _ in range(20):
+                await run_session.check_controller()
+        assert len(reads) == 1
+
+    asyncio.run(run())
+
+
+def test_a_failed_read_decides_nothing(monkeypatch):
+    def gcs_error(requesters):
+        raise ConnectionError("GCS unreachable")
+
+    monkeypatch.setattr(train, "dead_requesters", gcs_error)
+
+    async def run():
+        run_session = session()
+        await run_session.check_controller()  # no MemberFailure: nothing decided
+        monkeypatch.setattr(train, "dead_requesters", lambda requesters: set())
+        await run_session.check_controller()
+
+    asyncio.run(run())
