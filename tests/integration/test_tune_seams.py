@@ -10,7 +10,8 @@ Windows: a trial's gang preempted once placed but before Tune took it (handed ba
 again, placed again: twice over), and cancelled while waiting in the queue, while its
 group is being placed, once placed and not taken, and once taken (`clear`, as Tune does
 when a sweep ends or fails). Each ends with nothing of the trial's left in Ray. And, with a
-real Tuner: a trial preempted while its actor starts, then again while it runs."""
+real Tuner: a trial preempted while its actor starts, then again while it runs; and
+trials that reuse their actors (`reuse_actors`), whose gang is held from trial to trial."""
 
 from __future__ import annotations
 
@@ -228,4 +229,46 @@ def test_a_trial_preempted_while_its_actor_starts_then_again_while_it_runs(
     assert gang("slow-1").preemptions == 2 and gang("slow-1").state.value == "SUCCEEDED"
     assert [g.name for g in raygang.list_gangs() if g.name.startswith("slow-")] == ["slow-1"]
     assert [g.wait(timeout=30).state.value for g in held] == ["SUCCEEDED"] * 2
+    wait_until(lambda: not groups_holding_gpus(), timeout=15)
+
+
+def quick(config):
+    for step in range(4):
+        time.sleep(0.3)
+        tune.report({"step": step, "x": config["x"]})
+
+
+def test_reused_actors_keep_their_gang_from_trial_to_trial(ray_cluster, tmp_path: Path):
+    """`reuse_actors`: Tune hands a finished trial's actor, and the group it holds, to the
+    next trial of the same request, and drops the request it had made for that one. The
+    gang then simply stays held from trial to trial: 4 trials x 2 GPUs in the sweep's queue
+    (limit 4 GPUs) all end, never more than 4 GPUs held, each gang that ran succeeded and
+    each request Tune dropped was cancelled; nothing is left."""
+    tuner = tune.Tuner(
+        tune.with_resources(quick, PlacementGroupFactory([{"CPU": 1, "GPU": 2}])),
+        param_space={"x": tune.grid_search([0, 1, 2, 3])},
+        tune_config=tune.TuneConfig(reuse_actors=True),
+        run_config=tune.RunConfig(name="reuse", storage_path=str(tmp_path), verbose=0))
+    most, done = [0.0], threading.Event()
+
+    def watch():
+        while not done.is_set():
+            most[0] = max(most[0], sum(b.get("GPU", 0) for g in groups_holding_gpus()
+                                       for b in g["bundles"].values()))
+            time.sleep(0.1)
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        results = raygang.tune(tuner, queue="sweep", name="reuse")
+    finally:
+        done.set()
+        watcher.join()
+    assert not results.errors
+    assert sorted(r.metrics["step"] for r in results) == [3, 3, 3, 3]
+    gangs = [g for g in raygang.list_gangs() if g.name.startswith("reuse-")]
+    ran = [g for g in gangs if g.state.value == "SUCCEEDED"]
+    assert {g.state.value for g in gangs} <= {"SUCCEEDED", "CANCELLED"}, gangs
+    assert 1 <= len(ran) <= 4 and 0 < most[0] <= 4, (gangs, most)
+    print(f"reuse_actors: {len(ran)} gangs ran 4 trials, "
+          f"{len(gangs) - len(ran)} requests dropped")
     wait_until(lambda: not groups_holding_gpus(), timeout=15)
