@@ -352,8 +352,9 @@ class MemoryCluster:
         if (record.gang_id not in self.booked or len(members) != len(record.nodes)
                 or any(m.dead for m in members)):
             return None
+        # The members it grows are the record's as a new run's are (fleet.admit)
         run = MemoryRun(self, record.gang_id, record.spec, programs_of(record), record.nodes,
-                        lambda m: None)
+                        record.members.append)
         run.members = members
         return run
 

@@ -194,3 +194,33 @@ def test_a_restarted_scheduler_gives_up_its_first_starts_that_the_cluster_lost()
         await plane.shutdown()
 
     crash_and_restart(cluster, before, after, after_s=LOST_START_S + 30)
+
+
+def test_an_adopted_elastic_gang_lists_the_members_it_grows_afterwards():
+    """An elastic gang (2 to 4 members) runs at its minimum beside a blocker when the
+    scheduler's process dies; the restarted one adopts it, and once the blocker is gone it
+    grows to 4: the members it adds are the gang's as a new run's are (its status lists
+    all 4; before, an adopted run told nobody of the members it grew)."""
+    from tests.control.test_elastic_runs import elastic, size_of
+
+    cluster = make_cluster("n0: GPU=4")
+
+    async def before(plane):
+        blocker = await submit(plane, "blocker", "2xGPU=1", seconds=None)
+        await wait_for(plane, blocker, S.RUNNING)
+        e = await elastic(plane, "e", 2, 4)
+        await size_of(plane, e, 2)
+        await asyncio.sleep(0.05)  # the writer task writes the latest states
+        return {"blocker": blocker, "e": e}
+
+    async def after(plane, ids):
+        await plane.ready()
+        assert plane.recovery["adopted"] == 2, plane.recovery
+        await plane.cancel(ids["blocker"])
+        await size_of(plane, ids["e"], 4, timeout=20)
+        status = await plane.status(ids["e"])
+        assert sorted((m.role, m.index) for m in status.members) == \
+            [("worker", i) for i in range(4)]
+        await plane.shutdown()
+
+    crash_and_restart(cluster, before, after)

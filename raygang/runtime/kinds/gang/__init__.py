@@ -54,7 +54,8 @@ def adopt(host: Host, record: GangRecord, leftovers: RayLeftovers) -> GangLaunch
         return None
     launch = _launch(record).adopt(gang_id, spec, record.nodes,
                                    attempt=record.restarts + record.preemptions, pg_id=main,
-                                   surplus=surplus, programs=record.programs)
+                                   surplus=surplus, programs=record.programs,
+                                   on_member_ready=record.members.append)
     if launch is not None:
         record.live.surplus = {name: (group_nodes(g) or [None])[0] or ""
                           for name, g in surplus.items()}

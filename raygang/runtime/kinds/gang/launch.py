@@ -24,15 +24,8 @@ from raygang.control.status import GangError, MemberStatus
 from raygang.control.tasks import run_to_completion
 from raygang.core.spec import GangSpec, MemberSlot
 from raygang.runtime.kinds.gang.steps import (
-    describe_failure,
-    discard_group,
-    kill_member,
-    off_the_loop,
-    preempt_entry,
-    ready_within,
-    remove_group,
-    role_sizes,
-    settled,
+    describe_failure, discard_group, kill_member, off_the_loop, preempt_entry, ready_within,
+    remove_group, role_sizes, settled,
 )
 from raygang.runtime.kinds.kind import NoLiveResize, NoRestartResize
 from raygang.runtime.member.actor import DONE, constructor_args, member_actor_class
@@ -94,12 +87,13 @@ class GangLaunch(NoLiveResize, NoRestartResize):  # fixed size: ElasticLaunch re
     @classmethod
     def adopt(cls, gang_id: str, spec: GangSpec, nodes: Sequence[str], attempt: int,
               pg_id: str, surplus: dict[str, str] | None = None,
-              programs: dict[str, RoleProgram] | None = None) -> GangLaunch | None:
+              programs: dict[str, RoleProgram] | None = None, on_member_ready: Callable[
+                  [MemberStatus], None] = lambda m: None) -> GangLaunch | None:
         """The launch of a gang that a previous scheduler process started: its members
         (detached, named), its placement group `pg_id` (hex) and, for an elastic gang, the
         surplus members it had added (member name -> its own group's id); None if a
-        member is gone."""
-        launch = cls(gang_id, spec, programs or {}, nodes, attempt)  # (programs: to grow)
+        member is gone. `programs`, `on_member_ready`: for the members it grows."""
+        launch = cls(gang_id, spec, programs or {}, nodes, attempt, on_member_ready)
         surplus = surplus or {}
         launch.present = [s for s in spec.slots
                           if s.rank in launch._bundle_index or s.name in surplus]
