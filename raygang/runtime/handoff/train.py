@@ -104,11 +104,10 @@ class TrainSession:
         self.claimed.set()
         return list(self.nodes)
 
-    def adopt(self, pg_id: str, placed: Sequence[str | None] | None) -> list[str]:
-        """Check Train's group (`placed`: the node of each of its bundles, as
-        `group_nodes` read it) against the nodes handed over and book it to the gang."""
+    def adopt(self, pg_id: str) -> list[str]:
+        """Check Train's group against the nodes handed over and book it to the gang."""
         try:
-            self.placed = check_group(pg_id, self.nodes, placed)
+            self.placed = check_group(pg_id, self.nodes)
         except HandoffFailed as error:
             self._fail(str(error))
             raise

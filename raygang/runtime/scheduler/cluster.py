@@ -81,8 +81,7 @@ class RayCluster:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            # In a thread: a GCS read, which waits while the GCS is down (never the loop)
-            available = await asyncio.to_thread(available_resources_per_node)
+            available = available_resources_per_node()
             if all(amount.fits_in(schedulable(available.get(node, {})))
                    for node, amount in need.items()):
                 return True
