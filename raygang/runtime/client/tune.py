@@ -74,8 +74,6 @@ from ray.util.placement_group import (
     remove_placement_group,
 )
 
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
 from raygang.control.api import SchedulerAPI, TrainAPI
 from raygang.core.spec import GangSpec, RoleSpec, Strategy
 from raygang.runtime.client.connection import SchedulerClient
@@ -408,22 +406,24 @@ def trial_env(queue: str, priority: int | str) -> dict[str, str]:
 
 @dataclass
 class TrialResources(PlacementGroupAcquiredResources):
-    """A trial's placed group, as Tune's own, whose actors also get `env_vars` (Tune
-    starts a trial's actor through `annotate_remote_entities`)."""
+    """A trial's placed group, as Tune's own, whose actors also get `env_vars`."""
 
     env_vars: dict[str, str] = field(default_factory=dict)
 
-    def _annotate_remote_entity(self, entity: Any, bundle: dict[str, float],
-                                bundle_index: int) -> Any:
-        rest = dict(bundle)
-        num_cpus, num_gpus = rest.pop("CPU", 0), rest.pop("GPU", 0)
-        memory = rest.pop("memory", 0.0)
-        return entity.options(
-            scheduling_strategy=PlacementGroupSchedulingStrategy(
-                placement_group=self.placement_group, placement_group_bundle_index=bundle_index,
-                placement_group_capture_child_tasks=True),
-            num_cpus=num_cpus, num_gpus=num_gpus, memory=memory, resources=rest,
-            runtime_env={"env_vars": self.env_vars})
+    def _annotate_remote_entity(self, entity: Any, bundle: dict, bundle_index: int) -> Any:
+        return super()._annotate_remote_entity(_WithEnv(entity, self.env_vars), bundle,
+                                               bundle_index)
+
+
+@dataclass
+class _WithEnv:
+    """A remote class whose `options` also set env vars (merged into the job's)."""
+
+    entity: Any
+    env_vars: dict[str, str]
+
+    def options(self, **options: Any) -> Any:
+        return self.entity.options(**options, runtime_env={"env_vars": self.env_vars})
 
 
 def trial_gang_spec(request: ResourceRequest, name: str, queue: str,
