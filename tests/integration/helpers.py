@@ -51,3 +51,26 @@ def restart_scheduler(timeout: float = 60) -> None:
             pass
         assert time.monotonic() < deadline, "the scheduler did not come back"
         time.sleep(0.05)
+
+
+def actor_gone(name: str) -> bool:
+    """Whether no live actor holds raygang's name `name` (Ray frees it once the GCS has
+    the actor dead)."""
+    try:
+        ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        return True
+    return False
+
+
+def stop_scheduler_for_good(timeout: float = 30) -> None:
+    """Kill the scheduler's process so that Ray does not restart it (what happens while it
+    is down is the test's; a kill while Ray restarts it races with the old process);
+    returns once it is dead. `raygang.start` starts another, which recovers."""
+    ray.kill(scheduler(), no_restart=True)
+    wait_until(lambda: actor_gone(SCHEDULER_NAME), timeout)
+
+
+def wait_scheduler_ready(timeout: float = 60) -> None:
+    """Until the scheduler answers and has recovered its gangs (`ping()["ready"]`)."""
+    wait_until(lambda: ray.get(scheduler().ping.remote(), timeout=5)["ready"], timeout)

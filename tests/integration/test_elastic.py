@@ -10,10 +10,19 @@ import time
 
 import pytest
 import ray
+from ray.util.state import list_actors
 
 import raygang
 from raygang import GangState
-from tests.integration.helpers import restart_scheduler, wait_state, wait_until
+from tests.conftest import SCHEDULER_CONFIG
+from tests.integration.helpers import (
+    actor_gone,
+    restart_scheduler,
+    stop_scheduler_for_good,
+    wait_scheduler_ready,
+    wait_state,
+    wait_until,
+)
 from tests.integration.leaks import raygang_placement_groups
 
 
@@ -126,6 +135,56 @@ def test_a_restarted_scheduler_adopts_the_surplus_members_too(made):
     shrunk = wait_until(lambda: (s := gang.status()).world_size == 2 and s)
     assert (shrunk.state, shrunk.preemptions) == (GangState.RUNNING, 0)
     assert _actor_ids(gang.gang_id, members[:2]) == {m: actors[m] for m in members[:2]}
+
+
+def test_a_restarted_scheduler_drops_a_ratio_step_that_lost_a_member_while_it_was_down(made):
+    # One ratio step: worker-2 and worker-3, grown (and held) together.
+    gang = DataParallel.options(priority=0, ratio={"worker": 2}).remote(0)
+    made.append(gang)
+    _ready_members(gang, 4)
+    members = [f"worker-{i}" for i in range(4)]
+    actors = _actor_ids(gang.gang_id, members)
+    step_groups = {pg["placement_group_id"] for pg in raygang_placement_groups()
+                   if pg["name"].endswith(("-worker-2", "-worker-3"))}
+    assert len(step_groups) == 2, raygang_placement_groups()
+
+    stop_scheduler_for_good()
+    dead = f"raygang-{gang.gang_id}-worker-3"
+    ray.kill(ray.get_actor(dead, namespace="raygang"), no_restart=True)
+    wait_until(lambda: actor_gone(dead))
+    raygang.start(SCHEDULER_CONFIG)
+    wait_scheduler_ready()
+
+    # Adopted at its minimum: worker-2, found whole, was half a step without worker-3, so
+    # both went. (The room is free: the new process may already be growing a whole step.)
+    sizes = [gang.status().world_size]
+    assert sizes[0] in (2, 4), sizes
+    assert _actor_ids(gang.gang_id, members[:2]) == {m: actors[m] for m in members[:2]}
+
+    def old_step_left() -> list[str]:
+        groups = {pg["placement_group_id"] for pg in raygang_placement_groups()}
+        return [f"{m}'s actor" for m in members[2:] if list_actors(filters=[
+            ("actor_id", "=", actors[m]), ("state", "=", "ALIVE")])] + [
+            f"group {g}" for g in step_groups & groups]
+
+    deadline = time.monotonic() + 15
+    while (left := old_step_left()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"the adopted gang holds part of a ratio step: {left}"
+
+    def at(size: int):
+        status = gang.status()
+        sizes.append(status.world_size)
+        return status.world_size == size and len(status.members) == size and status
+
+    # ... and grows it again by a whole step: new actors, in groups of their own.
+    regrown = wait_until(lambda: at(4))
+    assert 3 not in sizes, sizes
+    assert (regrown.state, regrown.restarts, regrown.preemptions) == (GangState.RUNNING, 0, 0)
+    assert not set(_actor_ids(gang.gang_id, members[2:]).values()) & {
+        actors["worker-2"], actors["worker-3"]}
+    assert len([pg for pg in raygang_placement_groups()
+                if pg["name"].startswith(f"raygang-{gang.gang_id}-worker-")]) == 2
 
 
 @raygang.gang_task(role="worker", replicas=(2, 4), num_gpus=1, num_cpus=0,
