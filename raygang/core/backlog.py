@@ -1,7 +1,8 @@
 """The pending gangs one cycle decides on, as lines: one per queue, in admission order.
 
-A cycle looks at each queue's line from its head and, without backfill, stops at the
-first gang it cannot admit: everything behind that gang waits behind it. So a cycle costs
+A cycle looks at each queue's line from its head and, without backfill, stops once it has
+set aside `backfill_lookahead` + 1 gangs it cannot admit (the first, with 0): everything
+behind them waits behind the first. So a cycle costs
 what it looks at, not what waits: the lines are read in place (never copied or sorted
 per cycle), what a queue's pending gangs ask for in all comes with them, and the reasons
 and queue positions of the gangs behind a blocked head are worked out when asked for

@@ -193,6 +193,14 @@ class PolicyConfig(BaseModel):
         False,
         description="let a gang that fits jump ahead of a blocked gang earlier in the order",
     )
+    backfill_lookahead: int = Field(
+        4, ge=0,
+        description="without backfill: how many gangs of a queue's line that cannot start "
+        "a pass may set aside before the rest waits behind the first of them (Kueue's "
+        "BestEffortFIFO, bounded so that a cycle's cost stays flat in the backlog); a "
+        "gang of the shape and priority of one set aside is set aside without a try; "
+        "0: strict FIFO per queue",
+    )
     priority_classes: tuple[PriorityClass, ...] = DEFAULT_PRIORITY_CLASSES
     queues: tuple[QueueSpec, ...] = (QueueSpec(name=DEFAULT_QUEUE),)
     actions: tuple[ActionName, ...] = Field(

@@ -4,9 +4,11 @@ A cycle runs the configured actions in order (`core.actions`: allocate, reclaim,
 each a pass over the pending gangs in fair-share order: the queue furthest below its fair
 share goes next (hierarchically, ancestors first), and inside a queue the total order
 (-priority, submission sequence, id). Every tentative move is made on a scratch copy of
-the free capacity and the queues' usage. Without backfill, the first gang of a queue that
-cannot be admitted (and could fit on this cluster at all) holds back the rest of its queue
-(strict FIFO per queue, like Kueue's StrictFIFO); other queues go on.
+the free capacity and the queues' usage. A gang that cannot be admitted is set aside and
+its queue's line goes on (Kueue's BestEffortFIFO), but without backfill only until
+`backfill_lookahead` + 1 gangs of it were (ones that could fit on this cluster at all):
+the rest waits behind the first of them. With 0, the first gang not admitted holds back
+its queue (strict FIFO per queue, like Kueue's StrictFIFO); other queues go on.
 """
 
 from __future__ import annotations
@@ -94,6 +96,8 @@ class Cycle:
         self.limited: dict[str, str] = {}  # gang id -> the limit it hit last
         self.memo: dict[str, object] = {}  # what an action works out once per cycle
         self.waiting: dict[str, Waiting] = {}
+        # gang id -> the gang like it (core/cycle.py `_pass`) it was set aside behind
+        self.aside: dict[str, PendingGang] = {}
         self._pools: dict[str, Pool] = {}  # action -> the gangs it may stop
         # search key -> the most a gang's wait cost when the victims found were not worth
         # it (core.preemption.trade); forgotten when what searches see changes
@@ -175,10 +179,17 @@ class Cycle:
         return good
 
     def _pass(self, attempt: Callable[[PendingGang], bool]) -> None:
-        """Offer each queue's gangs, in fair-share order, to `attempt`; without backfill a
-        queue stops at its first gang that is not admitted."""
+        """Offer each queue's gangs, in fair-share order, to `attempt`. Without backfill a
+        queue stops once more than `backfill_lookahead` of its gangs were not admitted
+        (0: at the first). A gang like one not admitted earlier in its line this pass
+        (its shape, priority and class) is set aside without a try: it would fail alike,
+        and the cost of a pass stays in what it admits and in the distinct kinds it meets
+        (unless it waited longer: a delay or a trade may let it do what the other could not)."""
         order = QueueOrder(self.book, [q for q, gangs in self.left.items() if gangs])
         at = dict.fromkeys(self.left, 0)
+        lookahead = None if self.config.backfill else self.config.backfill_lookahead
+        passed = dict.fromkeys(self.left, 0)
+        failed: dict[str, dict[tuple[object, ...], PendingGang]] = {}
         while (queue := order.pick()) is not None:
             gangs = self.left[queue]
             gang = gangs[at[queue]]
@@ -187,13 +198,23 @@ class Cycle:
                 order.done(queue)
             if not self.ever.fits(gang):
                 continue  # never fits here: it blocks nobody
-            if self.hold is not None and gang is self.hold.gang:
+            kind = (gang.shape, gang.priority, gang.preemptible)
+            like = failed.get(queue, {}).get(kind)
+            if like is not None and _waited_no_longer(gang, like):
+                self.aside[gang.gang_id] = like
+                admitted = False
+            elif self.hold is not None and gang is self.hold.gang:
+                self.aside.pop(gang.gang_id, None)
                 admitted = self._held_attempt(attempt)
             else:
+                self.aside.pop(gang.gang_id, None)
                 admitted = attempt(gang)
             if admitted:
                 order.touched(queue)
-            elif not self.config.backfill:
+                continue
+            failed.setdefault(queue, {}).setdefault(kind, gang)
+            passed[queue] += 1
+            if lookahead is not None and passed[queue] > lookahead:
                 order.done(queue)
         for queue, gangs in self.left.items():
             gangs.drop(at[queue], self.admitted)
@@ -370,3 +391,11 @@ class Cycle:
     ) -> None:
         self.statement.admit(gang, nodes, action, victims)
         self.limited.pop(gang.gang_id, None)
+
+
+def _waited_no_longer(gang: PendingGang, than: PendingGang) -> bool:
+    """Whether `gang` has been pending no longer than `than` (one pending since no known
+    time waited no delay: `Cycle.delay_left`)."""
+    if than.pending_since is None:
+        return True
+    return gang.pending_since is not None and gang.pending_since >= than.pending_since

@@ -242,6 +242,11 @@ def load_cycle(data: str | bytes | Mapping[str, Any]) -> CycleDump:
         raise CycleDumpError(f"format: {found!r} is not a format this raygang reads "
                              f"(it reads {FORMAT!r}); replay it with the raygang that "
                              "dumped it")
+    config = data.get("config")
+    if isinstance(config, Mapping) and "backfill_lookahead" not in config:
+        # Dumped before the lookahead was a setting: that raygang kept lines strictly in
+        # order, so the cycle is replayed as it decided, not with today's default.
+        data = {**data, "config": {**config, "backfill_lookahead": 0}}
     try:
         return CycleDump.model_validate(data)
     except ValidationError as error:

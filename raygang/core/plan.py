@@ -60,7 +60,8 @@ class Growth:
 
 class WaitCode(str, enum.Enum):
     NO_FIT = "NO_FIT"  # not enough free resources of the right shape right now
-    BEHIND = "BEHIND"  # a gang earlier in the order is blocked and backfill is off
+    BEHIND = "BEHIND"  # a gang earlier in its queue is blocked, and the cycle set aside as
+    # many of the queue's gangs as backfill_lookahead lets it
     LIMIT = "LIMIT"  # its queue (or a parent) is at its limit, or a non-preemptible gang
     # would borrow beyond its quota what another queue is guaranteed
     UNSCHEDULABLE = "UNSCHEDULABLE"  # cannot fit even on the empty cluster as it is now

@@ -2,7 +2,8 @@
 
 Worked out once the actions ran, against the capacity they left (what users see next):
 the gang that cannot fit even on the empty cluster, the one waiting behind its queue's
-blocked first gang (backfill off), the one at its queue's limit, and the one with no room,
+blocked first gang (backfill off; past `backfill_lookahead` gangs set aside), the one
+set aside behind one of its kind, the one at its queue's limit, and the one with no room,
 with what each action that tried for it found (nobody to stop, or not enough), what its
 minimum runtime protects and until when, its delay, and the capacity held for another.
 """
@@ -34,20 +35,34 @@ class Reasons:
         behind it: unless `eager`, their reasons are worked out when asked (`Behind`)."""
         by_shape: dict[Shape, str] = {}
         behind: dict[str, Behind] = {}
-        backfill = self.cycle.config.backfill
+        backfill, waiting = self.cycle.config.backfill, self.cycle.waiting
         for queue, gangs in self.cycle.left.items():
             blocker: PendingGang | None = None
+            looked = len(gangs.head)  # the gangs a pass looked at (tried or set aside)
             for i, gang in enumerate(gangs):
-                if blocker is not None and not eager and i >= len(gangs.head):
-                    first = self.cycle.waiting[blocker.gang_id].message
-                    behind[queue] = Behind(gangs.tail, gangs.start + i - len(gangs.head),
+                if blocker is not None and not eager and i >= looked:
+                    first = waiting[blocker.gang_id].message
+                    behind[queue] = Behind(gangs.tail, gangs.start + i - looked,
                                            functools.partial(self._behind, blocker, first),
                                            blocker.gang_id)
                     break
-                self.cycle.waiting[gang.gang_id] = self._reason(gang, blocker, by_shape)
+                like = self.cycle.aside.get(gang.gang_id) if i < looked else None
+                if like is not None and like.gang_id in waiting:
+                    waiting[gang.gang_id] = self._like(like, gang)
+                else:
+                    waiting[gang.gang_id] = self._reason(
+                        gang, blocker if i >= looked else None, by_shape)
                 if blocker is None and self.cycle.ever.fits(gang) and not backfill:
                     blocker = gang
         return behind
+
+    def _like(self, like: PendingGang, gang: PendingGang) -> Waiting:
+        """A gang set aside behind one of its kind (`Cycle._pass`): it waits as that one."""
+        first = self.cycle.waiting[like.gang_id]
+        return Waiting(
+            gang.gang_id, first.code,
+            f"waiting as gang {like.gang_id} does (the same shape and priority, earlier in "
+            f"queue {gang.queue!r}): {first.message}", behind=like.gang_id)
 
     def _behind(self, blocker: PendingGang, first: str, gang: PendingGang) -> Waiting:
         if not self.cycle.ever.fits(gang):
@@ -55,9 +70,14 @@ class Reasons:
         return Waiting(
             gang.gang_id, WaitCode.BEHIND,
             f"waiting behind gang {blocker.gang_id} (priority {blocker.priority}, earlier "
-            f"in queue {gang.queue!r}; backfill is off), which cannot start yet: {first}",
+            f"in queue {gang.queue!r}; {self._past()}), which cannot start yet: {first}",
             behind=blocker.gang_id,
         )
+
+    def _past(self) -> str:
+        n = self.cycle.config.backfill_lookahead
+        return "backfill is off" if n == 0 else \
+            f"a cycle sets aside at most {n} gang{'s' if n > 1 else ''} of a line"
 
     def _never(self, gang: PendingGang, blocker: PendingGang | None) -> Waiting:
         """A gang that cannot fit even on the empty cluster; behind `blocker` in line if

@@ -5,7 +5,8 @@ in place of `core.schedule`). Where a baseline is raygang's core under another c
 its rules are the core's, documented there; the others cite the scheduler they follow.
 
 - `raygang`: today's `core.schedule` with one queue per tenant, quota = its guarantee
-  (fair share, reclaim, preempt, strict FIFO per queue unless the config backfills).
+  (fair share, reclaim, preempt; a queue's line goes on past a blocked head for up to
+  `backfill_lookahead` gangs, unless the config says otherwise).
 - `fifo`: one shared queue, first come first served, nothing preempted; a job that does not
   fit holds back every job behind it (no backfill) — the classic cluster FIFO baseline.
 - `static`: every tenant on its own nodes (its guarantee in whole nodes), FIFO inside,
@@ -116,14 +117,17 @@ def tenant_quotas(trace: Trace, config: SchedulerConfig) -> dict[str, int]:
 # own rule; FIFO and the static partitions, one blocked line each, would not change), and
 # remember no usage (see above).
 _NO_HOLD = {"sla_waiting_time_s": None, "usage": {"enabled": False}}
+# FIFO, the static partitions and the KAI-style baseline keep a queue's line strictly in
+# order (a blocked head holds back the rest), whatever raygang's default lookahead is.
+_STRICT = {"backfill": False, "backfill_lookahead": 0}
 
 POLICIES: dict[str, SimPolicy] = {p.name: p for p in (
     SimPolicy("raygang", "raygang's core.schedule: a queue per tenant, quota = guarantee"),
     SimPolicy("fifo", "one shared FIFO queue, no preemption, no backfill", shared_queue=True,
-              config={"actions": ["allocate"], "backfill": False, **_NO_HOLD}),
+              config={"actions": ["allocate"], **_STRICT, **_NO_HOLD}),
     SimPolicy("static", "a static partition per tenant (its guarantee in whole nodes), "
               "FIFO inside", partitioned=True,
-              config={"actions": ["allocate"], "backfill": False, **_NO_HOLD}),
+              config={"actions": ["allocate"], **_STRICT, **_NO_HOLD}),
     SimPolicy("sjf", "oracle: one queue, shortest true duration first, backfill, "
               "no preemption", shared_queue=True, by_duration=True,
               config={"actions": ["allocate"], "backfill": True, **_NO_HOLD}),
@@ -132,10 +136,11 @@ POLICIES: dict[str, SimPolicy] = {p.name: p for p in (
               config={"usage": {"enabled": False}}),
     SimPolicy("kai", "KAI Scheduler: raygang's cycle, reclaim protecting only what a "
               "queue runs within its deserved quota", decide=kai.decide,
-              config={"preemption": kai.PREEMPTION, **_NO_HOLD}),
+              config={"preemption": kai.PREEMPTION, **_STRICT, **_NO_HOLD}),
     SimPolicy("kai-tbf", "KAI Scheduler with its time-based fair share (168 h window, "
               "kValue 0.5): over-quota shares fall with past usage", decide=kai.decide,
-              config={"preemption": kai.PREEMPTION, **_NO_HOLD, "usage": kai.USAGE}),
+              config={"preemption": kai.PREEMPTION, **_STRICT, **_NO_HOLD,
+                      "usage": kai.USAGE}),
     SimPolicy("raygang-tbf", "raygang with time-based fair share on (core.usage)",
               config={"usage": {"enabled": True}}),
     SimPolicy("raygang-no-tbf", "raygang with time-based fair share off (core.usage)",

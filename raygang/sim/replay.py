@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from raygang.core.config import PolicyConfig
 from raygang.core.cycle_dump import CycleDump, load_cycle
 from raygang.core.plan_data import plan_data
 
@@ -73,7 +74,14 @@ def _heading(dump: CycleDump) -> str:
             f"{_count(len(nodes), 'node')} ({alive} alive), "
             f"{_count(len(dump.snapshot.placed), 'gang')} holding capacity, "
             f"{_count(pending, 'gang')} pending in {_count(len(dump.backlog), 'queue')}; "
-            f"actions {actions}, backfill {'on' if dump.config.backfill else 'off'}")
+            f"actions {actions}, backfill {_backfill(dump.config)}")
+
+
+def _backfill(config: PolicyConfig) -> str:
+    if config.backfill:
+        return "on"
+    n = config.backfill_lookahead
+    return "off" if n == 0 else f"up to {n} gang{'s' if n > 1 else ''} set aside per queue"
 
 
 def render_plan(data: dict[str, Any], dump: CycleDump) -> list[str]:

@@ -96,7 +96,8 @@ def test_a_cycle_dumped_from_the_plane_replays_to_the_plan_it_made(seeds):
 def test_a_dump_asked_of_a_running_plane_with_nothing_pending_runs_a_cycle():
     async def scenario():
         plane = make_plane(make_cluster("n0: GPU=2 CPU=4"), queues=[
-            QueueSpec(name="default"), QueueSpec(name="q", limit={"GPU": 1})])
+            QueueSpec(name="default"), QueueSpec(name="q", limit={"GPU": 1})],
+            backfill_lookahead=0)  # strict FIFO: the third waits behind the second
         await plane.ready()
         idle = await plane.debug_cycle()
         assert idle["backlog"] == {} and idle["plan"]["admissions"] == []

@@ -33,11 +33,11 @@ def test_the_loop_tallies_waits_by_code_kinds_and_fair_shares():
     async def scenario():
         metrics = Recorded()
         cluster = make_cluster("n0: GPU=4 CPU=8")
-        plane = make_plane(cluster, metrics=metrics)
+        plane = make_plane(cluster, metrics=metrics, backfill_lookahead=0)  # strict FIFO
         big = await submit(plane, "big", "4xGPU=1", seconds=5)
         await wait_for(plane, big, S.RUNNING)
         # Three that cannot fit while `big` runs: the first blocks its queue, the other
-        # two wait behind it (no backfill by default).
+        # two wait behind it (strict FIFO per queue).
         for name in ("w1", "w2", "w3"):
             await submit(plane, name, "2xGPU=1", seconds=0.01)
         while plane.loop.waits.get(("default", "BEHIND"), 0) < 2:

@@ -1,7 +1,8 @@
 """A cycle dumped from the running scheduler actor replays, in this process, to the plan
 the scheduler made (issue 29: "a cycle dumped from a running scheduler replays to the same
 plan"). The `load` queue admits one GPU at a time: one tiny gang holds it, two wait (the
-first for the limit, the second behind it) when the dump is asked for."""
+first for the limit, the second set aside as the first, whose shape it has) when the dump
+is asked for."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def test_a_cycle_dumped_from_the_running_scheduler_replays_to_its_plan(ray_clust
     waiting = [Hold.options(name=f"replay-waiting-{i}").remote() for i in range(2)]
     try:
         wait_state(holder, GangState.RUNNING)
-        wait_until(lambda: "waiting behind" in (waiting[1].status().reason or ""))
+        wait_until(lambda: "waiting as gang" in (waiting[1].status().reason or ""))
         dump = raygang.debug_cycle()
         loaded = load_cycle(json.dumps(dump))
         assert loaded.error is None and loaded.plan is not None
@@ -35,7 +36,7 @@ def test_a_cycle_dumped_from_the_running_scheduler_replays_to_its_plan(ray_clust
         reasons = loaded.plan["waiting"]
         assert reasons[waiting[0].gang_id]["code"] == "LIMIT"
         assert reasons[waiting[1].gang_id] == {
-            "code": "BEHIND", "behind": waiting[0].gang_id,
+            "code": "LIMIT", "behind": waiting[0].gang_id,
             "message": waiting[1].status().reason}
         # The replay reads its inputs: without the limit, both go (8 GPUs, 1 held).
         dump["config"]["queues"] = [dict(q, limit=None) if q["name"] == "load" else q

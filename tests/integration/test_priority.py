@@ -32,9 +32,9 @@ def test_higher_priority_admitted_first_when_capacity_frees(ray_cluster):
     wait_state(blocker, GangState.RUNNING)
     low = whole_cluster.options(name="low", priority="batch").remote()
     high = whole_cluster.options(name="high", priority=500).remote()  # submitted later
-    # Backfill is off: `low` waits behind `high`, and says so with the numbers.
-    reason = _wait_reason(low, f"waiting behind gang {high.gang_id} (priority 500")
-    assert "needs {GPU: 8}" in reason
+    # Neither fits: `low` is tried past `high` (the line goes on past a blocked gang) and
+    # says why with the numbers, as `high` does.
+    assert "free in the cluster is GPU 0" in _wait_reason(low, "needs {GPU: 8}")
     assert "free in the cluster is GPU 0" in _wait_reason(high, "needs {GPU: 8}")
     blocker.cancel()
     assert high.result(timeout=60) == [high.gang_id] * 2
@@ -46,13 +46,26 @@ def test_higher_priority_admitted_first_when_capacity_frees(ray_cluster):
     assert (high_status.priority, low_status.priority) == (500, 10)
 
 
-def test_backfill_off_holds_back_a_smaller_gang(ray_cluster):
+def test_a_smaller_gang_goes_past_blocked_ones_up_to_the_lookahead(ray_cluster):
+    """The default `backfill_lookahead` (4): a gang that fits starts past a blocked one of
+    its queue; once 5 are set aside, the rest of the line waits behind the first."""
     blocker = Fill.options(replicas=1).remote()  # 4 of 8 GPUs
-    wait_state(blocker, GangState.RUNNING)
-    big = whole_cluster.options(name="big").remote()  # needs all 8
-    small = whole_cluster.options(name="small", replicas=1, num_gpus=1).remote()  # would fit
-    reason = _wait_reason(small, f"waiting behind gang {big.gang_id}")
-    assert "backfill is off" in reason
-    assert small.status().state is GangState.PENDING
-    for ref in (small, big, blocker):
-        ref.cancel()
+    refs = [blocker]
+    try:
+        wait_state(blocker, GangState.RUNNING)
+        big = whole_cluster.options(name="big").remote()  # needs all 8
+        small = whole_cluster.options(name="small", replicas=1, num_gpus=1).remote()  # fits
+        refs += [big, small]
+        assert small.result(timeout=60) == [small.gang_id]
+        assert big.status().state is GangState.PENDING
+        assert "needs {GPU: 8}" in _wait_reason(big, "free in the cluster is GPU 4")
+        more = [whole_cluster.options(name=f"big-{i}").remote() for i in range(4)]
+        late = whole_cluster.options(name="late", replicas=1, num_gpus=1).remote()
+        refs += [*more, late]
+        reason = _wait_reason(late, f"waiting behind gang {big.gang_id}")
+        assert "a cycle sets aside at most 4 gangs of a line" in reason
+        assert f"waiting as gang {big.gang_id} does" in more[0].status().reason
+        assert late.status().state is GangState.PENDING
+    finally:
+        for ref in reversed(refs):
+            ref.cancel()

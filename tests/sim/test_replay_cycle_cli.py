@@ -15,7 +15,8 @@ from raygang.core.cycle_dump import dump_cycle
 
 from tests.unit.builders import busy, gang, running
 
-CONFIG = PolicyConfig(queues=[QueueSpec(name="default"), QueueSpec(name="q", limit={"GPU": 1})])
+CONFIG = PolicyConfig(queues=[QueueSpec(name="default"), QueueSpec(name="q", limit={"GPU": 1})],
+                      backfill_lookahead=0)  # strict FIFO per queue
 
 
 def a_dump() -> dict:

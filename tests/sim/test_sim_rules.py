@@ -75,7 +75,11 @@ def test_kueue_admits_past_a_head_that_does_not_fit_best_effort_fifo():
     kueue = run(t, "kueue", nodes=2)
     assert kueue["c"] == (2, 52, 0)  # BestEffortFIFO: c passes the blocked 16-GPU gang
     assert kueue["wide"] == (100, 200, 0)
-    assert run(t, "raygang", nodes=2)["c"] == (200, 250, 0)  # strict FIFO in its queue
+    # raygang's default sets aside up to 4 gangs of a line (backfill_lookahead) likewise;
+    # with none, strict FIFO in its queue: c waits for the wide gang
+    assert run(t, "raygang", nodes=2)["c"] == (2, 52, 0)
+    strict = {"backfill_lookahead": 0}
+    assert run(t, "raygang", nodes=2, config=strict)["c"] == (200, 250, 0)
 
 
 def test_kueue_reclaims_from_a_borrowing_queue_the_most_recently_admitted_first():

@@ -9,7 +9,7 @@ from tests.scripts import run_script
 
 def test_core_cycle_benchmark_quick():
     text = run_script("bench/core_cycle.py", "--quick", timeout=120)
-    for mode in ("off", "on "):
+    for mode in ("off", "ahead 4", "on "):
         line = re.search(rf"^backfill {mode}: cycle +[\d.]+ ms, +[\d,]+ decisions/s, "
                          rf"admitted (\d+), waiting: NO_FIT \d+, BEHIND \d+, UNSCHEDULABLE \d+$",
                          text, re.MULTILINE)

@@ -66,7 +66,8 @@ def random_cycle(seed: int):
                 QueueSpec(name="b", limit={"GPU": rng.choice([1, 2, 4])})],
         preemption={"reclaim_min_runtime_s": rng.choice([0, 0, 900]),
                     "reclaim_delay_s": rng.choice([0, 300])},
-        sla_waiting_time_s=rng.choice([None, 50.0]))
+        sla_waiting_time_s=rng.choice([None, 50.0]),
+        backfill_lookahead=rng.choice([0, 0, 1, 4]))
     return snapshot, Backlog.of(pending), config, float(seed)
 
 
@@ -199,3 +200,17 @@ def test_a_bad_file_says_which_field_and_what_was_expected(change, message):
         load_cycle(data if isinstance(data, str) else json.dumps(data))
     assert str(error.value).startswith(message), str(error.value)
     assert "\n" not in str(error.value)
+
+
+def test_a_dump_from_before_the_lookahead_replays_with_strict_lines():
+    """A dump whose config has no `backfill_lookahead` was written by a raygang that kept
+    each queue's line strictly in order: it replays so, whatever today's default."""
+    for seed in range(0, 120, 7):
+        snapshot, backlog, config, now = random_cycle(seed)
+        strict = config.model_copy(update={"backfill_lookahead": 0})
+        plan = schedule(snapshot, backlog, strict, now)
+        data = json.loads(through_json(dump_cycle(snapshot, backlog, strict, now, plan)))
+        del data["config"]["backfill_lookahead"]
+        loaded = load_cycle(data)
+        assert loaded.config.backfill_lookahead == 0, seed
+        assert loaded.difference(loaded.replay()) is None, seed

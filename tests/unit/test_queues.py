@@ -116,7 +116,7 @@ def test_weights_divide_the_surplus():
 
 
 def test_a_blocked_queue_does_not_block_other_queues():
-    config = PolicyConfig(queues=[queue("a"), queue("b")])
+    config = PolicyConfig(queues=[queue("a"), queue("b")], backfill_lookahead=0)  # strict FIFO
     pending = [
         gang("a-big", "4xGPU=1", "STRICT_PACK", queue="a", priority=100, seq=0),
         gang("a-small", "GPU=1", queue="a", seq=1),

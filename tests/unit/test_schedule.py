@@ -20,6 +20,7 @@ class Case:
     admitted: dict[str, str]  # gang id -> node per bundle (builders.assignment), in plan order
     waiting: dict[str, tuple[WaitCode, tuple[str, ...]]] = field(default_factory=dict)
     backfill: bool = False
+    lookahead: int = 0  # PolicyConfig.backfill_lookahead
 
 
 NO_FIT, BEHIND, UNSCHEDULABLE = WaitCode.NO_FIT, WaitCode.BEHIND, WaitCode.UNSCHEDULABLE
@@ -187,6 +188,47 @@ CASES = [
         backfill=True,
     ),
     Case(
+        "lookahead-sets-aside-two-then-the-rest-waits-behind-the-first",
+        HALF_FULL,
+        (
+            ("early", "GPU=1", "PACK", 100),
+            ("big", "3xGPU=1", "STRICT_PACK", 50),
+            ("twin", "3xGPU=1", "STRICT_PACK", 50),  # like big: set aside without a try
+            ("small", "GPU=1", "PACK", 10),
+            ("wide", "2xGPU=2", "STRICT_PACK", 10),  # the third not admitted: the line stops
+            ("tiny", "GPU=0.5", "SPREAD", 10),
+        ),
+        {"early": "w-1", "small": "w-1"},
+        {"big": (NO_FIT, ("needs {GPU: 3} on one node",)),
+         "twin": (NO_FIT, ("waiting as gang big does (the same shape and priority",
+                           "needs {GPU: 3} on one node")),
+         "wide": (NO_FIT, ("needs {GPU: 4} on one node",)),
+         "tiny": (BEHIND, ("waiting behind gang big (priority 50",
+                           "a cycle sets aside at most 2 gangs of a line"))},
+        lookahead=2,
+    ),
+    Case(
+        "lookahead-one-the-twin-uses-it-up",
+        HALF_FULL,
+        (("big", "3xGPU=1", "STRICT_PACK", 50), ("twin", "3xGPU=1", "STRICT_PACK", 50),
+         ("small", "GPU=1", "PACK", 10)),
+        {},
+        {"big": (NO_FIT, ("needs {GPU: 3} on one node",)),
+         "twin": (NO_FIT, ("waiting as gang big does",)),
+         "small": (BEHIND, ("a cycle sets aside at most 1 gang of a line",))},
+        lookahead=1,
+    ),
+    Case(
+        "lookahead-a-twin-of-another-priority-is-tried",
+        ("w-1: GPU=4 free GPU=2",),
+        (("big", "3xGPU=1", "STRICT_PACK", 50), ("low", "3xGPU=1", "STRICT_PACK", 10),
+         ("small", "GPU=2", "PACK", 10)),
+        {"small": "w-1"},
+        {"big": (NO_FIT, ("needs {GPU: 3} on one node",)),
+         "low": (NO_FIT, ("needs {GPU: 3} on one node",))},
+        lookahead=2,
+    ),
+    Case(
         "admitted-before-the-blocker-stay-admitted",
         ("w-1: GPU=8",),
         (("a", "4xGPU=1", "PACK", 10), ("b", "8xGPU=1", "PACK", 5), ("c", "GPU=1", "PACK", 1)),
@@ -200,7 +242,8 @@ def _run(case: Case, order: list[int] | None = None) -> Plan:
     pending = gangs(*case.gangs)
     if order is not None:
         pending = [pending[i] for i in order]
-    return schedule(cluster(*case.nodes), pending, PolicyConfig(backfill=case.backfill), 7.5)
+    config = PolicyConfig(backfill=case.backfill, backfill_lookahead=case.lookahead)
+    return schedule(cluster(*case.nodes), pending, config, 7.5)
 
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.name) for c in CASES])

@@ -80,25 +80,35 @@ def random_gangs(rng: random.Random) -> list[PendingGang]:
     return out
 
 
+LOOKAHEAD = 2  # the bounded mode's PolicyConfig.backfill_lookahead
+MODES = {"backfill-off": PolicyConfig(backfill_lookahead=0), "backfill-on": PolicyConfig(backfill=True),
+         "lookahead": PolicyConfig(backfill_lookahead=LOOKAHEAD)}
+
+
 @functools.lru_cache(maxsize=None)
-def _case(seed: int, backfill: bool):
+def _case(seed: int, mode: str):
     rng = random.Random(seed)
     snapshot, pending = random_cluster(rng), random_gangs(rng)
-    plan = schedule(snapshot, pending, PolicyConfig(backfill=backfill), float(seed))
+    if mode == "lookahead":  # twins too: gangs like an earlier one are set aside untried
+        pending += [PendingGang(f"{g.gang_id}-twin", g.spec, g.priority, g.seq + 1)
+                    for g in pending if rng.random() < 0.3]
+    plan = schedule(snapshot, pending, MODES[mode], float(seed))
     return snapshot, pending, plan
 
 
-@pytest.mark.parametrize("backfill", [False, True], ids=["backfill-off", "backfill-on"])
-def test_invariants(backfill):
+@pytest.mark.parametrize("mode", list(MODES))
+def test_invariants(mode):
     for seed in SEEDS:
-        snapshot, pending, plan = _case(seed, backfill)
+        snapshot, pending, plan = _case(seed, mode)
         try:
-            _check(snapshot, pending, plan, backfill)
+            _check(snapshot, pending, plan, mode == "backfill-on",
+                   LOOKAHEAD if mode == "lookahead" else 0)
         except AssertionError as error:
-            raise AssertionError(f"seed {seed}, backfill={backfill}: {error}") from error
+            raise AssertionError(f"seed {seed}, {mode}: {error}") from error
 
 
-def _check(snapshot: ClusterSnapshot, pending: list[PendingGang], plan: Plan, backfill: bool):
+def _check(snapshot: ClusterSnapshot, pending: list[PendingGang], plan: Plan, backfill: bool,
+           lookahead: int = 0):
     by_id = {g.gang_id: g for g in pending}
     alive = {n.node_id: n for n in snapshot.nodes if n.alive}
     # The total order, spelled out here rather than taken from PendingGang.order_key.
@@ -153,7 +163,9 @@ def _check(snapshot: ClusterSnapshot, pending: list[PendingGang], plan: Plan, ba
         assert place(gang.bundles, gang.strategy, replay) is None, "a waiting gang fits"
         if waiting.code is WaitCode.NO_FIT and first_blocked is None:
             first_blocked = gang_id
-    if not backfill and first_blocked is not None:
+    if lookahead:
+        _check_lookahead(order, plan, lookahead)
+    elif not backfill and first_blocked is not None:
         later = order[order.index(first_blocked) + 1:]
         assert not set(later) & set(plan.admitted_ids), "admitted past a blocked gang"
         # Behind the blocker every gang is BEHIND, except one that could never fit at
@@ -164,28 +176,48 @@ def _check(snapshot: ClusterSnapshot, pending: list[PendingGang], plan: Plan, ba
             assert plan.waiting[g].code is expected, plan.waiting[g]
 
 
+def _check_lookahead(order: list[str], plan: Plan, lookahead: int) -> None:
+    """Bounded backfill: at most `lookahead` + 1 gangs not admitted were looked at (the
+    others wait behind the first, or could never fit), and none admitted behind them."""
+    behind = [g for g in order if g in plan.waiting and plan.waiting[g].code is WaitCode.BEHIND]
+    looked = [g for g in order if g in plan.waiting and plan.waiting[g].code
+              not in (WaitCode.BEHIND, WaitCode.UNSCHEDULABLE)]
+    assert len(looked) <= lookahead + 1, f"{len(looked)} gangs set aside: {looked}"
+    if behind:
+        assert len(looked) == lookahead + 1, "the line stopped before its lookahead"
+        first = order.index(behind[0])
+        assert all(order.index(g) < first for g in looked)
+        assert not set(order[first:]) & set(plan.admitted_ids), "admitted past the lookahead"
+        for g in behind:
+            assert f"behind gang {looked[0]}" in plan.waiting[g].message
+    for g in looked:  # a twin set aside says which gang it waits as
+        if plan.waiting[g].behind is not None:
+            assert plan.waiting[g].message.startswith(
+                f"waiting as gang {plan.waiting[g].behind} does")
+
+
 def _size(bundle: Resources) -> tuple[int, ...]:
     return tuple(bundle.units(n) for n in ("GPU", "accel", "CPU", "memory"))
 
 
 def test_backfill_off_admits_a_prefix_of_what_backfill_on_admits():
     for seed in SEEDS:
-        _, _, off = _case(seed, backfill=False)
-        _, _, on = _case(seed, backfill=True)
+        _, _, off = _case(seed, "backfill-off")
+        _, _, on = _case(seed, "backfill-on")
         assert on.admissions[: len(off.admissions)] == off.admissions, seed
         assert len(on.admissions) >= len(off.admissions)
 
 
-@pytest.mark.parametrize("backfill", [False, True], ids=["backfill-off", "backfill-on"])
-def test_deterministic_whatever_the_input_order(backfill):
+@pytest.mark.parametrize("mode", list(MODES))
+def test_deterministic_whatever_the_input_order(mode):
     for seed in range(0, 250, 5):
-        snapshot, pending, plan = _case(seed, backfill)
+        snapshot, pending, plan = _case(seed, mode)
         rng = random.Random(-seed)
         nodes, queue = list(snapshot.nodes), list(pending)
         rng.shuffle(nodes)
         rng.shuffle(queue)
         again = schedule(
-            ClusterSnapshot(tuple(nodes)), queue, PolicyConfig(backfill=backfill), float(seed)
+            ClusterSnapshot(tuple(nodes)), queue, MODES[mode], float(seed)
         )
         assert again == plan, seed
 
@@ -194,8 +226,8 @@ def test_random_cases_exercise_every_outcome():
     # Guard against a generator that only ever produces trivial cases.
     codes, strategies, admitted = set(), set(), 0
     for seed in SEEDS:
-        for backfill in (False, True):
-            _, pending, plan = _case(seed, backfill)
+        for mode in MODES:
+            _, pending, plan = _case(seed, mode)
             codes.update(w.code for w in plan.waiting.values())
             admitted += len(plan.admissions)
             by_id = {g.gang_id: g for g in pending}
