@@ -80,7 +80,7 @@ VARIANTS = {
     "trade1": {"preemption": {"reclaim_trade_ratio": 1.0}, "usage": {"enabled": False}},
     "backfill-trade1": {"backfill": True, "preemption": {"reclaim_trade_ratio": 1.0},
                         "usage": {"enabled": False}},
-    # the same, bounded: a pass sets aside at most N gangs of a queue's line, and a gang
+    # the same, bounded: a pass sets aside at most N + 1 gangs of a queue's line, and a gang
     # like one set aside without a try (core/cycle.py `_pass`); `strict`: none (strict
     # FIFO per queue, the default before issue 30's sweep chose `ahead4`)
     **{f"ahead{n}": {"backfill": False, "backfill_lookahead": n, "usage": {"enabled": False}}

@@ -195,11 +195,11 @@ class PolicyConfig(BaseModel):
     )
     backfill_lookahead: int = Field(
         4, ge=0,
-        description="without backfill: how many gangs of a queue's line that cannot start "
-        "a pass may set aside before the rest waits behind the first of them (Kueue's "
-        "BestEffortFIFO, bounded so that a cycle's cost stays flat in the backlog); a "
-        "gang of the shape and priority of one set aside is set aside without a try; "
-        "0: strict FIFO per queue",
+        description="without backfill: how many more gangs of a queue's line that cannot "
+        "start a pass may set aside past the first one before the rest waits behind that "
+        "first one (Kueue's BestEffortFIFO, bounded so that a cycle's cost stays flat in "
+        "the backlog); a gang of the shape and priority of one set aside is set aside "
+        "without a try; 0: strict FIFO per queue",
     )
     priority_classes: tuple[PriorityClass, ...] = DEFAULT_PRIORITY_CLASSES
     queues: tuple[QueueSpec, ...] = (QueueSpec(name=DEFAULT_QUEUE),)

@@ -77,7 +77,7 @@ class Reasons:
     def _past(self) -> str:
         n = self.cycle.config.backfill_lookahead
         return "backfill is off" if n == 0 else \
-            f"a cycle sets aside at most {n} gang{'s' if n > 1 else ''} of a line"
+            f"a cycle passes it and at most {n} more of its line that cannot start"
 
     def _never(self, gang: PendingGang, blocker: PendingGang | None) -> Waiting:
         """A gang that cannot fit even on the empty cluster; behind `blocker` in line if

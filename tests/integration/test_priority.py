@@ -63,7 +63,7 @@ def test_a_smaller_gang_goes_past_blocked_ones_up_to_the_lookahead(ray_cluster):
         late = whole_cluster.options(name="late", replicas=1, num_gpus=1).remote()
         refs += [*more, late]
         reason = _wait_reason(late, f"waiting behind gang {big.gang_id}")
-        assert "a cycle sets aside at most 4 gangs of a line" in reason
+        assert "a cycle passes it and at most 4 more of its line" in reason
         assert f"waiting as gang {big.gang_id} does" in more[0].status().reason
         assert late.status().state is GangState.PENDING
     finally:

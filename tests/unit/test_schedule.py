@@ -204,7 +204,7 @@ CASES = [
                            "needs {GPU: 3} on one node")),
          "wide": (NO_FIT, ("needs {GPU: 4} on one node",)),
          "tiny": (BEHIND, ("waiting behind gang big (priority 50",
-                           "a cycle sets aside at most 2 gangs of a line"))},
+                           "a cycle passes it and at most 2 more of its line"))},
         lookahead=2,
     ),
     Case(
@@ -215,7 +215,7 @@ CASES = [
         {},
         {"big": (NO_FIT, ("needs {GPU: 3} on one node",)),
          "twin": (NO_FIT, ("waiting as gang big does",)),
-         "small": (BEHIND, ("a cycle sets aside at most 1 gang of a line",))},
+         "small": (BEHIND, ("a cycle passes it and at most 1 more of its line",))},
         lookahead=1,
     ),
     Case(
