@@ -60,8 +60,11 @@ def pytest_configure(config):
         compileall.compile_dir(str(Path(raygang.__file__).parent), quiet=1)
 SCHEDULER_CONFIG = raygang.SchedulerConfig(queues=[
     raygang.QueueSpec(name="default"),
-    raygang.QueueSpec(name="team-a", quota={"GPU": 2}),
-    raygang.QueueSpec(name="team-b", quota={"GPU": 2}),
+    # Strict lines (backfill_lookahead 0) for the two teams: the simulator's faithfulness
+    # test compares admission order, which best-effort lines make hang on Ray's start
+    # times (tests/integration/test_sim_faithful.py); `default` keeps the default.
+    raygang.QueueSpec(name="team-a", quota={"GPU": 2}, backfill_lookahead=0),
+    raygang.QueueSpec(name="team-b", quota={"GPU": 2}, backfill_lookahead=0),
     # A backlog queue for the API load test: one gang runs, the rest wait for the limit.
     raygang.QueueSpec(name="load", limit={"GPU": 1}),
     # A Tune sweep's queue (tests/integration/test_tune.py): 2 trials of 2 GPUs at a time.

@@ -137,6 +137,7 @@ class QueueStatus(BaseModel):
     share_ratio: float
     pending: int
     running: int
+    backfill_lookahead: int | None = None  # its own setting (QueueSpec); None: the policy's
 
 
 class QueueSample(BaseModel):

@@ -22,8 +22,10 @@ def queue_statuses(snapshot: ClusterSnapshot, pending: Mapping[str, Mapping[Reso
             quota=r.quota.to_dict(), limit=None if r.limit is None else r.limit.to_dict(),
             usage=r.usage.to_dict(), fair_share=r.fair_share,
             share_ratio=min(r.share_ratio, 1e9), pending=r.pending, running=r.running,
+            backfill_lookahead=None if spec is None else spec.backfill_lookahead,
         )
         for r in queue_report(snapshot, pending, policy)
+        for spec in [policy.queue_tree.specs.get(r.name)]
     ]
 
 

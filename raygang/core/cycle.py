@@ -187,7 +187,6 @@ class Cycle:
         (unless it waited longer: a delay or a trade may let it do what the other could not)."""
         order = QueueOrder(self.book, [q for q, gangs in self.left.items() if gangs])
         at = dict.fromkeys(self.left, 0)
-        lookahead = None if self.config.backfill else self.config.backfill_lookahead
         passed = dict.fromkeys(self.left, 0)
         failed: dict[str, dict[tuple[object, ...], PendingGang]] = {}
         while (queue := order.pick()) is not None:
@@ -214,10 +213,20 @@ class Cycle:
                 continue
             failed.setdefault(queue, {}).setdefault(kind, gang)
             passed[queue] += 1
+            lookahead = self.lookahead(queue)
             if lookahead is not None and passed[queue] > lookahead:
                 order.done(queue)
         for queue, gangs in self.left.items():
             gangs.drop(at[queue], self.admitted)
+
+    def lookahead(self, queue: str) -> int | None:
+        """How many more gangs of `queue`'s line a pass may set aside past its first (the
+        queue's own setting, else the policy's); None: no bound (backfill)."""
+        if self.config.backfill:
+            return None
+        spec = self.tree.specs.get(queue)
+        own = None if spec is None else spec.backfill_lookahead
+        return self.config.backfill_lookahead if own is None else own
 
     def _elect(self) -> Hold | None:
         """The hold for the queue head pending longest beyond `sla_waiting_time_s`."""

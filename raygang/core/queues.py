@@ -32,6 +32,10 @@ class QueueSpec(BaseModel):
         None, description="hard cap on usage (unnamed resources: no cap); None for no cap"
     )
     weight: float = Field(1.0, gt=0, description="share of the capacity left over after quotas")
+    backfill_lookahead: int | None = Field(
+        None, ge=0, description="this queue's own PolicyConfig.backfill_lookahead (as Kueue "
+        "sets a queueing strategy per ClusterQueue): 0 keeps its line strictly in order; "
+        "None: the policy's")
 
     @model_validator(mode="after")
     def _quota_within_limit(self) -> QueueSpec:

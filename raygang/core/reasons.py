@@ -70,13 +70,14 @@ class Reasons:
         return Waiting(
             gang.gang_id, WaitCode.BEHIND,
             f"waiting behind gang {blocker.gang_id} (priority {blocker.priority}, earlier "
-            f"in queue {gang.queue!r}; {self._past()}), which cannot start yet: {first}",
+            f"in queue {gang.queue!r}; {self._past(gang.queue)}), which cannot start yet: "
+            f"{first}",
             behind=blocker.gang_id,
         )
 
-    def _past(self) -> str:
-        n = self.cycle.config.backfill_lookahead
-        return "backfill is off" if n == 0 else \
+    def _past(self, queue: str) -> str:
+        n = self.cycle.lookahead(queue)
+        return "backfill is off" if not n else \
             f"a cycle passes it and at most {n} more of its line that cannot start"
 
     def _never(self, gang: PendingGang, blocker: PendingGang | None) -> Waiting:

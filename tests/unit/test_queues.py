@@ -6,6 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from raygang.core import (
+    QueueSpec,
     QueueTree,
     PolicyConfig,
     WaitCode,
@@ -155,3 +156,19 @@ def test_a_queue_over_a_lowered_limit_in_one_resource_still_admits_gangs_not_usi
     assert plan.admitted_ids == ["g"]
     assert plan.waiting["h"].message == (
         "queue 'a' is at its limit: uses CPU 4 of 2, the gang needs 1 more")
+
+
+def test_a_queue_may_keep_its_line_strict_while_others_go_on():
+    # Kueue sets a queueing strategy per ClusterQueue; raygang a lookahead per queue.
+    config = PolicyConfig(queues=[QueueSpec(name="a", backfill_lookahead=0), queue("b")])
+    pending = [
+        gang("a-big", "4xGPU=1", "STRICT_PACK", queue="a", priority=100, seq=0),
+        gang("a-small", "GPU=1", queue="a", seq=1),
+        gang("b-big", "4xGPU=1", "STRICT_PACK", queue="b", priority=100, seq=2),
+        gang("b-small", "GPU=1", queue="b", seq=3),
+    ]
+    plan = schedule(busy("w-1: GPU=4 free GPU=2", "w-2: GPU=2"), pending, config, 0.0)
+    assert plan.admitted_ids == ["b-small"]  # past b's blocked head (the default: 4 more)
+    assert plan.waiting["a-small"].code is WaitCode.BEHIND
+    assert "backfill is off" in plan.waiting["a-small"].message
+    assert plan.waiting["b-big"].code is WaitCode.NO_FIT
