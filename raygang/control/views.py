@@ -16,16 +16,16 @@ def queue_statuses(snapshot: ClusterSnapshot, pending: Mapping[str, Mapping[Reso
                    policy: PolicyConfig) -> list[QueueStatus]:
     """The queue tree with usage (what `snapshot.placed` holds) and fair shares; `pending`:
     what waits in each queue, as `Registry.pending_totals`."""
+    specs = policy.queue_tree.specs
     return [
         QueueStatus(
             name=r.name, parent=r.parent, leaf=r.leaf, weight=r.weight,
             quota=r.quota.to_dict(), limit=None if r.limit is None else r.limit.to_dict(),
             usage=r.usage.to_dict(), fair_share=r.fair_share,
             share_ratio=min(r.share_ratio, 1e9), pending=r.pending, running=r.running,
-            backfill_lookahead=None if spec is None else spec.backfill_lookahead,
+            backfill_lookahead=specs[r.name].backfill_lookahead if r.name in specs else None,
         )
         for r in queue_report(snapshot, pending, policy)
-        for spec in [policy.queue_tree.specs.get(r.name)]
     ]
 
 

@@ -188,6 +188,7 @@ class Cycle:
         order = QueueOrder(self.book, [q for q, gangs in self.left.items() if gangs])
         at = dict.fromkeys(self.left, 0)
         passed = dict.fromkeys(self.left, 0)
+        lookaheads = {queue: self.lookahead(queue) for queue in self.left}  # once a pass
         failed: dict[str, dict[tuple[object, ...], PendingGang]] = {}
         while (queue := order.pick()) is not None:
             gangs = self.left[queue]
@@ -213,7 +214,7 @@ class Cycle:
                 continue
             failed.setdefault(queue, {}).setdefault(kind, gang)
             passed[queue] += 1
-            lookahead = self.lookahead(queue)
+            lookahead = lookaheads[queue]
             if lookahead is not None and passed[queue] > lookahead:
                 order.done(queue)
         for queue, gangs in self.left.items():
