@@ -9,7 +9,9 @@ to Ray (`raygang-<gang id>-<attempt>`). The driver runs with:
   the job's budget instead of queueing a second time;
 - `RAY_TRAIN_CALLBACKS`: raygang's Train callback, so that happens with no code change;
 - `RAYGANG_ATTEMPT`: 0, then one more after each restart or preemption;
-- `RAY_JOB_STOP_WAIT_TIME_S`: the grace period, Ray's wait between SIGTERM and SIGKILL.
+- `RAY_JOB_STOP_WAIT_TIME_S`: the grace period (and a margin), Ray's wait between SIGTERM
+  and SIGKILL. The entrypoint runs under `process_group`, which ends its whole process
+  group at a stop, SIGKILL after the grace period.
 
 Stopping (preemption or `job stop`): Train runs inside are preempted through Train's own
 path first (their workers checkpoint; Train tears them down at the deadline); then Ray
@@ -23,8 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
 import shlex
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -38,6 +42,7 @@ from raygang.core.spec import GangSpec
 from raygang.core.workload_specs import JobSpec
 from raygang.runtime.handoff.budget import Budget
 from raygang.runtime.handoff.train import TrainSession
+from raygang.runtime.kinds.job import process_group
 from raygang.runtime.kinds.job.submission import TERMINAL, JobClient, stop_until_ended, transient
 from raygang.runtime.kinds.kind import NoLiveResize, NoRestartResize
 from raygang.runtime.names import TRAIN_CALLBACK, node_selector, ray_job_id
@@ -46,20 +51,30 @@ from raygang.runtime.ray_private import GCS_DOWN, GCS_RECONNECT_S
 log = logging.getLogger(__name__)
 POLL_S = 1.0
 LOG_TAIL_CHARS = 2000
+STOP_MARGIN_S = 5
 JOB_ACTOR = "_ray_internal_job_actor_{}"  # the name Ray gives a job's supervisor actor
 
 
-def driver_command(entrypoint: str, gcs_address: str | None) -> str:
-    """The entrypoint, its `ray.init()` joining this cluster. Ray's job supervisor sets the
-    driver's RAY_ADDRESS to the cluster last recorded in its temp dir
-    (`canonicalize_bootstrap_address_or_die("auto")` in job_supervisor.py), not to its own:
-    with two Ray clusters on one machine the driver joins the other one (and a Train run
-    it starts never runs: its controller is pinned to a node of the wrong cluster). Its
-    value overrides the runtime env's `env_vars`; an export in front of the command (Ray
-    runs entrypoints with a POSIX shell) comes after it."""
-    if not gcs_address or os.name != "posix":
+def driver_command(entrypoint: str, gcs_address: str | None, grace_s: float) -> str:
+    """The entrypoint, its `ray.init()` joining this cluster, run by `process_group` so that
+    a stop ends every process it started.
+
+    RAY_ADDRESS: Ray's job supervisor sets the driver's to the cluster last recorded in
+    its temp dir (`canonicalize_bootstrap_address_or_die("auto")` in job_supervisor.py),
+    not to its own: with two Ray clusters on one machine the driver joins the other one
+    (and a Train run it starts never runs: its controller is pinned to a node of the wrong
+    cluster). Its value overrides the runtime env's `env_vars`; an export in front of the
+    command (Ray runs entrypoints with a POSIX shell) comes after it.
+
+    `exec`: the shell Ray starts becomes `process_group` (no fork), so it is the process
+    Ray's stop signals. It runs with this process's interpreter, isolated (`-I`: the
+    standard library only), which the driver's node has as every raygang node does."""
+    if os.name != "posix":
         return entrypoint
-    return f"export RAY_ADDRESS={shlex.quote(gcs_address)}; {entrypoint}"
+    if gcs_address:
+        entrypoint = f"export RAY_ADDRESS={shlex.quote(gcs_address)}; {entrypoint}"
+    return " ".join(["exec", shlex.quote(sys.executable), "-I", shlex.quote(process_group.__file__),
+                     f"{grace_s:g}", shlex.quote(entrypoint)])
 
 
 class JobLaunch(NoLiveResize, NoRestartResize):  # a job's budget has a fixed size
@@ -220,7 +235,8 @@ class JobLaunch(NoLiveResize, NoRestartResize):  # a job's budget has a fixed si
             "RAYGANG_JOB_ID": self.gang_id,
             "RAYGANG_ATTEMPT": str(self.attempt),
             "RAY_TRAIN_CALLBACKS": TRAIN_CALLBACK,
-            "RAY_JOB_STOP_WAIT_TIME_S": str(max(1, int(job.preemption_grace_s))),
+            # Ray's SIGKILL comes after `process_group` killed what the grace left.
+            "RAY_JOB_STOP_WAIT_TIME_S": str(math.ceil(job.preemption_grace_s) + STOP_MARGIN_S),
         }
         if gcs_address := self.client.gcs_address():
             # The job's actors look their cluster up by RAY_ADDRESS too: Train's
@@ -229,7 +245,7 @@ class JobLaunch(NoLiveResize, NoRestartResize):  # a job's budget has a fixed si
             # cluster the controller is "gone" and the cleaner removes the run's group.
             runtime_env["env_vars"]["RAY_ADDRESS"] = gcs_address
         return dict(
-            entrypoint=driver_command(job.entrypoint, gcs_address),
+            entrypoint=driver_command(job.entrypoint, gcs_address, job.preemption_grace_s),
             submission_id=self.job_id,
             runtime_env=runtime_env,
             metadata={**job.metadata, "raygang_gang_id": self.gang_id},
