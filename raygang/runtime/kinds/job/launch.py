@@ -43,7 +43,12 @@ from raygang.core.workload_specs import JobSpec
 from raygang.runtime.handoff.budget import Budget
 from raygang.runtime.handoff.train import TrainSession
 from raygang.runtime.kinds.job import process_group
-from raygang.runtime.kinds.job.submission import TERMINAL, JobClient, stop_until_ended, transient
+from raygang.runtime.kinds.job.submission import (
+    TERMINAL,
+    JobClient,
+    stop_until_ended,
+    transient,
+)
 from raygang.runtime.kinds.kind import NoLiveResize, NoRestartResize
 from raygang.runtime.names import TRAIN_CALLBACK, node_selector, ray_job_id
 from raygang.runtime.ray_private import GCS_DOWN, GCS_RECONNECT_S
