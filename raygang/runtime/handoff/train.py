@@ -184,9 +184,14 @@ class TrainSession:
             if loop.time() > deadline:
                 raise ReservationTimeout(f"the Train run did not claim its reserved nodes "
                                          f"within {claim_timeout:g}s")
-        if not await first_set((self.adopted, self.handoff_failed), self.lease_s):
-            self._fail(f"Train's worker group was not placed on the reserved nodes within "
-                       f"the {self.lease_s:g}s lease")
+        # The claim may have come from a requester that has died since (its call goes on
+        # in this actor): the controller is watched through the lease too.
+        lease_end = loop.time() + self.lease_s
+        while not await first_set((self.adopted, self.handoff_failed), WATCH_INTERVAL_S):
+            await self.check_controller()
+            if loop.time() > lease_end:
+                self._fail(f"Train's worker group was not placed on the reserved nodes "
+                           f"within the {self.lease_s:g}s lease")
         if self.failed:
             raise ReservationTimeout(f"hand-off failed: {self.failed}")
 
