@@ -189,7 +189,10 @@ class Cycle:
         at = dict.fromkeys(self.left, 0)
         passed = dict.fromkeys(self.left, 0)
         lookaheads = {queue: self.lookahead(queue) for queue in self.left}  # once a pass
-        failed: dict[str, dict[tuple[object, ...], PendingGang]] = {}
+        # queue -> kind -> the first gang of that kind this pass set aside (unlike
+        # `self.failed`: the shapes whose victim search failed, a memo the statement keeps
+        # while capacity stays as it was)
+        first_aside: dict[str, dict[tuple[object, ...], PendingGang]] = {}
         while (queue := order.pick()) is not None:
             gangs = self.left[queue]
             gang = gangs[at[queue]]
@@ -199,7 +202,7 @@ class Cycle:
             if not self.ever.fits(gang):
                 continue  # never fits here: it blocks nobody
             kind = (gang.shape, gang.priority, gang.preemptible)
-            like = failed.get(queue, {}).get(kind)
+            like = first_aside.get(queue, {}).get(kind)
             if like is not None and _waited_no_longer(gang, like):
                 self.aside[gang.gang_id] = like
                 admitted = False
@@ -212,7 +215,7 @@ class Cycle:
             if admitted:
                 order.touched(queue)
                 continue
-            failed.setdefault(queue, {}).setdefault(kind, gang)
+            first_aside.setdefault(queue, {}).setdefault(kind, gang)
             passed[queue] += 1
             lookahead = lookaheads[queue]
             if lookahead is not None and passed[queue] > lookahead:

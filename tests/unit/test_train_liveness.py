@@ -88,3 +88,25 @@ def test_a_controller_that_dies_between_its_claim_and_its_group_fails_the_start(
         assert time.monotonic() - began < 1.0
 
     asyncio.run(run())
+
+
+def test_two_callers_may_wait_on_one_read(monkeypatch):
+    """A resize's hand-off and the run's watch both check the controller: they share the
+    read in flight, and neither fails when the other took its answer first."""
+    answer = threading.Event()
+
+    def slow(requesters):
+        answer.wait(10)
+        return set()
+
+    monkeypatch.setattr(train, "dead_requesters", slow)
+    monkeypatch.setattr(train, "LIVENESS_S", 1.0)
+
+    async def run():
+        run_session = session()
+        both = asyncio.gather(run_session.check_controller(), run_session.check_controller())
+        await asyncio.sleep(0.1)
+        answer.set()
+        await both  # neither raises
+
+    asyncio.run(run())

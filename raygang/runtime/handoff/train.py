@@ -236,15 +236,19 @@ class TrainSession:
         long outage must not fill the loop's thread pool)."""
         if not self.controller_id:
             return False
-        if self._liveness is None:
-            self._liveness = asyncio.ensure_future(
+        read = self._liveness
+        if read is None:
+            read = self._liveness = asyncio.ensure_future(
                 asyncio.to_thread(dead_requesters, {self.controller_id}))
             # Its error is read below, or by nobody if the session ends first: say so
-            self._liveness.add_done_callback(lambda read: read.cancelled() or read.exception())
-        done, _ = await asyncio.wait({self._liveness}, timeout=LIVENESS_S)
+            read.add_done_callback(lambda done: done.cancelled() or done.exception())
+        # Two may wait on one read (the run's watch, and a resize's hand-off): each keeps
+        # its own reference, and the first to find it done lets the next call read anew.
+        done, _ = await asyncio.wait({read}, timeout=LIVENESS_S)
         if not done:
             return False
-        read, self._liveness = self._liveness, None
+        if self._liveness is read:
+            self._liveness = None
         if read.exception() is not None:
             log.debug("%s: reading its controller's state failed: %r", self.session_id,
                       read.exception())
