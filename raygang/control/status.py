@@ -76,7 +76,7 @@ class GangStatus(BaseModel):
     restarts: int = 0
     preemptions: int = 0
     queue_position: int | None = None  # 1 = next in its queue (while PENDING)
-    kind: str = "gang"  # or "deployment", "job", "train"
+    kind: str = "gang"  # or "deployment", "job", "train", "tune"
     ray_job_id: str | None = None  # a job's Ray job id (of its last attempt)
     entrypoint: str | None = None  # a job's command
     parent: str | None = None  # the job whose budget it runs inside (started by its driver)

@@ -19,17 +19,19 @@ from raygang.core.workload_specs import DeploymentSpec, JobSpec
 from raygang.runtime import kinds as run_kinds
 from tests.unit.builders import spec
 
-KNOWN = "known kinds are deployment, gang, job, train"
+KNOWN = "known kinds are deployment, gang, job, train, tune"
 
 
 def test_each_kind_is_registered_by_its_name_on_both_sides():
-    assert sorted(KINDS) == sorted(run_kinds.RUN_KINDS) == ["deployment", "gang", "job", "train"]
+    assert sorted(KINDS) == sorted(run_kinds.RUN_KINDS) == ["deployment", "gang", "job", "train",
+                                                                   "tune"]
     for name in KINDS:
         assert kinds.of(name).name == run_kinds.of(name).name == name
 
 
 def test_what_each_kind_says_of_itself():
-    job, deployment, gang, train = (kinds.of(n) for n in ("job", "deployment", "gang", "train"))
+    job, deployment, gang, train, tune = (
+        kinds.of(n) for n in ("job", "deployment", "gang", "train", "tune"))
     assert [k.name for k in KINDS.values() if k.ray_job] == ["job"]
     assert [k.name for k in KINDS.values() if not k.elastic] == ["job"]
     assert deployment.display("llm-1a2b3c4d", "llm") == "deployment llm"
@@ -37,13 +39,16 @@ def test_what_each_kind_says_of_itself():
     assert deployment.serves_until_stopped and not gang.serves_until_stopped
     assert train.requester({"controller": "abc"}) == "abc" and train.requester(None) is None
     assert gang.requester({"controller": "abc"}) is None
+    # A trial's requester is its Tune driver; its history names the trial's group
+    assert tune.requester({"controller": "job:01000000"}) == "job:01000000"
+    assert tune.phases.starting == "handing the nodes over to the Tune trial's placement group"
     assert job.phases.starting == "submitting the Ray job"
 
 
 @pytest.mark.parametrize("lookup", [kinds.of, run_kinds.of])
 def test_an_unknown_kind_is_refused_naming_the_known_ones(lookup):
-    with pytest.raises(UnknownKindError, match=f"unknown kind 'tune': {KNOWN}"):
-        lookup("tune")
+    with pytest.raises(UnknownKindError, match=f"unknown kind 'notebook': {KNOWN}"):
+        lookup("notebook")
 
 
 def _stored(kind: str, workload: object) -> dict:
@@ -75,6 +80,7 @@ def test_a_stored_deployment_reads_back_with_its_spec_and_app():
 
 @pytest.mark.parametrize("kind, workload", [
     ("gang", None), ("train", {"controller": "c0ffee", "group": "pg1"}),
+    ("tune", {"controller": "job:01000000", "group": "pg1"}),
 ])
 def test_other_kinds_keep_their_payload_as_it_is(kind, workload):
     back = load_gang(pickle.dumps(_stored(kind, workload)))
@@ -83,7 +89,7 @@ def test_other_kinds_keep_their_payload_as_it_is(kind, workload):
 
 def test_a_stored_record_of_an_unknown_kind_is_refused():
     with pytest.raises(UnknownKindError, match=KNOWN):
-        load_gang(pickle.dumps(_stored("tune", None)))
+        load_gang(pickle.dumps(_stored("notebook", None)))
 
 
 @pytest.mark.parametrize("kind", ["gang", "deployment"])

@@ -1,5 +1,5 @@
 """The kinds of workload the plane queues, by name: plain gangs, Serve applications, Ray
-Jobs, Ray Train runs.
+Jobs, Ray Train runs, Ray Tune trials.
 
 Each is a module here with one `Kind` (what the plane needs to know of it, without Ray:
 its durable payload, how it is named, the words of its history, which features it has)
@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TypeVar
 
-from raygang.control.kinds import deployment, gang, job, train
+from raygang.control.kinds import deployment, gang, job, train, tune
 from raygang.control.kinds.kind import Kind
 
 T = TypeVar("T")
 
 KINDS: Mapping[str, Kind] = {
-    kind.name: kind for kind in (gang.KIND, deployment.KIND, job.KIND, train.KIND)
+    kind.name: kind for kind in (gang.KIND, deployment.KIND, job.KIND, train.KIND, tune.KIND)
 }
 
 

@@ -12,7 +12,7 @@ use two queues) and returns its `ResultGrid`. Nothing else of the Tuner changes.
 
 What the manager does (`RaygangTuneResources`, Tune's calls in order):
 - `request_resources`: each trial's `PlacementGroupFactory` (a `ResourceRequest`) is queued
-  in raygang as one hand-off gang (kind "train": the same exchange as `RaygangTrain`'s,
+  in raygang as one hand-off gang (kind "tune": the same exchange as `RaygangTrain`'s,
   `runtime/handoff/train.py`): one role per run of equal bundles, Tune's strategy. Tune asks
   for every pending trial at once (`TUNE_MAX_PENDING_TRIALS_PG`), so the whole sweep waits
   in raygang's queue, and raygang's queue (priority, quota, limit, fair share, preemption),
@@ -169,7 +169,7 @@ class RaygangTuneResources(ResourceManager):
         spec = trial_gang_spec(resource_request, f"{self.name}-{self._count}", self.queue,
                                self.priority)
         session = self._client.call(TrainAPI.train_open, spec, None, self._driver,
-                                    uuid.uuid4().hex)
+                                    uuid.uuid4().hex, "tune")
         trial = _Trial(resource_request, session)
         self._waiting[resource_request].append(trial)
         self._ask(trial)

@@ -16,7 +16,8 @@ from raygang.runtime.kinds import deployment, gang, job, train
 from raygang.runtime.kinds.kind import Host, RunKind
 
 RUN_KINDS: Mapping[str, RunKind] = {
-    kind.name: kind for kind in (gang.KIND, deployment.KIND, job.KIND, train.KIND)
+    kind.name: kind for kind in (gang.KIND, deployment.KIND, job.KIND, train.KIND,
+                                 train.TUNE_KIND)
 }
 
 

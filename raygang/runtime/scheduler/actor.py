@@ -78,9 +78,9 @@ class Scheduler:
     # Each waits for the recovered state first: a restarted scheduler must have adopted a
     # run's session before it answers for it (a watcher told "ended" stops watching).
     async def train_open(self, spec: GangSpec, parent: str | None, controller: str | None,
-                         key: str) -> str:
+                         key: str, kind: str = "train") -> str:
         await self._plane.ready()
-        return await self._train.open(spec, parent, controller, key)
+        return await self._train.open(spec, parent, controller, key, kind)
 
     async def train_claim(self, session: str, timeout: float) -> list[str] | None:
         await self._plane.ready()

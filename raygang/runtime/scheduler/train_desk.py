@@ -58,11 +58,13 @@ class TrainDesk:
                         gang_id, f"{requester_name(requester)} died while it waited")
 
     async def open(self, spec: GangSpec, parent: str | None, controller: str | None,
-                   key: str) -> str:
-        """Queue the run (or, inside job `parent`, open a session in its budget)."""
+                   key: str, kind: str = "train") -> str:
+        """Queue the run (or, inside job `parent`, open a session in its budget); `kind`:
+        "train", or "tune" for a Tune trial's group."""
         self._sweep_soon()
         if parent is None:
-            return await self._plane.submit_train(spec, controller, idempotency_key=key)
+            return await self._plane.submit_train(spec, controller, idempotency_key=key,
+                                                  kind=kind)
         launch = self._cluster.launches.get(parent)
         if launch is None:
             raise GangNotFoundError(

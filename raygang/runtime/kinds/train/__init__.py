@@ -1,5 +1,6 @@
 """A Ray Train run on Ray: its reserved nodes handed over to Train's worker group, whose
-placement group raygang adopts (`launch.py`, and `runtime.handoff.train`)."""
+placement group raygang adopts (`launch.py`, and `runtime.handoff.train`). A Tune trial
+(kind "tune") runs the same way: its nodes handed over to the trial's placement group."""
 
 from __future__ import annotations
 
@@ -41,3 +42,5 @@ def adopt(host: Host, record: GangRecord, leftovers: RayLeftovers) -> TrainLaunc
 
 
 KIND = RunKind("train", new_run, adopt)
+# A Tune trial: its placement group is Tune's, handed over and adopted the same way
+TUNE_KIND = RunKind("tune", new_run, adopt)
