@@ -50,8 +50,6 @@ from raygang.core.workload_specs import DeploymentSpec, JobSpec
 log = logging.getLogger(__name__)
 CLUSTER_VIEW_MAX_AGE_S = 0.25  # `cluster()` observes afresh at most this often
 DUMP_WAIT_S = 30.0  # a cycle dump asked for: how long to wait for the cycle
-# The kinds whose nodes a library's own group takes (`submit_train`)
-HANDED_OVER = ("train", "tune")
 
 
 class ControlPlane:
@@ -232,11 +230,8 @@ class ControlPlane:
         over to Train (or Tune) once reserved. Returns its id."""
         await self.ready()
         spec = revalidated(spec, GangSpec, "submit_train")
-        if kind not in HANDED_OVER:
-            raise ValueError(f"kind {kind!r}: a hand-off to a library is one of "
-                             f"{', '.join(HANDED_OVER)}")
         return await self.intake.queue(
-            spec, Submission(kind, workload={"controller": controller}),
+            spec, Submission(kinds.handed_over(kind), workload={"controller": controller}),
             idempotency_key, spec.model_dump_json())
 
     async def list_jobs(self, state: GangState | None = None) -> list[GangStatus]:

@@ -156,6 +156,13 @@ def test_the_simulator_admits_in_the_same_order_and_predicts_completion_times(ra
             assert simulated[later].first_admitted >= \
                 simulated[earlier].first_admitted - ORDER_SLACK_S, (earlier, later, table)
     errors = [abs(c - d) for _, _, _, c, d, _, _ in report]
-    for (name, *_, jct_real, jct_sim, _, _), error in zip(report, errors):
-        assert error <= JCT_ABS_S + JCT_REL * jct_real, (name, table)
+    # Each job's own error, less how far its own first start strayed from the mean the
+    # simulator uses: that is Ray's noise, not the simulator's (a CI run at load ~10,
+    # spread 2.51 s: a job whose start took ~6 s over the mean finished 6.7 s after its
+    # prediction, beyond the 6.45 s its JCT allowed).
+    for name, *_, jct_real, jct_sim, _, _ in report:
+        own = first(real[name], GangState.RUNNING) - first(real[name], GangState.ADMITTED) \
+            - start_s
+        assert abs(jct_real - jct_sim - own) <= JCT_ABS_S + JCT_REL * jct_real, \
+            (name, f"its start {own:+.1f} s off the mean", table)
     assert statistics.mean(errors) <= JCT_MEAN_S + spread, table

@@ -88,7 +88,8 @@ def test_trials_are_gangs_within_the_queue_limit(ray_cluster, tmp_path: Path):
     steps = sorted(r.metrics["step"] for r in results)
     assert steps == [0, 0, 3, 3], steps  # x == 0 stopped after one report
     assert 0 < most <= 4, most
-    gangs = [g for g in raygang.list_gangs() if g.queue == "sweep"]
+    gangs = [g for g in raygang.list_gangs() if g.queue == "sweep"
+             and g.name.startswith("sweep-")]  # not other modules' sweeps
     assert len(gangs) == 4 and all(g.state.value == "SUCCEEDED" for g in gangs), gangs
     assert _live_groups() == []
     # A removed group's GPUs show as free once its node reports them (a moment later)

@@ -187,7 +187,7 @@ def test_tallies_set_kinds_wait_codes_guarantees_limits_and_fair_shares():
         queues=lambda: [row], longest_wait={"a": 42.0})
     m.refresh([], CAPPED, {}, tallies)
     workloads = made[NAMES.workloads].values
-    assert len(workloads) == 8  # four kinds, pending and running: zeros included
+    assert len(workloads) == 10  # five kinds, pending and running: zeros included
     assert workloads[(("kind", "gang"), ("status", "pending"))] == 2
     assert workloads[(("kind", "deployment"), ("status", "running"))] == 2
     assert workloads[(("kind", "job"), ("status", "running"))] == 0  # finished: neither

@@ -23,6 +23,18 @@ KINDS: Mapping[str, Kind] = {
 }
 
 
+# The kinds whose reserved nodes a library's own group takes (`ControlPlane.submit_train`)
+HANDED_OVER = ("train", "tune")
+
+
+def handed_over(name: str) -> str:
+    """`name`, if it is a kind handed over to a library's group; else ValueError."""
+    if name not in HANDED_OVER:
+        raise ValueError(f"kind {name!r}: a hand-off to a library is one of "
+                         f"{', '.join(HANDED_OVER)}")
+    return name
+
+
 class UnknownKindError(ValueError):
     """A gang record names a kind this raygang does not know."""
 
@@ -42,4 +54,4 @@ def find(registry: Mapping[str, T], name: str) -> T:
             f"unknown kind {name!r}: known kinds are {', '.join(sorted(registry))}") from None
 
 
-__all__ = ["KINDS", "Kind", "UnknownKindError", "find", "of"]
+__all__ = ["HANDED_OVER", "KINDS", "Kind", "UnknownKindError", "find", "handed_over", "of"]

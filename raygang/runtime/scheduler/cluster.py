@@ -81,7 +81,15 @@ class RayCluster:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            available = available_resources_per_node()
+            # Read in a thread: a GCS that does not answer (an outage) holds this wait, not
+            # the scheduler's loop, and no longer than `timeout`; the read left running
+            # then ends when the GCS answers, and nobody reads its result.
+            read = asyncio.ensure_future(asyncio.to_thread(available_resources_per_node))
+            done, _ = await asyncio.wait({read}, timeout=max(0.0, deadline - loop.time()))
+            if not done:
+                read.add_done_callback(lambda late: late.cancelled() or late.exception())
+                return False
+            available = read.result()
             if all(amount.fits_in(schedulable(available.get(node, {})))
                    for node, amount in need.items()):
                 return True
