@@ -160,9 +160,10 @@ def test_the_simulator_admits_in_the_same_order_and_predicts_completion_times(ra
     # simulator uses: that is Ray's noise, not the simulator's (a CI run at load ~10,
     # spread 2.51 s: a job whose start took ~6 s over the mean finished 6.7 s after its
     # prediction, beyond the 6.45 s its JCT allowed).
+    # (A job stopped in Ray: its first RUNNING may be a later attempt's; no adjustment.)
     for name, *_, jct_real, jct_sim, _, _ in report:
-        own = first(real[name], GangState.RUNNING) - first(real[name], GangState.ADMITTED) \
-            - start_s
+        own = 0.0 if real[name].preemptions else first(real[name], GangState.RUNNING) \
+            - first(real[name], GangState.ADMITTED) - start_s
         assert abs(jct_real - jct_sim - own) <= JCT_ABS_S + JCT_REL * jct_real, \
             (name, f"its start {own:+.1f} s off the mean", table)
     assert statistics.mean(errors) <= JCT_MEAN_S + spread, table
