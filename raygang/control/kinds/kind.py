@@ -17,6 +17,13 @@ def _no_requester(workload: Any) -> str | None:
     return None
 
 
+def controller_in_workload(workload: Any) -> str | None:
+    """The requester a hand-off kind keeps in its payload's "controller" (a Train
+    controller's actor id, or a Tune driver's "job:<id>")."""
+    controller = (workload or {}).get("controller")
+    return None if controller is None else str(controller)
+
+
 def _nothing_shown(workload: Any) -> dict[str, Any]:
     return {}
 

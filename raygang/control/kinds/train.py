@@ -5,21 +5,13 @@ of this kind too, its "controller" the driver's job ("job:<id>")."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from raygang.control.kinds.kind import Kind
+from raygang.control.kinds.kind import Kind, controller_in_workload
 from raygang.core.lifecycle import Phases
-
-
-def _controller(workload: Any) -> str | None:
-    controller = (workload or {}).get("controller")
-    return None if controller is None else str(controller)
-
 
 KIND = Kind(
     name="train",
     phases=Phases("capacity held on its nodes",
                   "handing the nodes over to Ray Train's worker group",
                   "Train's worker group placed on them", "the Train run finished"),
-    requester=_controller,
+    requester=controller_in_workload,
 )

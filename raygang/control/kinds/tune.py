@@ -7,21 +7,13 @@ runs of their own (kind "train")."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from raygang.control.kinds.kind import Kind
+from raygang.control.kinds.kind import Kind, controller_in_workload
 from raygang.core.lifecycle import Phases
-
-
-def _driver(workload: Any) -> str | None:
-    driver = (workload or {}).get("controller")
-    return None if driver is None else str(driver)
-
 
 KIND = Kind(
     name="tune",
     phases=Phases("capacity held on its nodes",
                   "handing the nodes over to the Tune trial's placement group",
                   "the trial's placement group placed on them", "Tune ended the trial"),
-    requester=_driver,
+    requester=controller_in_workload,
 )
