@@ -17,13 +17,16 @@ wait on Ray far more than they compute, so the two halves overlap. Each worker h
 session cluster under a Ray temp root of its own (`tests.scripts.ray_temp_root`), and runs
 whole modules (`xdist_group` per module: module fixtures start once). Modules marked
 `own_cluster` start clusters of their own with Ray's default ports; they form one group,
-run one after another on one worker.
+run one after another on one worker. A test marked `alone` runs while the other worker
+runs nothing (`pytest_runtest_protocol` below).
 """
 
 from __future__ import annotations
 
 import compileall
+import fcntl
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -100,6 +103,28 @@ def pytest_collection_modifyitems(items):
     items.sort(key=_rank)  # stable: a module's tests keep their order
     for item in items:
         item.add_marker(pytest.mark.xdist_group(_group(item)))
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outside pytest-timeout's timer
+def pytest_runtest_protocol(item, nextitem):
+    """A test marked `alone` runs while the other xdist worker runs nothing (its module
+    set-up and tear-down included): one that compares Ray's timing with a model of it
+    (test_sim_faithful) measures Ray on a machine the other worker's Ray tests load to
+    ~10 on 2 cores, where starts spread by seconds and its decisions flip. Every other
+    test holds the machine shared; a turnstile lets an `alone` test in before new ones."""
+    workerinput = getattr(item.config, "workerinput", None)
+    if workerinput is None:  # one process (`-n 0`): nothing runs beside it
+        yield
+        return
+    alone = item.get_closest_marker("alone") is not None
+    locks = Path(tempfile.gettempdir()) / f"raygang-tests-{workerinput['testrunuid']}"
+    locks.mkdir(exist_ok=True)
+    with open(locks / "turnstile", "a") as turnstile, open(locks / "machine", "a") as machine:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        fcntl.flock(machine, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        if not alone:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        yield  # closing the files releases the locks
 
 
 @pytest.fixture(scope="session")

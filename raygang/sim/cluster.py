@@ -119,8 +119,10 @@ class SimRun:
         self.log.racks = max(self.log.racks, len(racks - {None}))
 
     async def start_members(self) -> None:
-        if self.cluster.start_s:
-            await asyncio.sleep(self.cluster.start_s)
+        start_s = self.log.job.start_s
+        start_s = self.cluster.start_s if start_s is None else start_s
+        if start_s:
+            await asyncio.sleep(start_s)
         now = self.cluster.clock()
         for slot, (node, _) in zip(self.record.spec.min_slots, self.bundles):
             self.on_member_ready(MemberStatus(

@@ -17,6 +17,9 @@ The trace CSV format (`load_csv`), one job per row, with a header:
 - `priority` (optional): a priority class name (`training`, `batch`, `inference`...) or an
   integer; empty means `training`.
 - `name` (optional): the job's name in reports; default `job-<row>`.
+- `start_s` (optional): the job's own start time (admitted to running) as measured on the
+  cluster that ran it; empty means the replay's `SimSettings.start_s`. A trace recorded
+  from a real run replays each gang at the pace Ray really started it.
 
 Other columns are ignored. Rows are validated one by one: a bad file is rejected with the
 line number and the reason (`TraceError`).
@@ -60,6 +63,9 @@ class TraceJob(BaseModel):
     gpus_per_member: int = Field(ge=1)
     queue: str = Field(pattern=NAME_PATTERN)
     priority: int | str = "training"
+    # Measured admitted -> running of this job on a recorded cluster; None: the replay's
+    # SimSettings.start_s (one mean for every gang).
+    start_s: float | None = Field(None, ge=0, allow_inf_nan=False)
 
     @field_validator("priority", mode="before")
     @classmethod
@@ -176,6 +182,8 @@ def _job(row: dict, line: int, source: str, gpus_per_node: int) -> TraceJob:
         "queue": (row.get("queue") or "").strip(),
         "priority": row.get("priority") or "",
     }
+    if (row.get("start_s") or "").strip():
+        fields["start_s"] = _number(row, "start_s", line, source)
     try:
         return TraceJob(**fields)
     except ValidationError as error:

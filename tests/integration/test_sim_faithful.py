@@ -14,13 +14,14 @@ starts again from the beginning on both sides (a sleeping gang keeps no checkpoi
 simulator is told its checkpoints are never reached), with no grace period.
 
 The simulator replays the jobs at the times the real scheduler received them, and is given
-what Ray costs here, measured in the same run: the mean time from a gang's admission to
-its members running (placement group, actor start), and from its work's end to its own
-(the end noticed, everything torn down: a second or more on a loaded machine, where real
-jobs ended that much later than simulated ones before the simulator modelled it). Means,
-not medians: the mean completion-time error is asserted, and on a loaded machine these
-costs skew long (a burst of gangs starts at ~1.7 actors/s), so a median under-predicts
-every job alike (a CI run's mean error reached 2.54 s with medians, every job late).
+what Ray costs here, measured in the same run: each job's own time from its admission to
+its members running (placement group, actor start: `TraceJob.start_s`), and the mean time
+from a job's work's end to its own (the end noticed, everything torn down: a second or
+more on a loaded machine, where real jobs ended that much later than simulated ones
+before the simulator modelled it). Each job's own start, not one mean for all: on a
+loaded machine Ray's starts spread by seconds (a burst of gangs starts at ~1.7 actors/s),
+and which gang is still starting when a reclaim comes decides which gang is reclaimed.
+The test runs `alone` (tests/conftest.py): the other worker's Ray tests wait meanwhile.
 Tolerance:
 - admission order: of two jobs the real scheduler admitted more than SAME_CYCLE_S apart,
   the simulator started the later one no more than ORDER_SLACK_S before the earlier (jobs
@@ -28,7 +29,7 @@ Tolerance:
   real cycle were admitted a second apart by the simulator);
 - completion time (submission to end) of every job within JCT_ABS_S + JCT_REL of the
   real one's; the mean difference under JCT_MEAN_S plus the spread (standard deviation)
-  of the real start times, which the simulator's one mean start cannot predict.
+  of the real end times, which the simulator's one mean end cannot predict.
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ from raygang.sim import SimSettings, simulate
 from raygang.sim.trace import Trace, TraceJob, sorted_jobs
 from tests.conftest import SCHEDULER_CONFIG, WORKER_GPUS
 
-pytestmark = pytest.mark.slow
+# alone: Ray's start times, which the simulator is compared with, spread by seconds when
+# the other worker's Ray tests load the machine (tests/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 ORDER_SLACK_S = 1.0
 SAME_CYCLE_S = 0.5
@@ -55,7 +58,8 @@ JCT_REL = 0.15
 # Jobs that waited for another's capacity are admitted ~1-2 s later on Ray than in the
 # simulator, which frees capacity at a gang's end: the time until Ray shows the room and
 # the next cycle takes it is not modelled. Mean differences seen: CI 1.19 and 1.50 s; here
-# 1.80 s on a quiet full run, 1.90 and 1.91 s on runs loaded by other work.
+# 1.80 s on a quiet full run, 1.90 and 1.91 s on runs loaded by other work (with one mean
+# start for every job); with each job's own start, 0.3 s quiet, ~1.5 s beside two busy loops.
 JCT_MEAN_S = 2.5
 SEED = 29  # see the_trace
 
@@ -103,23 +107,41 @@ def last(status: raygang.GangStatus, state: GangState) -> float:
     return [e.at for e in status.events if e.to_state is state][-1]
 
 
+def own_start(status: raygang.GangStatus) -> float:
+    """Admitted -> running of the job's first attempt that ran (one reclaimed while its
+    members started went from ADMITTED to PREEMPTING, or back to the queue)."""
+    admitted = None
+    for event in status.events:
+        if event.to_state is GangState.ADMITTED:
+            admitted = event.at
+        elif event.to_state is GangState.RUNNING and admitted is not None:
+            return event.at - admitted
+    raise AssertionError(f"{status.gang_id} never ran")
+
+
 def test_the_simulator_admits_in_the_same_order_and_predicts_completion_times(ray_cluster):
     trace = the_trace()
     real = replay_on_ray(trace)
     assert {s.state for s in real.values()} == {GangState.SUCCEEDED}
     assert any(s.preemptions for s in real.values()), "the trace should exercise reclaim"
-    start_s = statistics.mean(first(s, GangState.RUNNING) - first(s, GangState.ADMITTED)
-                              for s in real.values())
+    # Each job's own start (admitted -> running) as Ray took it, for the first attempt that
+    # ran: the simulator replays every gang at its real pace. With one mean start for all,
+    # which gang is still starting when a reclaim comes hangs on Ray's spread (a CI run at
+    # load ~10, spread 3.5 s: the real j000002 started in 3 s and j000000 was reclaimed; the
+    # simulated j000002, at the mean 5.3 s, was reclaimed while starting instead).
+    starts = {name: own_start(status) for name, status in real.items()}
+    start_s = statistics.mean(starts.values())
     durations = {job.name: job.duration_s for job in trace.jobs}
-    end_s = statistics.mean(s.finished_at - last(s, GangState.RUNNING) - durations[name]
-                            for name, s in real.items() if not s.preemptions)
+    ends = [s.finished_at - last(s, GangState.RUNNING) - durations[name]
+            for name, s in real.items() if not s.preemptions]
+    end_s = statistics.mean(ends)
 
     # The simulator replays the jobs as the scheduler received them: at the times each
     # submission reached it (the test's calls take a moment, more on a busy machine).
     t0 = min(s.submitted_at for s in real.values())
     received = Trace(sorted_jobs(job.model_copy(update={
-        "submit_s": round(real[job.name].submitted_at - t0, 3)}) for job in trace.jobs),
-        source=trace.source)
+        "submit_s": round(real[job.name].submitted_at - t0, 3), "start_s": starts[job.name]})
+        for job in trace.jobs), source=trace.source)
     settings = SimSettings(nodes=2, gpus_per_node=WORKER_GPUS, checkpoint_s=1e9,
                            preemption_grace_s=0, start_s=start_s, end_s=max(0.0, end_s),
                            resync_s=1.0)
@@ -135,35 +157,23 @@ def test_the_simulator_admits_in_the_same_order_and_predicts_completion_times(ra
                        status.preemptions, len(log.stops)))
     table = "\n".join(f"{n} admitted real {a:5.1f} sim {b:5.1f}  JCT real {c:5.1f} sim "
                       f"{d:5.1f}  stops real {e} sim {f}" for n, a, b, c, d, e, f in report)
-    # The simulator starts every gang in the mean start time; how far real starts stray
-    # from it (their spread) is error it cannot predict, and it grows with the machine's
-    # load: added to the mean tolerance (a quiet run here: spread 0.81 s, mean error 0.9 s;
-    # a CI run at load ~10: mean start 5.06 s, mean error 3.2 s, every job late alike).
-    spread = statistics.pstdev(first(s, GangState.RUNNING) - first(s, GangState.ADMITTED)
-                               for s in real.values())
-    print(f"start_s {start_s:.2f} spread {spread:.2f} end_s {end_s:.2f}\n{table}")
+    # Each job ends in the mean end time in the simulator: how far Ray's ends stray from it
+    # (their spread, which grows with the machine's load) is error it cannot predict.
+    spread = statistics.pstdev(ends)
+    print(f"start_s {start_s:.2f} (spread {statistics.pstdev(starts.values()):.2f}) "
+          f"end_s {end_s:.2f} (spread {spread:.2f})\n{table}")
 
     # Order between cycles: a job the real scheduler admitted in a later cycle than another
     # is admitted by the simulator no more than ORDER_SLACK_S before it. Jobs the real
     # scheduler admitted in one cycle (within SAME_CYCLE_S) have no order between them.
     # Admissions, not first starts: a job reclaimed while its members start never ran that
-    # attempt, and the simulator starts every gang in the mean start time while Ray's vary
-    # (a CI run: the real j000002 ran 1 s before its reclaim, the simulated one, started in
-    # 4.4 s, was reclaimed while starting, so its first start was its second attempt's).
+    # attempt.
     admitted = {name: first(status, GangState.ADMITTED) for name, status in real.items()}
     for earlier, later in itertools.combinations([name for name, *_ in report], 2):
         if admitted[later] - admitted[earlier] > SAME_CYCLE_S:
             assert simulated[later].first_admitted >= \
                 simulated[earlier].first_admitted - ORDER_SLACK_S, (earlier, later, table)
     errors = [abs(c - d) for _, _, _, c, d, _, _ in report]
-    # Each job's own error, less how far its own first start strayed from the mean the
-    # simulator uses: that is Ray's noise, not the simulator's (a CI run at load ~10,
-    # spread 2.51 s: a job whose start took ~6 s over the mean finished 6.7 s after its
-    # prediction, beyond the 6.45 s its JCT allowed).
-    # (A job stopped in Ray: its first RUNNING may be a later attempt's; no adjustment.)
     for name, *_, jct_real, jct_sim, _, _ in report:
-        own = 0.0 if real[name].preemptions else first(real[name], GangState.RUNNING) \
-            - first(real[name], GangState.ADMITTED) - start_s
-        assert abs(jct_real - jct_sim - own) <= JCT_ABS_S + JCT_REL * jct_real, \
-            (name, f"its start {own:+.1f} s off the mean", table)
+        assert abs(jct_real - jct_sim) <= JCT_ABS_S + JCT_REL * jct_real, (name, table)
     assert statistics.mean(errors) <= JCT_MEAN_S + spread, table

@@ -15,6 +15,15 @@ def test_fifo_runs_jobs_in_submission_order_and_a_blocked_head_holds_back_the_re
     assert run(t, "fifo") == {"a": (0, 100, 0), "b": (100, 200, 0), "c": (200, 210, 0)}
 
 
+def test_a_job_with_its_own_measured_start_starts_at_that_pace_the_others_at_the_mean():
+    measured = job("a", 0, 100, gpus=4).model_copy(update={"start_s": 7.0})
+    result = replay_of(trace(measured, job("b", 0, 100, gpus=4)), "raygang", start_s=2.0)
+    logs = {log.job.name: log for log in result.jobs.values()}
+    assert {name: log.first_start - log.first_admitted for name, log in logs.items()} == \
+        {"a": 7.0, "b": 2.0}
+    assert logs["a"].finished_at == 107.0  # the start, then its work
+
+
 def test_sjf_runs_the_shortest_pending_job_first_and_backfills():
     t = trace(job("a", 0, 100), job("b", 1, 50), job("c", 2, 10))
     assert run(t, "sjf") == {"a": (0, 100, 0), "c": (100, 110, 0), "b": (110, 160, 0)}

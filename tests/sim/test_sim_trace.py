@@ -37,6 +37,12 @@ def test_an_explicit_shape_is_taken_as_given(tmp_path):
     assert (trace.jobs[0].members, trace.jobs[0].gpus_per_member) == (2, 4)
 
 
+def test_a_measured_start_time_is_read_per_job_and_may_be_left_empty(tmp_path):
+    trace = load_csv(write(tmp_path, "submit_s,duration_s,gpus,queue,name,start_s\n"
+                                     "0,10,1,q,slow,4.5\n1,10,1,q,usual,\n"))
+    assert {j.name: j.start_s for j in trace.jobs} == {"slow": 4.5, "usual": None}
+
+
 @pytest.mark.parametrize(("text", "line", "reason"), [
     ("submit_s,gpus,queue\n0,1,a\n", 1, "missing column(s): duration_s"),
     ("submit_s,duration_s,queue\n0,1,a\n", 1, "missing column(s): gpus (or shape)"),
@@ -46,6 +52,8 @@ def test_an_explicit_shape_is_taken_as_given(tmp_path):
     ("submit_s,duration_s,gpus,queue\nsoon,10,1,a\n", 2, "submit_s: not a number: 'soon'"),
     ("submit_s,duration_s,gpus,queue\n0,10,0,a\n", 2, "gpus: expected a whole number >= 1"),
     ("submit_s,duration_s,shape,queue\n0,10,8by4,a\n", 2, "shape: expected MEMBERSxGPUS"),
+    ("submit_s,duration_s,gpus,queue,start_s\n0,10,1,a,-1\n", 2, "start_s: Input should be "
+     "greater than or equal to 0"),
     ("submit_s,duration_s,gpus,queue,name\n0,1,1,a,x\n1,1,1,a,x\n", 3, "job 'x' appears twice"),
 ])
 def test_a_bad_file_is_rejected_with_the_line_and_the_reason(tmp_path, text, line, reason):
