@@ -18,6 +18,7 @@ from tests.conftest import SCHEDULER_CONFIG
 from tests.integration.helpers import (
     actor_gone,
     restart_scheduler,
+    scheduler,
     stop_scheduler_for_good,
     wait_scheduler_ready,
     wait_state,
@@ -159,7 +160,11 @@ def test_a_restarted_scheduler_drops_a_ratio_step_that_lost_a_member_while_it_wa
     # both went. (The room is free: the new process may already be growing a whole step.)
     sizes = [gang.status().world_size]
     assert sizes[0] in (2, 4), sizes
-    assert _actor_ids(gang.gang_id, members[:2]) == {m: actors[m] for m in members[:2]}
+    # (A CI run found worker-0 gone here, once: what the recovery did, if it happens again.)
+    recovery = ray.get(scheduler().ping.remote())["recovery"]
+    why = f"recovery {recovery}; events {[(e.to_state, e.reason) for e in gang.status().events]}"
+    assert recovery.get("adopted", 0) >= 1, why
+    assert _actor_ids(gang.gang_id, members[:2]) == {m: actors[m] for m in members[:2]}, why
 
     def old_step_left() -> list[str]:
         groups = {pg["placement_group_id"] for pg in raygang_placement_groups()}
