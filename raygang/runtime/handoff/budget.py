@@ -33,7 +33,6 @@ from raygang.core.budget import take
 from raygang.core.resources import Resources
 from raygang.runtime.names import NODE_ID_LABEL, hold_name
 from raygang.runtime.placement import SETTLE_S, wait_ready
-from raygang.runtime.ray_private import group_nodes
 
 log = logging.getLogger(__name__)
 
@@ -211,11 +210,13 @@ def holds_of(gang_id: str) -> dict[int, PlacementGroup]:
     return found
 
 
-def check_group(pg_id: str, nodes: Sequence[str]) -> list[str]:
-    """The node of each bundle of the library's group `pg_id`, checked against the nodes
-    handed over: as many bundles per node at most as were handed over there (the book
-    then still holds). Raises HandoffFailed otherwise, or if the group is not placed."""
-    placed = group_nodes(pg_id)
+def check_group(pg_id: str, placed: Sequence[str | None] | None,
+                nodes: Sequence[str]) -> list[str]:
+    """The node of each bundle of the library's group `pg_id` (`placed`, as
+    `group_nodes` read it: the caller reads the GCS, off the scheduler's loop), checked
+    against the nodes handed over: as many bundles per node at most as were handed over
+    there (the book then still holds). Raises HandoffFailed otherwise, or if the group is
+    not placed."""
     where = [node for node in placed or [] if node is not None]
     if placed is None or len(where) < len(placed):
         raise HandoffFailed(f"placement group {pg_id} is not placed")

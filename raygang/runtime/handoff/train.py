@@ -104,10 +104,11 @@ class TrainSession:
         self.claimed.set()
         return list(self.nodes)
 
-    def adopt(self, pg_id: str) -> list[str]:
-        """Check Train's group against the nodes handed over and book it to the gang."""
+    def adopt(self, pg_id: str, placed: Sequence[str | None] | None) -> list[str]:
+        """Check Train's group (`placed`: its bundles' nodes, `group_nodes`) against the
+        nodes handed over and book it to the gang."""
         try:
-            self.placed = check_group(pg_id, self.nodes)
+            self.placed = check_group(pg_id, placed, self.nodes)
         except HandoffFailed as error:
             self._fail(str(error))
             raise

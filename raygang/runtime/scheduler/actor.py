@@ -88,7 +88,7 @@ class Scheduler:
 
     async def train_adopt(self, session: str, pg_id: str) -> list[str]:
         await self._plane.ready()
-        return self._train.adopt(session, pg_id)
+        return await self._train.adopt(session, pg_id)
 
     async def train_released(self, session: str, final: bool) -> None:
         await self._plane.ready()

@@ -19,7 +19,7 @@ from raygang.core.gang import GangState
 from raygang.core.spec import GangSpec
 from raygang.runtime.handoff.budget import HandoffFailed
 from raygang.runtime.handoff.train import TrainSession, requester_name
-from raygang.runtime.ray_private import dead_requesters
+from raygang.runtime.ray_private import dead_requesters, group_nodes
 from raygang.runtime.scheduler.cluster import RayCluster
 
 POLL_S = 0.2
@@ -102,8 +102,11 @@ class TrainDesk:
         if "/" in session_id and record.state is not GangState.RUNNING:
             raise RuntimeError(f"job {gang_id} is not running ({record.state.value})")
 
-    def adopt(self, session_id: str, pg_id: str) -> list[str]:
-        placed = self._session(session_id).adopt(pg_id)
+    async def adopt(self, session_id: str, pg_id: str) -> list[str]:
+        self._session(session_id)  # no read for a hand-off that is not under way
+        # Where Train's group is: a GCS read, off the loop (issue 32: the GCS may be down).
+        where = await asyncio.to_thread(group_nodes, pg_id)
+        placed = self._session(session_id).adopt(pg_id, where)
         if "/" not in session_id:  # a run queued on its own: its record books the group
             record = self._plane.record(session_id)
             record.workload = {**(record.workload or {}), "group": pg_id}

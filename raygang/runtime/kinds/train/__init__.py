@@ -37,8 +37,8 @@ def adopt(host: Host, record: GangRecord, leftovers: RayLeftovers) -> TrainLaunc
                            sorted(extra.elements())))
     record.live.surplus = dict(surplus)
     return TrainLaunch.adopted(record.gang_id, record.spec, record.nodes, host.lease_s,
-                               record.workload.get("controller"), group, host.sessions,
-                               surplus)
+                               record.workload.get("controller"), group, placed,
+                               host.sessions, surplus)
 
 
 KIND = RunKind("train", new_run, adopt)

@@ -36,10 +36,12 @@ class TrainLaunch(NoLiveResize):  # Train restarts its worker group to resize
 
     @classmethod
     def adopted(cls, gang_id: str, spec: GangSpec, nodes: Sequence[str], lease_s: float,
-                controller_id: str | None, pg_id: str, sessions: dict[str, TrainSession],
+                controller_id: str | None, pg_id: str, placed: Sequence[str | None],
+                sessions: dict[str, TrainSession],
                 surplus: Mapping[str, str] | None = None) -> TrainLaunch:
-        """A run a previous scheduler process handed over: its group is still there.
-        `surplus`: an elastic run's workers beyond its minimum (name -> node)."""
+        """A run a previous scheduler process handed over: its group `pg_id` is still
+        there, its bundles on `placed`. `surplus`: an elastic run's workers beyond its
+        minimum (name -> node)."""
         launch = cls(gang_id, spec, nodes, lease_s, controller_id, sessions)
         budget, surplus = launch.budget, dict(surplus or {})
         added = budget.add([spec.bundles[spec.slots_by_name[n].rank] for n in surplus],
@@ -49,7 +51,7 @@ class TrainLaunch(NoLiveResize):  # Train restarts its worker group to resize
         launch.session.wanted = budget.bundles
         launch.session.nodes = list(budget.nodes)
         launch.session.claimed.set()
-        launch.session.adopt(pg_id)
+        launch.session.adopt(pg_id, placed)
         sessions[gang_id] = launch.session
         return launch
 
