@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from raygang.control.memory import MemoryProgram
 from raygang.control.program import RoleProgram
 from raygang.control.store import MemoryStore
@@ -22,15 +24,16 @@ from tests.control.harness import make_plane, moves, submit, wait_for
 from tests.unit.builders import spec
 
 
-def crash_and_restart(cluster, before, after, after_s: float = 30):
+def crash_and_restart(cluster, before, after, after_s: float = 30, new_loop=None):
     """Run `before(plane)` on a first plane, abandon it, run `after(plane)` on a second;
-    both loops in the same virtual time as the cluster."""
+    both loops in the same virtual time as the cluster (or made by `new_loop()`)."""
+    new_loop = new_loop or (lambda: VirtualTimeLoop(cluster.clock, wall_limit_s=30))
     store = MemoryStore()
-    first_loop = VirtualTimeLoop(cluster.clock, wall_limit_s=30)
+    first_loop = new_loop()
     try:
         first = make_plane_in(first_loop, cluster, store)
         ids = first_loop.run_until_complete(asyncio.wait_for(before(first), 30))
-        second_loop = VirtualTimeLoop(cluster.clock, wall_limit_s=30)
+        second_loop = new_loop()
         try:
             second = make_plane_in(second_loop, cluster, store)
             second_loop.run_until_complete(asyncio.wait_for(after(second, ids), after_s))
@@ -57,7 +60,10 @@ def make_cluster(*lines):
     return harness.make_cluster(*lines, seed=0, clock=VirtualClock())
 
 
-def test_a_restarted_scheduler_adopts_requeues_and_keeps_its_queue():
+@pytest.mark.parametrize("blocks", [False, True], ids=["in-place", "off-the-loop"])
+def test_a_restarted_scheduler_adopts_requeues_and_keeps_its_queue(blocks):
+    """The same whether recovery's cluster calls are made in place or, as on Ray, in a
+    thread (`Cluster.observe_blocks`; the virtual-time loop runs threads inline)."""
     cluster = make_cluster("n0: GPU=4 CPU=8")
 
     async def before(plane):
@@ -77,6 +83,7 @@ def test_a_restarted_scheduler_adopts_requeues_and_keeps_its_queue():
         return ids
 
     async def after(plane, ids):
+        cluster.observe_blocks = blocks
         await plane.ready()
         found = plane.recovery
         assert (found["gangs"], found["adopted"], found["requeued"], found["pending"]) == \

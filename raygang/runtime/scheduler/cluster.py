@@ -43,7 +43,8 @@ FREE_POLL_S = 0.01  # how often `until_free` reads the GCS (the view lags by 10-
 class RayCluster:
     # GangLaunch adds and removes an elastic gang's surplus members, or restarts it whole
     resizes = frozenset({Resize.LIVE, Resize.RESTART})
-    observe_blocks = True  # GCS reads wait while the GCS is down (the loop reads in a thread)
+    # GCS calls wait while the GCS is down: the loop reads, and recovers, in a thread
+    observe_blocks = True
     always_answers = False
     gangs_inside_jobs = True  # Ray Jobs' (`launches`)
 
@@ -58,6 +59,9 @@ class RayCluster:
         # Each node's labels as last observed: what a gang with a topology pins its
         # bundles to, beside the node id (core/topology.py `pins`).
         self.node_labels: dict[str, Mapping[str, str]] = {}
+        # `until_free`'s read under way or last made, and when it began (the loop's clock)
+        self._reading_free: tuple[asyncio.Future[dict[str, dict[str, float]]] | None,
+                                  float] = (None, 0.0)
 
     def observe(self, held: Iterable[PlacedGang], draining: Collection[str]) -> ClusterSnapshot:
         try:
@@ -81,13 +85,12 @@ class RayCluster:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
-            # Read in a thread: a GCS that does not answer (an outage) holds this wait, not
-            # the scheduler's loop, and no longer than `timeout`; the read left running
-            # then ends when the GCS answers, and nobody reads its result.
-            read = asyncio.ensure_future(asyncio.to_thread(available_resources_per_node))
+            # A GCS that does not answer (an outage) holds this wait, not the scheduler's
+            # loop, and no longer than `timeout`; the read left running then ends when the
+            # GCS answers, for whoever waits next.
+            read = self._free_read()
             done, _ = await asyncio.wait({read}, timeout=max(0.0, deadline - loop.time()))
             if not done:
-                read.add_done_callback(lambda late: late.cancelled() or late.exception())
                 return False
             available = read.result()
             if all(amount.fits_in(schedulable(available.get(node, {})))
@@ -96,6 +99,20 @@ class RayCluster:
             if loop.time() >= deadline:
                 return False
             await asyncio.sleep(FREE_POLL_S)
+
+    def _free_read(self) -> asyncio.Future[dict[str, dict[str, float]]]:
+        """The free resources per node, read in a thread; one read for every waiter
+        (`until_free`), begun again once the last one has returned and is FREE_POLL_S
+        old. A read each per waiter and poll would queue in the default thread pool
+        (6 threads on 2 cores) while many admissions wait, and eat their timeouts."""
+        loop = asyncio.get_running_loop()
+        read, since = self._reading_free
+        if read is None or read.get_loop() is not loop \
+                or (read.done() and loop.time() - since >= FREE_POLL_S):
+            read = asyncio.ensure_future(asyncio.to_thread(available_resources_per_node))
+            read.add_done_callback(lambda late: late.cancelled() or late.exception())
+            self._reading_free = (read, loop.time())
+        return read
 
     def new_run(self, record: GangRecord, nodes: Sequence[str], attempt: int,
                 on_member_ready: Callable[[MemberStatus], None]) -> GangRun:
