@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Collection, Coroutine
+from collections.abc import Awaitable, Callable, Collection, Coroutine
 from typing import Any, TypeVar
 
 from raygang.control.config import SchedulerConfig
@@ -71,6 +71,8 @@ class SchedulingLoop:
         self._release_recheck_s = release_recheck_s  # () where the view never lags (sim)
         self._wake = asyncio.Event()
         self._scale_wake = asyncio.Event()
+        # Awaited between a wake and its cycle (the simulator's `VirtualTimeLoop.settled`)
+        self.settle: Callable[[], Awaitable[None]] | None = None
         self.cycles = 0
         self.last_error: str | None = None
         self.last_plan = Plan()
@@ -101,17 +103,19 @@ class SchedulingLoop:
 
     def released(self) -> None:
         """A gang let go of what it held: look at once, and again shortly. The GCS view of
-        free resources lags a placement group's removal by tens of milliseconds, and a
-        cycle counts the smaller of that view and its own (runtime/scheduler/observe.py): the cycle
-        just woken may still see the GPUs taken; do not leave a waiting gang to the resync
-        timer."""
+        free resources lags a placement group's removal by tens of milliseconds, and a cycle
+        counts the smaller of that view and its own (runtime/scheduler/observe.py): the one
+        just woken may still see the GPUs taken; do not leave a waiting gang to the resync."""
         self._wake.set()
         for delay in self._release_recheck_s:
             self.wake_after(delay)
 
     async def _woken(self, event: asyncio.Event, timeout: float | None = None) -> None:
-        """Until `event` is set or `timeout` (default: a resync interval) passed; clear it."""
+        """Until `event` is set or `timeout` (default: a resync interval) passed; clear it
+        (a cycle's, once `settle`d: what comes meanwhile, the cycle sees)."""
         await first_set([event], timeout or self._config().resync_interval_s)
+        if self.settle is not None and event is self._wake:
+            await self.settle()
         event.clear()
 
     def _cycle_timeout(self) -> float:
@@ -134,7 +138,7 @@ class SchedulingLoop:
             if self.scaling is not None and self._last_plan_changed():
                 self._scale_wake.set()  # else the scale loop's own interval is soon enough
             # Ray drops a gauge not set within two report intervals (10 s each); once a
-            # second is plenty, and costs what the registry counts, not every gang.
+            # second is plenty, at the cost of the registry's counts, not of every gang.
             self.sight.probe()
             now = self._clock()
             if self._gauges and now - self._metrics_at >= METRICS_REFRESH_S:
@@ -147,8 +151,7 @@ class SchedulingLoop:
 
     def _last_plan_changed(self) -> bool:
         """Whether the last cycle changed what waits (or admitted or preempted anything)."""
-        plan, seen = self.last_plan, self._waiting_seen
-        waiting = plan.waiting
+        plan, seen, waiting = self.last_plan, self._waiting_seen, self.last_plan.waiting
         self._waiting_seen = (waiting.signature() if isinstance(waiting, Waitings)
                               else frozenset(waiting))
         return (bool(plan.admissions or plan.preemptions or plan.growths)
@@ -307,8 +310,8 @@ class SchedulingLoop:
         self._dumps.append(answer)
         self.wake()
         try:
-            # wait_within, not asyncio.wait_for: that can swallow this call's cancellation
-            # (control/tasks.py); the shield keeps the answer for the other requests.
+            # wait_within, not wait_for (which can swallow this call's cancellation:
+            # control/tasks.py); the shield keeps the answer for the other requests.
             done, _ = await wait_within([asyncio.shield(answer)], timeout_s)
             if not done:
                 raise TimeoutError(f"no scheduling cycle ran within {timeout_s:g} s"
@@ -381,13 +384,11 @@ class SchedulingLoop:
 
     def queue_history(self, queues: Collection[str] | None = None) -> QueueHistory:
         """The queues over the last hours (empty where no history is kept)."""
-        if self.history is None:
-            return QueueHistory(interval_s=0.0, points=[])
-        return self.history.view(queues)
+        none = QueueHistory(interval_s=0.0, points=[])
+        return none if self.history is None else self.history.view(queues)
 
     async def view(self, max_age: float | None = None) -> ClusterSnapshot:
-        """The last view if younger than `max_age` (default: one resync interval), else
-        one read now (`ClusterView.view`)."""
+        """The last view if younger than `max_age` (a resync interval), else one read now."""
         return await self.sight.view(
             self._config().resync_interval_s if max_age is None else max_age)
 
@@ -442,8 +443,7 @@ T = TypeVar("T")
 
 
 def _written(write: Callable[[], T]) -> T | Exception:
-    """What `write()` returns, or the exception it raised (a dump's writing: the requests
-    get it; the cycle goes on)."""
+    """What `write()` returns, or the exception it raised (for a dump's requests)."""
     try:
         return write()
     except Exception as failed:  # noqa: BLE001 - handed to the requests, not raised here

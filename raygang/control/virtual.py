@@ -68,6 +68,8 @@ class _JumpingSelector(selectors.DefaultSelector):
         # to the loop's self-pipe, or something besides that pipe is registered (`must_poll`).
         self.poll_due = False
         self.must_poll: Callable[[], bool] = lambda: True
+        # Wakes the loop's `settled` waiters, if any (True): nothing is ready, no timer due
+        self.settled: Callable[[], bool] = lambda: False
 
     def select(self, timeout: float | None = None
                ) -> list[tuple[selectors.SelectorKey, int]]:
@@ -82,6 +84,8 @@ class _JumpingSelector(selectors.DefaultSelector):
             ready = super().select(0)
         if ready or timeout == 0:
             return ready
+        if self.settled():  # the instant is over: its waiters run before the clock moves
+            return []
         if timeout is None:
             raise SimulationStalled(
                 "no task can make progress and no timer is set (a gang waits for an event "
@@ -120,6 +124,8 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         selector.next_timer = self._next_timer
         selector.wall_limit_s = wall_limit_s
         selector.must_poll = self._must_poll
+        selector.settled = self._wake_settled
+        self._settling: list[asyncio.Future[None]] = []
         self._jumping = selector
         self.set_default_executor(InlineExecutor(max_workers=1))
 
@@ -137,6 +143,27 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
 
     def _must_poll(self) -> bool:
         return len(self._jumping.get_map()) > 1 or bool(getattr(self, "_signal_handlers", None))
+
+    async def settled(self) -> None:
+        """Until everything of this instant has run: no callback ready, no timer due, and
+        the clock about to move on. Events of one virtual instant are simultaneous; who
+        waits for this sees them all, not only those the one thread happened to run first
+        (`SimSettings.one_cycle_per_instant`: one scheduling cycle after a cascade of
+        admissions, starts and ends at one instant, not one per step of it)."""
+        waiter = self.create_future()
+        self._settling.append(waiter)
+        await waiter
+
+    def _wake_settled(self) -> bool:
+        when = self._next_timer()  # (a timer within the clock's resolution is due now)
+        if not self._settling or (
+                when is not None and when < self.time() + self._clock_resolution):  # type: ignore[attr-defined]
+            return False
+        waiters, self._settling = self._settling, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        return True
 
     def _next_timer(self) -> float | None:
         # asyncio's heap of timer handles (cancelled included)

@@ -268,6 +268,8 @@ class _Replayer:
                              settle_s=0.0,
                              release_recheck_s=RELEASE_RECHECK_S if product else ())
         cluster.on_change = plane.loop.wake
+        if self.settings.one_cycle_per_instant:
+            plane.loop.settle = self.loop.settled
         return plane
 
     async def _submit(self, plane: ControlPlane | None, name: str, log: JobLog) -> None:

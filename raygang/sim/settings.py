@@ -72,6 +72,13 @@ class SimSettings(BaseModel):
     product_loop: bool = Field(
         False, description="keep the control plane loop's re-checks after a release, "
         "made for Ray's lagging view (slower; the same decisions: sim.loop)")
+    one_cycle_per_instant: bool = Field(
+        False, description="run the scheduling cycle once everything of a simulated "
+        "instant has happened (control.virtual.VirtualTimeLoop.settled), not once per step "
+        "of it: an admission, its start and a job ending at the same second make one cycle "
+        "instead of several. Fewer cycles (a busy week: a quarter fewer, and a quarter "
+        "less CPU), but ties at an instant break otherwise, so decisions differ: run both "
+        "to see how much a result hangs on them (docs/simulator.md, measured)")
 
     @model_validator(mode="after")
     def _racks(self) -> SimSettings:

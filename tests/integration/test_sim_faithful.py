@@ -130,7 +130,7 @@ def test_the_simulator_admits_in_the_same_order_and_predicts_completion_times(ra
     # load ~10, spread 3.5 s: the real j000002 started in 3 s and j000000 was reclaimed; the
     # simulated j000002, at the mean 5.3 s, was reclaimed while starting instead).
     starts = {name: own_start(status) for name, status in real.items()}
-    start_s = statistics.mean(starts.values())
+    start_s = statistics.mean(starts.values())  # reported; every job replays its own
     durations = {job.name: job.duration_s for job in trace.jobs}
     ends = [s.finished_at - last(s, GangState.RUNNING) - durations[name]
             for name, s in real.items() if not s.preemptions]
@@ -143,7 +143,7 @@ def test_the_simulator_admits_in_the_same_order_and_predicts_completion_times(ra
         "submit_s": round(real[job.name].submitted_at - t0, 3), "start_s": starts[job.name]})
         for job in trace.jobs), source=trace.source)
     settings = SimSettings(nodes=2, gpus_per_node=WORKER_GPUS, checkpoint_s=1e9,
-                           preemption_grace_s=0, start_s=start_s, end_s=max(0.0, end_s),
+                           preemption_grace_s=0, end_s=max(0.0, end_s),
                            resync_s=1.0)
     sim = simulate(received, ["raygang"], settings, SCHEDULER_CONFIG).replays[0]
     simulated = {log.job.name: log for log in sim.jobs.values()}
