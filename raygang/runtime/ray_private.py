@@ -6,6 +6,7 @@ and exercised by the integration tests, so a Ray upgrade that moves one fails he
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -29,11 +30,15 @@ if TYPE_CHECKING:  # (`X as X`: the Train classes are exported, lazily; see belo
         ScalingPolicy as ScalingPolicy,
     )
 
-# What a GCS call raises when the GCS does not answer. Within Ray's reconnect timeout
-# (gcs_rpc_server_reconnect_timeout_s, 60 s by default) a call mostly waits instead.
+# What a GCS call raises when the GCS does not answer (mostly it waits: `gcs_reconnect_s`)
 GCS_DOWN = (RpcError, GetTimeoutError, ConnectionError, TimeoutError)
-# Past it, Ray's own processes give the GCS up (and exit): so does a caller that waits.
-GCS_RECONNECT_S = 60.0
+
+
+def gcs_reconnect_s() -> float:
+    """How long this process's Ray waits for a GCS that does not answer (then exits), as
+    its core reads it: 60 s by default; KubeRay: 600 on worker pods with GCS FT."""
+    return float(os.environ.get("RAY_gcs_rpc_server_reconnect_timeout_s") or 60)
+
 
 # Ray Train V2's controller calls its callbacks and its scaling policy through these classes,
 # which only `ray.train.v2._internal` defines in Ray 2.60 (`RaygangTrain` subclasses them).

@@ -25,6 +25,12 @@ import time
 from raygang.runtime.ports import free_port
 
 OUTAGE_S = 9.0  # longer than the loop's read timeout (5 s), far below Ray's reconnect (60 s)
+# Ray's timeout of a synchronous GCS call (placement group creation and removal, a named
+# actor's lookup: `gcs_server_request_timeout_seconds`, 60 s by default; KubeRay sets 5 on
+# a RayService's pods) lowered so that the outage outlasts it: those calls then raise
+# instead of waiting the GCS out. Its reconnect timeout (`gcs_rpc_server_reconnect_timeout_s`,
+# 60 s: past it Ray's processes exit) is left as it is, above the outage.
+REQUEST_TIMEOUT_S = 3
 
 
 def start_redis(namespace: str) -> subprocess.Popen:
@@ -74,6 +80,8 @@ def new_head(cluster, head_args: dict, opened: str | None = None) -> float:
 def main() -> dict:
     redis = start_redis("raygang-test")
     os.environ["RAY_AUTH_MODE"] = "disabled"
+    # Every process of the cluster (a replaced head's too) and this driver
+    os.environ["RAY_gcs_server_request_timeout_seconds"] = str(REQUEST_TIMEOUT_S)
     import ray
     from ray.cluster_utils import Cluster
 
@@ -284,11 +292,26 @@ def scenario(cluster, raygang, handle) -> dict:
         submitted["returned_at"] = time.monotonic()
 
     threading.Thread(target=submit, daemon=True).start()
+    created: dict = {}
+
+    def create() -> None:  # shows the request timeout in force: it raises, not waits
+        started = time.monotonic()
+        try:
+            created["group"] = ray.util.placement_group([{"CPU": 0.1}], name="request-timeout")
+            created["outcome"] = "created"
+        except Exception as error:  # noqa: BLE001 - what Ray raises is the finding
+            created["outcome"] = type(error).__name__
+        created["after_s"] = round(time.monotonic() - started, 1)
+
+    threading.Thread(target=create, daemon=True).start()
     time.sleep(2.0)
     open(gate, "w").close()  # the staged gang's first member is ready (Ray hears it later)
     time.sleep(OUTAGE_S - 3.0)
     seen = ray.get(handle.ping.remote(), timeout=10)
     out["unreachable_during"] = seen["unreachable"]
+    out["scheduler_request_timeout"] = ray.get(handle.__ray_call__.remote(
+        lambda actor: os.environ.get("RAY_gcs_server_request_timeout_seconds")), timeout=10)
+    out["create_during_outage"] = dict(created)
     out["running_during"] = ray.get(handle.status.remote(running.gang_id), timeout=10).state.value
     time.sleep(1.0)
     cluster.head_node.start_gcs_server()
@@ -324,6 +347,8 @@ def scenario(cluster, raygang, handle) -> dict:
     out["given_up_group"] = ray.util.placement_group_table(given_up)["state"]
     out["not_ours_group"] = ray.util.placement_group_table(not_ours)["state"]
     ray.util.remove_placement_group(not_ours)
+    if "group" in created:
+        ray.util.remove_placement_group(created["group"])
     out["running_gang"] = running.gang_id
     return out  # the running gang goes on into the head's replacement
 

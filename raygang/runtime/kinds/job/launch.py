@@ -51,7 +51,7 @@ from raygang.runtime.kinds.job.submission import (
 )
 from raygang.runtime.kinds.kind import NoLiveResize, NoRestartResize
 from raygang.runtime.names import TRAIN_CALLBACK, node_selector, ray_job_id
-from raygang.runtime.ray_private import GCS_DOWN, GCS_RECONNECT_S
+from raygang.runtime.ray_private import GCS_DOWN, gcs_reconnect_s
 
 log = logging.getLogger(__name__)
 POLL_S = 1.0
@@ -315,14 +315,15 @@ class JobLaunch(NoLiveResize, NoRestartResize):  # a job's budget has a fixed si
         """Ray's word on this attempt's job (None: it has none). A GCS that does not
         answer is no word: asked again until it does, never a job that ended (a Train run
         in a job was restarted at each GCS kill before: bench/head_faults.py), for as long
-        as Ray's own processes wait for it (GCS_RECONNECT_S); then the error is raised."""
+        as Ray's own processes wait for it (`gcs_reconnect_s`; a fixed 60 s ended a job
+        whose scheduler ran where Ray waits longer); then the error is raised."""
         since: float | None = None
         while True:
             try:
                 return await self.client.status(self.job_id)
             except GCS_DOWN:
                 since = time.monotonic() if since is None else since
-                if time.monotonic() - since >= GCS_RECONNECT_S:
+                if time.monotonic() - since >= gcs_reconnect_s():
                     raise
                 log.debug("no status of %s: the GCS does not answer", self.job_id)
                 await asyncio.sleep(POLL_S)
