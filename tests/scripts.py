@@ -19,7 +19,10 @@ def ray_temp_root(name: str) -> str:
     in a dir of their own, two workers never find each other's cluster.
     """
     path = Path("/tmp") / f"rg-{name}"  # short: Ray's socket paths live under it
-    path.mkdir(exist_ok=True)
+    # ... and where a cluster started from this process records its address, whatever
+    # temp dir the cluster itself is given (`Cluster(temp_dir=...)` writes it here): the
+    # examples' cluster may be the first of a worker's, before any made this dir
+    (path / "ray").mkdir(parents=True, exist_ok=True)
     return str(path)
 
 
