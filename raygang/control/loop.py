@@ -71,8 +71,7 @@ class SchedulingLoop:
         self._release_recheck_s = release_recheck_s  # () where the view never lags (sim)
         self._wake = asyncio.Event()
         self._scale_wake = asyncio.Event()
-        # Awaited between a wake and its cycle (the simulator's `VirtualTimeLoop.settled`)
-        self.settle: Callable[[], Awaitable[None]] | None = None
+        self.settle: Callable[[], Awaitable[None]] | None = None  # sim: VirtualTimeLoop.settled
         self.cycles = 0
         self.last_error: str | None = None
         self.last_plan = Plan()
@@ -110,12 +109,12 @@ class SchedulingLoop:
         for delay in self._release_recheck_s:
             self.wake_after(delay)
 
-    async def _woken(self, event: asyncio.Event, timeout: float | None = None) -> None:
-        """Until `event` is set or `timeout` (default: a resync interval) passed; clear it
-        (a cycle's, once `settle`d: what comes meanwhile, the cycle sees)."""
+    async def _woken(self, event: asyncio.Event, timeout: float | None = None,
+                     settle: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Until `event` is set or `timeout` (a resync interval) passed, and `settle`d; clear it."""
         await first_set([event], timeout or self._config().resync_interval_s)
-        if self.settle is not None and event is self._wake:
-            await self.settle()
+        if settle is not None:
+            await settle()
         event.clear()
 
     def _cycle_timeout(self) -> float:
@@ -129,7 +128,7 @@ class SchedulingLoop:
     # Cycles ---------------------------------------------------------------------------
     async def run(self) -> None:
         while True:
-            await self._woken(self._wake, self._cycle_timeout())
+            await self._woken(self._wake, self._cycle_timeout(), self.settle)
             try:
                 await self.cycle_off_loop()
             except Exception as error:  # never let one bad cycle stop scheduling
@@ -384,8 +383,9 @@ class SchedulingLoop:
 
     def queue_history(self, queues: Collection[str] | None = None) -> QueueHistory:
         """The queues over the last hours (empty where no history is kept)."""
-        none = QueueHistory(interval_s=0.0, points=[])
-        return none if self.history is None else self.history.view(queues)
+        if self.history is None:
+            return QueueHistory(interval_s=0.0, points=[])
+        return self.history.view(queues)
 
     async def view(self, max_age: float | None = None) -> ClusterSnapshot:
         """The last view if younger than `max_age` (a resync interval), else one read now."""
