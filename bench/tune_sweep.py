@@ -131,10 +131,12 @@ def sweep(arm: str, trials: int, steps: int, step_s: float, storage: str,
         trainable = tune.with_resources(trial, PlacementGroupFactory([{"CPU": 1,
                                                                         "GPU": TRIAL_GPUS}]))
     xs = [i % 4 for i in range(trials)]  # x == 0: 2 of 8 stopped early
+    space = {"x": tune.grid_search(xs), "steps": steps, "step_s": step_s}
+    if train:  # where each trial's Train run keeps its checkpoints and results
+        space["storage"] = storage
     tuner = Tuner(
         trainable,
-        param_space={"x": tune.grid_search(xs), "steps": steps, "step_s": step_s,
-                     "storage": storage},
+        param_space=space,
         tune_config=TuneConfig(max_concurrent_trials=GPUS // TRIAL_GPUS if arm == "plain"
                                else None),
         run_config=RunConfig(name=f"{arm}-{time.monotonic_ns()}", storage_path=storage,

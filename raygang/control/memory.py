@@ -73,7 +73,7 @@ class MemoryCluster:
 
     # runs add and remove an elastic gang's surplus members, or restart it whole
     resizes: frozenset[Resize] = frozenset({Resize.LIVE, Resize.RESTART})
-    observe_blocks = False  # read in place: the cycle's interleaving stays as it was
+    calls_block = False  # read in place: the cycle's interleaving stays as it was
     always_answers = False  # a test may cut it off (`outage`)
     gangs_inside_jobs = True  # a test opens budgets (`open_budget`)
 

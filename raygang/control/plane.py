@@ -97,6 +97,7 @@ class ControlPlane:
                              lambda: self.config, clock, self._new_id)
         self.instance = self._new_id(128)  # a new one after every restart of the process
         self.recovery: dict[str, Any] = {}  # what the last rebuild found
+        self._recovery_calls = recovery.RecoveryCalls(cluster)  # shared by every try
         self._recovered = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[Any]] = {}
 
@@ -143,7 +144,7 @@ class ControlPlane:
         while True:
             try:
                 self.recovery = await recovery.rebuild(
-                    self.journal, self.registry, self.fleet, self._cluster,
+                    self.journal, self.registry, self.fleet, self._recovery_calls,
                     self.config.restart_policy, self._clock, self._apply_queues,
                     self.changed, self.loop.usage.restore)
                 break

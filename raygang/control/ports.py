@@ -149,11 +149,11 @@ class Cluster(Protocol):
     """The cluster as the control plane sees it and acts on it."""
 
     resizes: frozenset[Resize]  # how its runs resize elastic gangs (none: they do not)
-    # Whether `observe`, and recovery's calls (`leftovers`, `adopt`, and what leftovers
-    # remove), may block (Ray's GCS calls wait while the GCS is down): the plane then
-    # makes them in a thread, each within a timeout of its own (control/sight.py,
-    # control/recovery.py).
-    observe_blocks: bool
+    # Whether its calls may block (Ray's GCS calls wait while the GCS is down): `observe`,
+    # and recovery's `leftovers`, `adopt` and the leftovers' `clear` and `orphans`. The
+    # plane then makes each in a thread, within a timeout of its own (control/sight.py,
+    # control/recovery.py); where they never block, in place, keeping their order.
+    calls_block: bool
     # Whether it answers whatever happens (a simulated cluster): then nobody asks it
     # whether it does (`sight.ClusterView.probe`).
     always_answers: bool

@@ -2,7 +2,7 @@
 
 A cluster that does not answer (Ray's GCS down or restarting) is no view, never an empty
 one: the loop then decides nothing, and nobody is admitted, preempted or taken for dead.
-Where reading the cluster may block (`Cluster.observe_blocks`: Ray's GCS reads wait while
+Where reading the cluster may block (`Cluster.calls_block`: Ray's GCS reads wait while
 the GCS is down, up to its reconnect timeout of 60 s), the read runs in a thread within
 CLUSTER_READ_TIMEOUT_S, so that the event loop goes on answering calls; callers that come
 while a read is under way share it, and one that has not returned in time is not started
@@ -66,7 +66,7 @@ class ClusterView:
     async def observe_off_loop(self) -> ClusterSnapshot | None:
         """A read for a cycle, or None while the cluster does not answer."""
         try:
-            if not self._cluster.observe_blocks:
+            if not self._cluster.calls_block:
                 snapshot = self.observe()  # in place: a cycle's interleaving is kept
             else:
                 snapshot = await self._read_in_thread()

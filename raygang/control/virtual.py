@@ -117,6 +117,12 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
     """An event loop on a `VirtualClock` (see the module's docstring). `wall_limit_s`:
     raise `WallClockExceeded` once it has run that long in real time."""
 
+    # How far ahead of `time()` a timer counts as due now. asyncio's `_run_once` runs every
+    # timer less than its clock resolution ahead, which it takes from the monotonic clock
+    # whatever clock `time()` reads (1 ns on Linux); `_wake_settled` must count the same
+    # timers as due, or it would wake `settled`'s waiters in the round that runs one.
+    CLOCK_RESOLUTION_S = time.get_clock_info("monotonic").resolution
+
     def __init__(self, clock: VirtualClock | None = None, wall_limit_s: float | None = None):
         self.clock = clock or VirtualClock()
         selector = _JumpingSelector(self.clock)
@@ -157,7 +163,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
     def _wake_settled(self) -> bool:
         when = self._next_timer()  # (a timer within the clock's resolution is due now)
         if not self._settling or (
-                when is not None and when < self.time() + self._clock_resolution):  # type: ignore[attr-defined]
+                when is not None and when < self.time() + self.CLOCK_RESOLUTION_S):
             return False
         waiters, self._settling = self._settling, []
         for waiter in waiters:

@@ -187,7 +187,7 @@ def test_a_blocking_read_runs_in_a_thread_and_the_plane_answers_meanwhile(monkey
 
     async def scenario():
         cluster = make_cluster("n0: GPU=4", seed=None)
-        cluster.observe_blocks = True
+        cluster.calls_block = True
         plane = make_plane(cluster)
         first = await submit(plane, "first", "GPU=1", seconds=None)
         await wait_for(plane, first, S.RUNNING)
@@ -282,7 +282,7 @@ def test_reads_under_way_are_shared_and_a_slow_healthy_cluster_is_never_unreacha
     polls beside a cycle made the scheduler skip cycles)."""
     async def scenario():
         cluster = make_cluster("n0: GPU=4", seed=None)
-        cluster.observe_blocks = True
+        cluster.calls_block = True
         observe, reads = cluster.observe, []
 
         def slow_observe(held, draining):

@@ -63,7 +63,7 @@ def make_cluster(*lines):
 @pytest.mark.parametrize("blocks", [False, True], ids=["in-place", "off-the-loop"])
 def test_a_restarted_scheduler_adopts_requeues_and_keeps_its_queue(blocks):
     """The same whether recovery's cluster calls are made in place or, as on Ray, in a
-    thread (`Cluster.observe_blocks`; the virtual-time loop runs threads inline)."""
+    thread (`Cluster.calls_block`; the virtual-time loop runs threads inline)."""
     cluster = make_cluster("n0: GPU=4 CPU=8")
 
     async def before(plane):
@@ -83,7 +83,7 @@ def test_a_restarted_scheduler_adopts_requeues_and_keeps_its_queue(blocks):
         return ids
 
     async def after(plane, ids):
-        cluster.observe_blocks = blocks
+        cluster.calls_block = blocks
         await plane.ready()
         found = plane.recovery
         assert (found["gangs"], found["adopted"], found["requeued"], found["pending"]) == \

@@ -2,7 +2,7 @@
 
 On Ray, what recovery asks of the cluster (listing the `raygang-*` actors and placement
 groups left, adopting a gang, removing parts) is GCS calls, which wait while the GCS is
-down. Where the cluster says its calls may block (`Cluster.observe_blocks`), each runs in
+down. Where the cluster says its calls may block (`Cluster.calls_block`), each runs in
 a thread within a timeout of its own: the plane answers meanwhile (`ping`, not ready). A
 call that fails or does not answer makes the whole rebuild try again: no gang is taken
 for dead, and nothing of a try cut short is left half-done in the book.
@@ -81,7 +81,7 @@ def test_a_cluster_call_that_fails_makes_recovery_try_again_and_decides_nothing(
         return ids
 
     async def after(plane, ids):
-        cluster.observe_blocks = blocks
+        cluster.calls_block = blocks
         failing = FailingOnce(cluster, call)
         cluster.book("ghost-0000", [("n0", Resources(CPU=1))])  # of no gang: an orphan
         await plane.ready()
@@ -120,7 +120,7 @@ def test_a_cluster_that_does_not_answer_holds_recovery_not_the_loop(monkeypatch)
         return ids
 
     async def after(plane, ids):
-        cluster.observe_blocks = True
+        cluster.calls_block = True
         leftovers = cluster.leftovers
 
         def hanging_leftovers(known):

@@ -44,7 +44,7 @@ class RayCluster:
     # GangLaunch adds and removes an elastic gang's surplus members, or restarts it whole
     resizes = frozenset({Resize.LIVE, Resize.RESTART})
     # GCS calls wait while the GCS is down: the loop reads, and recovers, in a thread
-    observe_blocks = True
+    calls_block = True
     always_answers = False
     gangs_inside_jobs = True  # Ray Jobs' (`launches`)
 

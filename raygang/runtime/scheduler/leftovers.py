@@ -48,8 +48,7 @@ class RayLeftovers:
             removed += self.remove(None, pg_id)
         return removed
 
-    @staticmethod
-    def remove(actor: str | None, pg_id: str | None) -> int:
+    def remove(self, actor: str | None, pg_id: str | None) -> int:
         """Kill member actor `actor` and remove placement group `pg_id`; how many were."""
         removed = 0
         if actor is not None:
@@ -62,8 +61,10 @@ class RayLeftovers:
             try:  # by id: a name is only unique within the namespace that created it
                 remove_placement_group(placement_group(pg_id))
                 removed += 1
-            except Exception:  # removed meanwhile
-                log.debug("removing placement group %s failed", pg_id, exc_info=True)
+            except Exception as error:  # noqa: BLE001 - the rest is removed all the same
+                # A group left behind keeps its resources from every gang: say which one
+                log.warning("could not remove placement group %s (%s): %s: %s", pg_id,
+                            self.names.get(pg_id, "no name"), type(error).__name__, error)
         return removed
 
     def orphans(self, unfinished: set[str], unknown: bool = True) -> int:
