@@ -36,23 +36,28 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout
 
 from raygang.runtime.ports import free_port  # noqa: E402
+from member_files import twice, writers  # noqa: E402  (bench/)
 from tests.integration.gcs_outage import (  # noqa: E402
     HEAD, new_head, shut_down, start_on_head, start_redis,
 )
 
 SLOT = "slot"  # the one-member gangs' resource: 10 per worker node, no CPU or GPU taken
 TRAIN = ROOT / "examples" / "jobs" / "train.py"
+# Its steps: under way through every fault (a step takes ~2 s, Train's report poll), and
+# done within the jobs' wait after the head's replacement, which restarts it from step 0
+# (the example checkpoints only when preempted)
+TRAIN_STEPS = 150
 
 
 def progress(what: str) -> None:
@@ -84,26 +89,6 @@ def body(seconds: float, log_dir: str) -> str:
     with path.open("a") as f:
         f.write(f"{os.getpid()} done {time.monotonic():.3f}\n")
     return "done"
-
-
-def twice(log_dir: str) -> dict[str, str]:
-    """Members whose bodies ran twice: two `done` lines, or two processes' lines
-    interleaved (an attempt writing after the next one began)."""
-    found: dict[str, str] = {}
-    for path in Path(log_dir).iterdir():
-        spans: dict[str, list[float]] = defaultdict(list)
-        dones = 0
-        for line in path.read_text().splitlines():
-            pid, *rest = line.split()
-            dones += rest[0] == "done"
-            spans[pid].append(float(rest[-1]))
-        if dones > 1:
-            found[path.name] = f"{dones} bodies done"
-        ordered = sorted((min(t), max(t), pid) for pid, t in spans.items())
-        for (_, end, pid), (begin, _, later) in zip(ordered, ordered[1:]):
-            if begin < end:
-                found[path.name] = f"{pid} wrote until {end:.1f}, {later} began {begin:.1f}"
-    return found
 
 
 class Pinger:
@@ -176,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         one = raygang.gang_task(body, num_cpus=0, resources={SLOT: 1}, max_restarts=2,
                                 priority=500)
         gangs = [one.options(name=f"base{i}").remote(30.0 + 12 * i, logs) for i in range(10)]
-        train = raygang.submit_job(f"{sys.executable} {TRAIN} {storage} 240", gpus=2,
-                                   name="train", max_restarts=2)
+        train = raygang.submit_job(f"{sys.executable} {TRAIN} {storage} {TRAIN_STEPS}",
+                                   gpus=2, name="train", max_restarts=2)
         elastic = raygang.deploy("elastic", "raygang.demo:echo", replicas=(1, 2),
                                  num_cpus=0.5)
         batch = raygang.gang_task(body, num_cpus=0, num_gpus=2, priority="batch",
@@ -200,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         result["load_ready_s"] = round(time.monotonic() - t0, 1)
         handle = [scheduler()]
         if args.no_redis:
-            return without_redis(cluster, result, handle[0], args.outage)
+            return without_redis(cluster, result, handle[0], args.outage, logs)
         pinger = Pinger(lambda: handle[0])
         instance = ray.get(handle[0].ping.remote(), timeout=10)["instance"]
         outages: list[tuple[float, float]] = []
@@ -252,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         for kind, kind_refs in refs.items():
             for ref in kind_refs:
                 try:
-                    status = ref.wait(timeout=300 if kind == "job" else 600)
+                    status = ref.wait(timeout=600)
                 except TimeoutError:  # reported as it stands, then stopped
                     status = ref.status()
                     ref.cancel()
@@ -306,8 +291,10 @@ def submit_into(box: dict, task, logs: str) -> None:
             return
 
 
-def admitted_after(box: dict) -> float | None:
-    """Seconds from the GCS's return to the gang's admission (the scheduler's clock)."""
+def admitted_after(box: dict) -> tuple[float, float] | None:
+    """Seconds from the GCS's return to the gang's record in the scheduler (its first
+    event: when the store took it) and to its admission (the scheduler's clock): which
+    of the two paths a late admission waited on."""
     import raygang
 
     if "id" not in box:
@@ -317,7 +304,10 @@ def admitted_after(box: dict) -> float | None:
         status = ref.status()
         at = next((e.at for e in status.events if e.to_state.value == "ADMITTED"), None)
         if at is not None or status.finished or time.monotonic() > deadline:
-            return None if at is None else round(at - box["back_wall"], 2)
+            if at is None:
+                return None
+            return (round(status.events[0].at - box["back_wall"], 2),
+                    round(at - box["back_wall"], 2))
         time.sleep(0.5)
 
 
@@ -354,44 +344,86 @@ def settled_leaks(leaks, timeout: float) -> list[str]:
         time.sleep(0.5)
 
 
-def without_redis(cluster, result: dict, handle, outage: float) -> int:
-    """One GCS kill with no Redis behind it: what is left once it is started again."""
+def without_redis(cluster, result: dict, handle, outage: float, logs: str) -> int:
+    """One GCS kill with no Redis behind it, and what is left once it is started again:
+    the worker nodes' raylets, the members that were running (their processes, and
+    whether they go on writing), the scheduler, and what a driver that connects to the new
+    GCS finds there (its nodes and raygang's placement groups)."""
     import ray
 
+    writing = writers(logs)
     cluster.head_node.kill_gcs_server()
     time.sleep(outage)
     cluster.head_node.start_gcs_server()
-    time.sleep(10.0)
+    restarted = time.monotonic()
+    time.sleep(15.0)
     workers = [n for n in cluster.list_all_nodes() if n is not cluster.head_node]
-    result["worker_raylets_alive"] = sum(n.all_processes_alive() for n in workers)
+    result["worker_raylets_alive"] = sum(
+        any(name == "raylet" for name, _ in n.live_processes()) for n in workers)
+    result["workers"] = len(workers)
+    result["members_running_before"] = len(writing)
+    result["members_running_after"] = len(writing & writers(logs))
     try:
         result["scheduler_answers"] = bool(ray.get(handle.ping.remote(), timeout=10))
     except Exception as error:  # noqa: BLE001 - what was lost
         result["scheduler_answers"] = f"no: {type(error).__name__}"
+    # A fresh driver, as `raygang status` would be: what the restarted GCS knows
+    probe = ("import json, ray\n"
+             f"ray.init(address={cluster.address!r})\n"
+             "from ray.util.placement_group import placement_group_table\n"
+             "nodes = [n for n in ray.nodes() if n['Alive']]\n"
+             "groups = [g for g in placement_group_table().values()\n"
+             "          if g['name'].startswith('raygang-')]\n"
+             "print('FOUND', json.dumps([len(nodes), len(groups)]))\n")
+    try:
+        found = subprocess.run([sys.executable, "-c", probe], capture_output=True,
+                               text=True, timeout=90)
+        line = next((x for x in found.stdout.splitlines() if x.startswith("FOUND ")), None)
+        result["new_gcs_finds"] = (dict(zip(("alive_nodes", "raygang_groups"),
+                                            json.loads(line[6:])))
+                                   if line else f"no answer (exit {found.returncode}: "
+                                   f"{(found.stderr.strip().splitlines() or [''])[-1][:200]})")
+    except subprocess.TimeoutExpired:
+        result["new_gcs_finds"] = "no answer within 90 s"
+    # Members left running with no raylet: do they end on their own?
+    time.sleep(max(0.0, 60.0 - (time.monotonic() - restarted)))
+    result["members_running_60s_after"] = len(writing & writers(logs))
     report(result)
     return 0
+
+
+def _span(values: list[float]) -> str:
+    return f"{min(values):.1f}-{max(values):.1f}"
 
 
 def report(result: dict) -> None:
     print("RESULT " + json.dumps(result, default=str), flush=True)
     if not result["redis"]:
-        print(f"without Redis, after one GCS kill: worker nodes alive "
-              f"{result.get('worker_raylets_alive')}, scheduler answers: "
-              f"{result.get('scheduler_answers')}: every gang, job and deployment is "
-              "lost with the cluster")
+        found = result.get("new_gcs_finds")
+        print(f"without Redis, one GCS kill of {result['outage_s']:g} s: worker nodes "
+              f"alive {result.get('worker_raylets_alive')} of {result.get('workers')}, "
+              f"members running {result.get('members_running_after')} of "
+              f"{result.get('members_running_before')} (60 s after: "
+              f"{result.get('members_running_60s_after')}), scheduler answers: "
+              f"{result.get('scheduler_answers')}; a new driver finds {found}")
         return
-    admitted = [a for a in result.get("admitted_after_return_s", []) if a is not None]
     print(f"{result.get('gangs')} gangs, 2 jobs, 1 elastic deployment; 3 GCS kills of "
           f"{result['outage_s']:g} s, then the head replaced")
     print(f"  lost {len(result.get('lost', []))}, leaked {len(result.get('leaked', []))}, "
           f"bodies run twice {len(result.get('bodies_twice', {}))}")
     print(f"  scheduler's process the same across the GCS kills: "
           f"{result.get('scheduler_same_process')}")
-    if admitted:
-        print(f"  {len(admitted)} submissions made during outages ("
-              f"{result.get('refused_then_submitted_again')} refusals by the store's "
-              f"timeout, submitted again): admitted {min(admitted):.1f}-{max(admitted):.1f} "
-              "s after the GCS returned")
+    # (recorded, admitted) after the return: one recorded before it was taken when the
+    # GCS returned; one recorded after was refused by the store's timeout and made again
+    times = [a for a in result.get("admitted_after_return_s", []) if a is not None]
+    taken = [admitted for recorded, admitted in times if recorded < 0]
+    again = [(recorded, admitted) for recorded, admitted in times if recorded >= 0]
+    print(f"  {len(result.get('admitted_after_return_s', []))} submissions made during "
+          f"outages: {len(taken)} taken when the GCS returned"
+          + (f", admitted {_span(taken)} s after it" if taken else "")
+          + f"; {len(again)} refused by the store's timeout and made again"
+          + (f" ({_span([r for r, _ in again])} s after the return), admitted "
+             f"{_span([a - r for r, a in again])} s after that" if again else ""))
     print(f"  Train run and jobs: {[(n, e[0], e[1]) for n, e in result.get('ends', {}).items() if n in ('train', 'queued', 'elastic')]}")
     print(f"  event loop during outages: {result.get('pings_during_outages')}")
     print(f"  head replaced: new head up in {result.get('head_up_s')} s, scheduler ready "
