@@ -7,7 +7,7 @@
   its own group;
 - `member/`: what runs inside member actors;
 - `client/`: what runs in users' drivers and Ray Train controllers;
-- `names.py` (every name raygang gives what it creates in Ray), `ray_private.py` (every
+- `names.py` (every name raygang gives what it creates in Ray), `ray_private/` (every
   private Ray API used), `serving.py` (Ray Serve as raygang drives it: the deployment kind
   and the REST API's ingress), `placement.py` (actor options taking a whole bundle;
   waiting on a placement group before removing it).

@@ -21,14 +21,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from raygang.control.ports import MemberFailure, ReservationTimeout
 from raygang.control.status import GangError
 from raygang.control.tasks import first_set
 from raygang.core.resources import Resources
 from raygang.runtime.handoff.budget import Budget, HandoffFailed, check_group, remove_group
-from raygang.runtime.ray_private import JOB_REQUESTER, dead_requesters, group_nodes
+from raygang.runtime.ray_private import (
+    JOB_REQUESTER,
+    dead_requesters,
+    group_nodes,
+    unplaced_actors_of,
+)
 
 log = logging.getLogger(__name__)
 WATCH_INTERVAL_S = 1.0
@@ -36,6 +41,12 @@ WATCH_INTERVAL_S = 1.0
 # seconds) and removes its group itself; only past this much more does raygang remove it.
 TRAIN_TEARDOWN_S = 20.0
 LIVENESS_S = 2.0  # a read of the controller's state: how long the loop waits for it
+# A worker of a claimed group that the GCS has had waiting for its creation, with no
+# process, this long: its creation was lost (Ray 2.60 loses an actor's creation when its
+# GCS dies while scheduling it), and Train, which waits for its workers with no timeout,
+# would wait for ever. A worker process starts in seconds here, more under load.
+LOST_WORKERS_S = 30.0
+TRAIN_WORKER = "RayTrainWorker"  # the class of Train V2's worker actors
 
 
 def requester_name(requester: str) -> str:
@@ -43,6 +54,23 @@ def requester_name(requester: str) -> str:
     driver (its trials' requester)."""
     return "the Ray Tune driver" if requester.startswith(JOB_REQUESTER) \
         else "the Ray Train controller"
+
+
+class Unplaced:
+    """Actors seen waiting for their creation with no process, and since when."""
+
+    def __init__(self, limit_s: float):
+        self.limit_s = limit_s
+        self.since: dict[str, float] = {}
+
+    def overdue(self, waiting: Collection[str], now: float) -> list[str]:
+        """Those of `waiting` (a look at `now`) seen waiting in every look for `limit_s`
+        or more (forgotten once returned); one missing from a look starts anew."""
+        self.since = {actor: self.since.get(actor, now) for actor in waiting}
+        due = [actor for actor, since in self.since.items() if now - since >= self.limit_s]
+        for actor in due:
+            del self.since[actor]
+        return due
 
 
 class TrainSession:
@@ -76,6 +104,8 @@ class TrainSession:
         self.broken: MemberFailure | None = None  # the run fails with it (a failed resize)
         self.final = False  # the last group was released: the run is ending
         self._liveness: asyncio.Future[set[str]] | None = None  # the controller's, in flight
+        self._looking: asyncio.Future[None] | None = None  # a look for lost workers
+        self._unplaced = Unplaced(LOST_WORKERS_S)  # its workers with no process
 
     # Driven by the callback --------------------------------------------------------
     async def claim(self) -> list[str]:
@@ -190,6 +220,7 @@ class TrainSession:
         lease_end = loop.time() + self.lease_s
         while not await first_set((self.adopted, self.handoff_failed), WATCH_INTERVAL_S):
             await self.check_controller()
+            self.watch_workers()
             if loop.time() > lease_end:
                 self._fail(f"Train's worker group was not placed on the reserved nodes "
                            f"within the {self.lease_s:g}s lease")
@@ -255,6 +286,36 @@ class TrainSession:
                       read.exception())
             return False
         return bool(read.result())
+
+    def watch_workers(self) -> None:
+        """Look, in a thread and one look at a time, for workers of the group claimed and
+        not yet adopted that the GCS has had waiting with no process for LOST_WORKERS_S,
+        and remove the placement group they were to start in: the GCS then counts them
+        dead, and Train's start of the group fails (which Train retries, or the run fails
+        and its job restarts from its checkpoint). Called while the run waits for its
+        group (each second, or each poll of its job)."""
+        if (not self.controller_id or self.controller_id.startswith(JOB_REQUESTER)
+                or not self.claimed.is_set() or self.adopted.is_set()
+                or (self._looking is not None and not self._looking.done())):
+            return
+        self._looking = asyncio.ensure_future(asyncio.to_thread(self._remove_lost_workers))
+        self._looking.add_done_callback(lambda done: done.cancelled() or done.exception())
+
+    def _remove_lost_workers(self) -> None:
+        """(In a thread.) A GCS that does not answer decides nothing. (An actor is killed
+        by id only through a handle, which only its owner, Train's controller, has.)"""
+        try:
+            waiting = unplaced_actors_of(self.controller_id or "", TRAIN_WORKER)
+        except Exception:  # noqa: BLE001 - looked at again next time
+            log.debug("%s: reading its workers failed", self.session_id, exc_info=True)
+            return
+        lost = self._unplaced.overdue(waiting, time.monotonic())
+        for pg_id in sorted({pg for actor in lost if (pg := waiting[actor]) is not None}):
+            log.warning("%s: Ray Train's workers %s waited %.0f s or more with no process "
+                        "(their creation lost by the GCS): removing their placement group "
+                        "%s, so that Train gives up this start of its worker group",
+                        self.session_id, sorted(lost), LOST_WORKERS_S, pg_id)
+            remove_group(pg_id)
 
     async def wait_released(self, timeout: float) -> None:
         await first_set((self.released, self.ended), timeout)

@@ -339,6 +339,8 @@ class JobLaunch(NoLiveResize, NoRestartResize):  # a job's budget has a fixed si
                 raise MemberFailure(GangError(member="driver", rank=0,
                                               error_type=f"Job{(status or 'lost').title()}",
                                               message=why))
+            for session in list(self._mine.values()):  # a Train run's group being placed
+                session.watch_workers()
             await asyncio.sleep(POLL_S)
 
     def _why(self, status: str | None) -> str:

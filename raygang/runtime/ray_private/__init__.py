@@ -1,4 +1,6 @@
-"""Every private or experimental Ray API raygang uses, in one place.
+"""Every private or experimental Ray API raygang uses, in one place: this package (Ray
+Tune's in `tune.py`, imported here, so that every caller imports from
+`raygang.runtime.ray_private`).
 
 Each has no public equivalent in Ray 2.60; each is pinned by the `ray==2.60.0` dependency
 and exercised by the integration tests, so a Ray upgrade that moves one fails here first.
@@ -7,15 +9,17 @@ and exercised by the integration tests, so a Ray upgrade that moves one fails he
 from __future__ import annotations
 
 import os
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ray.exceptions import GetTimeoutError, RpcError
 
 from raygang._lazy import lazy_exports
+from raygang.runtime.ray_private.tune import (
+    tune_resource_manager as tune_resource_manager,
+    tune_trial_in_group as tune_trial_in_group,
+)
 
 if TYPE_CHECKING:  # (`X as X`: the Train classes are exported, lazily; see below)
     from ray.serve._private.client import ServeControllerClient
@@ -107,6 +111,28 @@ def actor_unplaced(actor_id_hex: str) -> bool:
 
     info = state.actor_table(actor_id_hex)
     return bool(info) and info.get("State") == "PENDING_CREATION" and not info.get("Pid")
+
+
+def unplaced_actors_of(owner_actor_id_hex: str, class_name: str) -> dict[str, str | None]:
+    """The actors of class `class_name` that actor `owner_actor_id_hex` made and the GCS
+    has waiting for their creation with no process (as `actor_unplaced`), by id, each with
+    the placement group it is to be created in (None: none): a Ray Train controller's
+    workers whose creation the GCS lost. Blocking: two GCS reads (the public actor table
+    leaves out an actor's placement group)."""
+    from ray._private.state import state
+    from ray.core.generated import gcs_pb2
+
+    owner = (state.actor_table(owner_actor_id_hex) or {}).get("Address") or {}
+    if not owner.get("Port"):
+        return {}
+    found: dict[str, str | None] = {}
+    for raw in state._connect_and_get_accessor().get_actor_table(None, "PENDING_CREATION"):
+        actor = gcs_pb2.ActorTableData.FromString(raw)  # type: ignore[attr-defined]
+        if actor.class_name == class_name and not actor.pid and (
+                actor.owner_address.ip_address, actor.owner_address.port) == (
+                owner.get("IPAddress"), owner["Port"]):
+            found[actor.actor_id.hex()] = actor.placement_group_id.hex() or None
+    return found
 
 
 async def job_status(submission_id: str, timeout_s: float = 30) -> str | None:
@@ -330,62 +356,6 @@ def train_stop_worker_group(controller: Any) -> None:
     only once it is gone, before the next is sized)."""
     if controller._worker_group is not None:
         controller._shutdown_worker_group()
-
-
-# Ray Tune's controller ---------------------------------------------------------------------
-_tune_local = threading.local()
-_tune_patch = threading.Lock()
-
-
-@contextmanager
-def tune_resource_manager(factory: Callable[[], Any]) -> Iterator[None]:
-    """While inside, a Tune run started in this thread (`Tuner.fit`, `tune.run`) gets its
-    resource manager from `factory`. `TuneController` takes a `resource_manager_factory`,
-    but `tune.run` builds it without one and offers no way to pass one: `ray.tune.tune`'s
-    `TuneController` is replaced (once, for good) by a subclass that passes the factory of
-    the thread that runs it, and none in any other thread."""
-    import ray.tune.tune as tune_module
-
-    with _tune_patch:
-        if not getattr(tune_module.TuneController, "_raygang", False):
-            base = tune_module.TuneController
-
-            class TuneController(base):  # type: ignore[misc, valid-type]
-                _raygang = True
-
-                def __init__(self, *args: Any, **kwargs: Any) -> None:
-                    made = getattr(_tune_local, "factory", None)
-                    if made is not None and kwargs.get("resource_manager_factory") is None:
-                        kwargs["resource_manager_factory"] = made
-                    super().__init__(*args, **kwargs)
-
-                def on_step_begin(self) -> None:
-                    # The manager acts on Tune's trials (pauses a preempted one) here, in
-                    # Tune's loop between two events: never from inside its own calls
-                    super().on_step_begin()
-                    manager = self._actor_manager._resource_manager
-                    step = getattr(manager, "on_tune_step", None)
-                    if step is not None:
-                        step(self)
-
-            tune_module.TuneController = TuneController
-    previous = getattr(_tune_local, "factory", None)
-    _tune_local.factory = factory
-    try:
-        yield
-    finally:
-        _tune_local.factory = previous
-
-
-def tune_trial_in_group(controller: Any, group: Any) -> Any | None:
-    """The Tune trial whose actor runs in placement group `group`, if any: the controller's
-    trial -> actor map and its actor manager's actor -> acquired resources (both private)."""
-    held = controller._actor_manager._live_actors_to_ray_actors_resources
-    for trial, tracked in controller._trial_to_actor.items():
-        entry = held.get(tracked)
-        if entry is not None and getattr(entry[1], "placement_group", None) == group:
-            return trial
-    return None
 
 
 # Placement groups and actors by id ---------------------------------------------------------
