@@ -11,7 +11,7 @@ import bisect
 import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
-from raygang.core.resources import Resources, scarcity_key
+from raygang.core.resources import Resources, Sums, scarcity_key
 from raygang.core.snapshot import NodeState
 
 Undo = Callable[[], None]
@@ -38,7 +38,8 @@ class Capacity:
             self._classes.setdefault(free, []).append(node_id)  # sorted: ids come in order
         # A cheap "cannot fit" test: what is free in all (a node booked beyond its total,
         # while a gang leaves it, adds nothing rather than taking from the others).
-        self.free_total = Resources.sum(f.positive() for f in self._free.values())
+        self.free_total = _FREE.of("totals" if use_totals else "free",
+                                   [f.positive() for f in self._free.values()])
         names: set[str] = set()
         for total in set(self._total.values()):  # a few distinct totals, each read once
             names.update(total)
@@ -94,6 +95,14 @@ class Capacity:
         sub.resource_names = self.resource_names
         sub._labels = {n: self.labels(n) for n in sub._free}
         return sub
+
+    def signature(self) -> tuple[object, ...]:
+        """What every reading of this capacity's free room answers from, as a value: the
+        free vector classes in their order with their nodes, each node's name, the
+        resource names (labels aside). Two capacities of equal signatures answer alike
+        (`core.reasons` keeps its words for a capacity from one cycle to the next)."""
+        return (tuple((free, tuple(ids)) for free, ids in self._classes.items()),
+                tuple(self._display.items()), self.resource_names)
 
     def classes(self) -> Iterator[tuple[Resources, list[str]]]:
         """(free vector, sorted node ids having exactly it), for every distinct free vector."""
@@ -202,6 +211,8 @@ class Capacity:
 
 
 _node_id = operator.attrgetter("node_id")
+_FREE = Sums()  # what is free on the nodes, from one cycle to the next (a full cluster's
+# free vectors change little between cycles)
 
 
 def _first_not_in(ids: Sequence[str], exclude: set[str] | frozenset[str]) -> str | None:

@@ -14,6 +14,7 @@ its queue (strict FIFO per queue, like Kueue's StrictFIFO); other queues go on.
 from __future__ import annotations
 
 import functools
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 
@@ -103,6 +104,8 @@ class Cycle:
         # it (core.preemption.trade); forgotten when what searches see changes
         self._unworthy: dict[tuple[object, ...], float] = {}
         self._stoppable: list[PlacedGang] | None = None
+        self._lowest: float | None = None  # the lowest priority of `_stoppable`
+        self._empty_pool: Pool | None = None
         self._sorted: dict[str, list[PlacedGang]] = {}  # victim order -> stoppable, sorted
         self._good: dict[str, dict[Resources, int]] = {}  # queue -> totals it admits
         self.hold: Hold | None = None  # capacity held for a gang pending too long
@@ -283,15 +286,10 @@ class Cycle:
         rules = self.actions[action]
         key = key or action
         if key not in self._pools:
-            if self._stoppable is None:  # filtered once: an action's pool is a subset
-                now = self.now  # (no call for the gangs with no minimum runtime)
-                self._stoppable = [
-                    g for g in self.pieces if g.preemptible and not g.draining
-                    and (g.min_runtime_s <= 0 or not g.protected(now))]
             order = rules.order(self.config.preemption)
             if order not in self._sorted:  # sorted once per order
                 self._sorted[order] = sorted(  # surplus members before any whole gang
-                    self._stoppable,
+                    self.stoppable(),
                     key=units_first(victim_key(order, self.now), lasting=order == "newest"))
             stoppable = self._sorted[order]
             narrow = narrow or rules.victim_filter
@@ -299,6 +297,30 @@ class Cycle:
             ordered, kept = (ordered, []) if young else self._old_enough(ordered, action)
             self._pools[key] = Pool(ordered, self.capacity, self.taken, kept)
         return self._pools[key]
+
+    def stoppable(self) -> list[PlacedGang]:
+        """The running gangs some action may stop (filtered once: an action's pool is a
+        subset): preemptible, not draining, not protected by their class's minimum
+        runtime."""
+        if self._stoppable is None:
+            now = self.now  # (no call for the gangs with no minimum runtime)
+            self._stoppable = [
+                g for g in self.pieces if g.preemptible and not g.draining
+                and (g.min_runtime_s <= 0 or not g.protected(now))]
+        return self._stoppable
+
+    def lowest_priority(self) -> float:
+        """The lowest priority of the gangs some action may stop (inf: none), once a
+        cycle: a gang at or below it has nobody to preempt (`core.actions.preempt`)."""
+        if self._lowest is None:
+            self._lowest = min((g.priority for g in self.stoppable()), default=math.inf)
+        return self._lowest
+
+    def empty_pool(self) -> Pool:
+        """A pool of nobody (once a cycle): a search in it only places the gang."""
+        if self._empty_pool is None:
+            self._empty_pool = Pool([], self.capacity, self.taken)
+        return self._empty_pool
 
     def _old_enough(self, gangs: list[PlacedGang], action: str
                     ) -> tuple[list[PlacedGang], list[tuple[PlacedGang, float]]]:
@@ -337,14 +359,8 @@ class Cycle:
         more, or none were found, the search by amount looks among the amounts' own
         candidates (core.preemption.excess). With `trade`, the action's delay does not
         hold it back; instead the victims found must be worth it (`Trade.worth`)."""
-        problem = None if gang.preemptible else self.book.borrow_problem(gang.queue, gang.total)
-        if problem:  # stopping others (always preemptible gangs) never changes this
-            self.limited[gang.gang_id] = problem
+        if self.held_back(gang, action, trade):
             return False
-        left = 0.0 if trade is not None else self.delay_left(gang, action)
-        if left > 0:
-            self.delay(gang, action, left)
-            return False  # KAI's preemptionDelay: what frees meanwhile may do
         key: tuple[object, ...] = (action, gang.shape, gang.priority, gang.queue,
                                    gang.preemptible)
         if trade is not None:  # a search of its own pool; what it found not worth it is
@@ -379,6 +395,23 @@ class Cycle:
         self.statement.stop(gang, victims, action, why, self._units_of)
         self.admit(gang, nodes, action if victims else "allocate", victims)
         return True
+
+    def held_back(self, gang: PendingGang, action: str, trade: Trade | None = None) -> bool:
+        """Whether `gang` may stop nobody for `action` now, whoever runs (and its reason
+        says why): a borrow cap, or (without `trade`) the action's delay. An action may
+        ask before it builds its pool: in a busy cluster the gangs reclaim would search
+        for are often all in their delay, and its pool costs every stoppable gang sorted
+        and each queue's share walked; a pool is read only by searches, so when it is
+        built changes nothing (`search` asks again, alike)."""
+        problem = None if gang.preemptible else self.book.borrow_problem(gang.queue, gang.total)
+        if problem:  # stopping others (always preemptible gangs) never changes this
+            self.limited[gang.gang_id] = problem
+            return True
+        left = 0.0 if trade is not None else self.delay_left(gang, action)
+        if left > 0:
+            self.delay(gang, action, left)
+            return True  # KAI's preemptionDelay: what frees meanwhile may do
+        return False
 
     def _stopped(self, victim: PlacedGang) -> None:
         self._unworthy.clear()

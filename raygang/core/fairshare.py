@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from raygang.core.queues import QueueTree, exceeds_limit
-from raygang.core.resources import UNIT, ZERO, Resources, format_amount
+from raygang.core.resources import UNIT, ZERO, Resources, Sums, format_amount
 from raygang.core.gang import PendingGang
 from raygang.core.snapshot import NodeState, PlacedGang
 from raygang.core.usage import TimeShare, share_weights
@@ -26,6 +26,11 @@ Share = dict[str, float]  # resource name -> amount (floats: shares are not allo
 # A queue's place among its siblings: its dominant share, or with usage ordering
 # (core.usage) (its share capped at 1, its usage over time, its share).
 LevelKey = float | tuple[float, float, float]
+
+
+# What each queue's running gangs hold, and those of non-preemptible classes, by queue
+# name; the alive nodes' capacity (see `Sums`).
+_USED, _FIRM, _CLUSTER = Sums(), Sums(), Sums()
 
 
 class QueueBook:
@@ -49,9 +54,9 @@ class QueueBook:
                 if not gang.preemptible:
                     firm.setdefault(queue, []).append(gang.total)
         for queue, totals in by_queue.items():  # summed per queue first: 20,000 gangs
-            self.add(queue, Resources.sum(totals))
+            self.add(queue, _USED.of(queue, totals))
         for queue, totals in firm.items():
-            self.firm[queue] = Resources.sum(totals)
+            self.firm[queue] = _FIRM.of(queue, totals)
         self.fair: dict[str, Share] = {}
         self.cluster = ZERO  # the alive nodes' capacity, set by `share_out`
 
@@ -146,7 +151,7 @@ class QueueBook:
                          ) -> None:
         """`share_out`, given what each queue's pending gangs ask for in all."""
         self.compute_fair_shares(
-            Resources.sum(node.total for node in nodes),
+            _CLUSTER.of("cluster", [node.total for node in nodes]),
             {q: self.usage[q] + pending.get(q, ZERO) for q in self.tree.leaves},
         )
 

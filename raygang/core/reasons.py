@@ -25,8 +25,15 @@ if TYPE_CHECKING:  # the cycle makes its reasons
 class Reasons:
     """The reasons of one cycle's pending gangs (`explain`)."""
 
+    # (a capacity's signature, shape -> why it does not fit there): a busy cluster's
+    # cycles often end on the same free capacity, and these words are the costly part of
+    # a reason (they scan the capacity). Kept for the last signature only; shapes with a
+    # topology read node labels too, and are worked out each cycle.
+    _unplaced: tuple[tuple[object, ...], dict[Shape, str]] = ((), {})
+
     def __init__(self, cycle: Cycle):
         self.cycle = cycle
+        self._shapes: dict[Shape, str] | None = None  # this cycle's capacity's words
 
     def explain(self, eager: bool) -> dict[str, Behind]:
         """A reason with numbers for every gang left pending, against the capacity left
@@ -98,8 +105,7 @@ class Reasons:
         if gang.gang_id in self.cycle.limited:
             return Waiting(gang.gang_id, WaitCode.LIMIT, self.cycle.limited[gang.gang_id])
         if gang.shape not in by_shape:
-            by_shape[gang.shape] = why_not_placed(gang.bundles, gang.strategy,
-                                                  self.cycle.capacity, gang.layout)
+            by_shape[gang.shape] = self._unfit(gang)
         # Whether anyone was left to stop is looked at only here, for the few gangs that
         # end up waiting: a search's candidates can be long to walk.
         notes = "".join(
@@ -113,6 +119,23 @@ class Reasons:
             for action, delay, left in self.cycle.delayed.get(gang.gang_id, ()))
         return Waiting(gang.gang_id, WaitCode.NO_FIT, by_shape[gang.shape] + notes
                        + self._hold_note(gang))
+
+    def _unfit(self, gang: PendingGang) -> str:
+        """Why `gang` does not fit on the capacity the actions left."""
+        capacity = self.cycle.capacity
+        if gang.layout is not None:
+            return why_not_placed(gang.bundles, gang.strategy, capacity, gang.layout)
+        if self._shapes is None:
+            signature = capacity.signature()
+            kept = Reasons._unplaced
+            if kept[0] != signature:
+                kept = Reasons._unplaced = (signature, {})
+            self._shapes = kept[1]
+        found = self._shapes.get(gang.shape)
+        if found is None:
+            found = self._shapes[gang.shape] = why_not_placed(gang.bundles, gang.strategy,
+                                                              capacity, None)
+        return found
 
     def _hold_note(self, gang: PendingGang) -> str:
         hold = self.cycle.hold

@@ -8,6 +8,7 @@ rounding error. Zero amounts are dropped: `{"GPU": 0}` equals `{}`.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -225,6 +226,28 @@ class Resources(Mapping[str, float]):
                 lambda r: r.to_dict(), return_schema=as_dict
             ),
         )
+
+
+class Sums:
+    """Sums kept from one cycle to the next, by name: a cycle sums what every running gang
+    holds per queue and every node's capacity, and from one cycle to the next most of
+    those lists hold the same vectors (the control plane hands a cycle the same objects
+    while they do not change). A list of the very same vectors, in the same order, as
+    the last one summed under its name has the same sum (vectors are immutable); any
+    other is summed anew. One per use; safe to share between threads (an entry is one
+    tuple, replaced whole)."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[list[Resources], Resources]] = {}
+
+    def of(self, name: str, vectors: list[Resources]) -> Resources:
+        last = self._last.get(name)
+        if last is not None and len(last[0]) == len(vectors) and all(
+                map(operator.is_, last[0], vectors)):
+            return last[1]
+        total = Resources.sum(vectors)
+        self._last[name] = (vectors, total)
+        return total
 
 
 def per_node(bundles: Iterable[tuple[str, Resources]]) -> dict[str, Resources]:

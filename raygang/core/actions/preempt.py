@@ -11,7 +11,11 @@ from raygang.core.snapshot import PlacedGang
 
 def preempt(cycle: CycleState, gang: PendingGang) -> bool:
     across = cycle.config.cross_queue_preemption and not gang.preemptible
-    pool = cycle.pool("preempt")
+    # Where nobody it may stop runs below its priority (a cluster of one class), there
+    # is no candidate: its pool (every stoppable gang, sorted) is not built, and the
+    # search only places it on what earlier actions freed, as with an empty pool.
+    pool = cycle.pool("preempt") if cycle.lowest_priority() < gang.priority \
+        else cycle.empty_pool()
     below = pool.candidates(None if across else gang.queue, below=gang.priority)
     return cycle.search(gang, pool, below, "preempt")
 

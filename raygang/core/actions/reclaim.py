@@ -38,8 +38,8 @@ def reclaim(cycle: CycleState, gang: PendingGang) -> bool:
     if not cycle.book.within_quota(gang.queue, gang.total):
         return False
     ratio = cycle.config.preemption.reclaim_trade_ratio
-    if ratio is None:  # the fixed rules alone: the search waits out the delay itself
-        return _attempt(cycle, gang, "reclaim")
+    if ratio is None:  # the fixed rules alone: the delay first, before the pool is built
+        return not cycle.held_back(gang, "reclaim") and _attempt(cycle, gang, "reclaim")
     left = cycle.delay_left(gang, "reclaim")
     if left <= 0:
         if _attempt(cycle, gang, "reclaim"):

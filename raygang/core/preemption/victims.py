@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from raygang.core.capacity import Capacity
-from raygang.core.fairshare import QueueBook, in_quota_units
+from raygang.core.fairshare import QueueBook
 from raygang.core.gang import PendingGang
 from raygang.core.placement import place
 from raygang.core.preemption.pool import Candidates, Pool
@@ -112,19 +112,28 @@ def reclaim_protected(book: QueueBook, placed: Sequence[PlacedGang],
         fair = {n: math.floor(v * UNIT * (1 + 1e-9)) for n, v in book.fair.get(queue, {}).items()}
         # In units, as plain dicts (this walks every running gang each cycle).
         named = {n: quota.units(n) for n in quota}
+        limits = tuple(named.items())
         kept: dict[str, int] = {}  # with the gang looked at, until it is found not kept
-
-        def usage(name: str, kept: dict[str, int] = kept) -> int:
-            return kept.get(name, 0)
-
+        get = kept.get
         for gang in sorted(gangs, key=importance):
-            total = gang.total
-            added = [(n, total.units(n)) for n in total]
+            added = _units(gang)
             for n, u in added:
-                kept[n] = kept.get(n, 0) + u
-            if in_quota_units(named, usage, total) or all(
-                u <= fair.get(n, 0) for n, u in kept.items()
-            ):
+                kept[n] = get(n, 0) + u
+            # `in_quota_units(named, kept, gang.total)`, or within its fair share; as
+            # loops, not calls: each cycle that reclaims walks every running gang.
+            within = any(u > 0 and n in named for n, u in added)
+            if within:
+                for n, amount in limits:
+                    if get(n, 0) > amount:
+                        within = False
+                        break
+            if not within:
+                within = True
+                for n, u in kept.items():
+                    if u > fair.get(n, 0):
+                        within = False
+                        break
+            if within:
                 kept_ids.add(gang.gang_id)
                 continue
             # A gang that fits neither is skipped, not a stop: a smaller, less important
@@ -135,6 +144,15 @@ def reclaim_protected(book: QueueBook, placed: Sequence[PlacedGang],
                 else:
                     kept[n] -= u
     return kept_ids
+
+
+def _units(gang: PlacedGang) -> tuple[tuple[str, int], ...]:
+    """(name, units) of what the gang holds, kept with it (`reclaim_protected`)."""
+    found = gang.memo.get(_units)
+    if found is None:
+        total = gang.total
+        found = gang.memo[_units] = tuple((n, total.units(n)) for n in total)
+    return found
 
 
 def _importance(gang: PlacedGang) -> tuple[Any, ...]:

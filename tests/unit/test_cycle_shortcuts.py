@@ -1,0 +1,173 @@
+"""Work a cycle skips or keeps from the cycle before, and that it decides the same as
+doing it all (issue 30: a simulator fast enough to sweep). Each shortcut has a case
+where it must not apply."""
+
+from __future__ import annotations
+
+from raygang.core import PolicyConfig, reasons, schedule
+from raygang.core.backlog import Backlog
+from raygang.core.cycle import Cycle
+from raygang.core.domain_reasons import why_not_placed
+from raygang.core.fairshare import QueueBook
+from raygang.core.resources import Sums
+
+from tests.unit.builders import busy, cluster, gang, queue, res, running
+
+TWO_NODES = ("w-1: GPU=4", "w-2: GPU=4")
+
+
+def _teams(**preemption: object) -> PolicyConfig:
+    return PolicyConfig(queues=[queue("team-a", quota="GPU=4"), queue("team-b", quota="GPU=4")],
+                        preemption=preemption)
+
+
+def _borrowed() -> object:
+    """team-a runs 8 GPUs, 4 of them borrowed (a-new)."""
+    return busy(*TWO_NODES, placed=[
+        running("a-old", "w-1: 4xGPU=1", queue="team-a", since=0.0),
+        running("a-new", "w-2: 4xGPU=1", queue="team-a", since=10.0),
+    ])
+
+
+def _b(name: str, since: float, seq: int):
+    return gang(name, "4xGPU=1", "STRICT_PACK", priority="training", queue="team-b",
+                since=since, seq=seq)
+
+
+# Reclaim's delay before its pool ------------------------------------------------------------
+def test_a_gang_in_its_reclaim_delay_builds_no_reclaim_pool_and_says_why():
+    cycle = Cycle(_borrowed(), _teams(reclaim_min_runtime_s=0, reclaim_delay_s=300), 1100.0)
+    plan = cycle.run(Backlog.of([_b("b-1", since=1000.0, seq=0)]))
+    assert plan.preemptions == ()
+    assert "it may reclaim once pending reclaim_delay_s 300 s (in 200 s)" in \
+        plan.waiting["b-1"].message
+    # Nobody searched: the stoppable gangs were neither sorted nor walked for shares.
+    assert "reclaim" not in cycle._pools and "reclaim kept" not in cycle.memo
+
+
+def test_a_gang_past_its_delay_behind_one_in_it_still_reclaims():
+    """The pool is built for the first gang that may search: the same pool, the same
+    victim, as when the gang in its delay built it."""
+    cycle = Cycle(_borrowed(), _teams(reclaim_min_runtime_s=0, reclaim_delay_s=300), 1100.0)
+    plan = cycle.run(Backlog.of([_b("b-1", since=1000.0, seq=0),
+                                 _b("b-2", since=0.0, seq=1)]))
+    assert [(p.victim, p.preemptor) for p in plan.preemptions] == [("a-new", "b-2")]
+    assert "in 200 s" in plan.waiting["b-1"].message
+    assert "reclaim" in cycle._pools
+
+
+
+# preempt where nobody runs below ------------------------------------------------------------
+def _full(priority: int) -> object:
+    return busy(*TWO_NODES, placed=[
+        running("t-1", "w-1: 4xGPU=1", priority=100, since=0.0),
+        running("t-2", "w-2: 4xGPU=1", priority=priority, since=0.0)])
+
+
+def test_with_nobody_running_below_it_preempt_sorts_no_pool_and_says_so():
+    cycle = Cycle(_full(priority=100), PolicyConfig(), 10.0)
+    plan = cycle.run(Backlog.of([gang("g", "4xGPU=1", "STRICT_PACK", priority="training")]))
+    assert plan.preemptions == ()
+    assert plan.waiting["g"].message.endswith(
+        "; no lower-priority preemptible gang runs that it may preempt")
+    assert "preempt" not in cycle._pools and "newest" not in cycle._sorted
+
+
+def test_one_gang_running_below_it_is_preempted_as_before():
+    cycle = Cycle(_full(priority=10), PolicyConfig(), 10.0)
+    plan = cycle.run(Backlog.of([gang("g", "4xGPU=1", "STRICT_PACK", priority="training")]))
+    assert [(p.victim, p.action) for p in plan.preemptions] == [("t-2", "preempt")]
+    assert "preempt" in cycle._pools
+
+
+def test_with_nobody_below_preempt_still_places_on_what_reclaim_freed():
+    """The preempt pass places a gang on what an earlier action's victims left free,
+    with or without a pool: reclaim stops a-2 (4 GPUs) for b-1 (2 GPUs), and c-1, whose
+    queue has no quota to reclaim for, takes the other 2 in the preempt pass."""
+    snapshot = busy(*TWO_NODES, placed=[
+        running("a-1", "w-1: 4xGPU=1", queue="team-a", since=0.0),
+        running("a-2", "w-2: 4xGPU=1", queue="team-a", since=5.0)])
+    config = PolicyConfig(
+        queues=[queue("team-a"), queue("team-b", quota="GPU=8"), queue("team-c")],
+        preemption={"reclaim_min_runtime_s": 0, "reclaim_delay_s": 0})
+    b1 = gang("b-1", "2xGPU=1", "PACK", priority="training", queue="team-b", seq=0)
+    c1 = gang("c-1", "2xGPU=1", "PACK", priority="training", queue="team-c", seq=1)
+    cycle = Cycle(snapshot, config, 10.0)
+    plan = cycle.run(Backlog.of([b1, c1]))
+    assert [(p.victim, p.preemptor) for p in plan.preemptions] == [("a-2", "b-1")]
+    assert sorted((a.gang_id, a.action) for a in plan.admissions) == [
+        ("b-1", "reclaim"), ("c-1", "allocate")]
+    assert "preempt" not in cycle._pools
+
+
+# A reason's words kept while the capacity is the same ---------------------------------------
+def _counting(monkeypatch) -> list[object]:
+    calls: list[object] = []
+
+    def why(bundles, strategy, capacity, layout):  # type: ignore[no-untyped-def]
+        calls.append(layout)
+        return why_not_placed(bundles, strategy, capacity, layout)
+
+    monkeypatch.setattr(reasons, "why_not_placed", why)
+    monkeypatch.setattr(reasons.Reasons, "_unplaced", ((), {}))
+    return calls
+
+
+def _waiting(*nodes: str, name: str = "g") -> str:
+    g = gang(name, "GPU=3", "STRICT_PACK", priority="training")
+    return schedule(cluster(*nodes), [g], PolicyConfig(), 10.0).waiting[name].message
+
+
+def test_a_reason_is_worked_out_once_while_the_capacity_ends_the_same(monkeypatch):
+    calls = _counting(monkeypatch)
+    first = _waiting("w-1: GPU=4 free GPU=2", "w-2: GPU=4 free GPU=1")
+    again = _waiting("w-1: GPU=4 free GPU=2", "w-2: GPU=4 free GPU=1", name="h")
+    assert first == again
+    assert first.startswith("needs {GPU: 3} on one node (STRICT_PACK, 1×{GPU: 3}); "
+                            "largest free GPU on one node is 2 (node w-1);")
+    assert len(calls) == 1
+
+
+def test_a_reason_is_worked_out_again_when_what_is_free_or_a_name_changed(monkeypatch):
+    calls = _counting(monkeypatch)
+    _waiting("w-1: GPU=4 free GPU=2", "w-2: GPU=4 free GPU=1")
+    # The same free vectors, on other nodes; then another node.
+    assert "largest free GPU on one node is 2 (node w-2);" in _waiting(
+        "w-1: GPU=4 free GPU=1", "w-2: GPU=4 free GPU=2")
+    assert "(node w-3);" in _waiting("w-1: GPU=4 free GPU=1", "w-3: GPU=4 free GPU=2")
+    assert len(calls) == 3
+
+
+def test_a_gang_with_a_topology_has_its_reason_worked_out_each_cycle(monkeypatch):
+    calls = _counting(monkeypatch)
+    nodes = ("w-1: GPU=4 @zone=a free GPU=2", "w-2: GPU=4 @zone=b free GPU=2")
+    for name in ("g", "h"):
+        g = gang(name, "GPU=3", "STRICT_PACK", priority="training",
+                 topology={"required": "zone"})
+        schedule(cluster(*nodes), [g], PolicyConfig(), 10.0)
+    assert len(calls) == 2 and all(layout is not None for layout in calls)
+
+
+# Sums kept while the vectors are the same ---------------------------------------------------
+def test_a_sum_is_kept_for_the_very_same_vectors_and_made_anew_for_others():
+    sums = Sums()
+    a, b = res("GPU=1"), res("GPU=2 CPU=4")
+    first = sums.of("q", [a, b])
+    assert sums.of("q", [a, b]) is first  # the same objects, in order: kept
+    equal = res("GPU=2 CPU=4")  # equal but another object (a gang's view made again)
+    assert sums.of("q", [a, equal]) is not first and sums.of("q", [a, equal]) == first
+    assert sums.of("q", [a, equal, a]) == res("GPU=4 CPU=4")  # one more
+    assert sums.of("q", [a]) == a  # one fewer
+    assert sums.of("other", [b]) == b and sums.of("q", [a]) == a  # by name
+
+
+def test_the_book_counts_a_queue_again_when_one_of_its_gangs_changed():
+    config = _teams()
+    placed = [running("a-1", "w-1: 2xGPU=1", queue="team-a"),
+              running("a-2", "w-2: GPU=1", queue="team-a"),
+              running("b-1", "w-2: GPU=1", queue="team-b")]
+    assert QueueBook(config.queue_tree, placed).usage["team-a"] == res("GPU=3")
+    placed[1] = running("a-2", "w-2: 3xGPU=1", queue="team-a")  # grew: a new view
+    book = QueueBook(config.queue_tree, placed)
+    assert book.usage["team-a"] == res("GPU=5") and book.usage["team-b"] == res("GPU=1")
+    assert QueueBook(config.queue_tree, placed[:2]).usage["team-b"] == res()  # it ended
