@@ -88,10 +88,20 @@ def test_trials_are_gangs_within_the_queue_limit(ray_cluster, tmp_path: Path):
     steps = sorted(r.metrics["step"] for r in results)
     assert steps == [0, 0, 3, 3], steps  # x == 0 stopped after one report
     assert 0 < most <= 4, most
-    gangs = [g for g in raygang.list_gangs() if g.queue == "sweep"
-             and g.name.startswith("sweep-")]  # not other modules' sweeps
+
+    def sweep_gangs() -> list:
+        return [g for g in raygang.list_gangs() if g.queue == "sweep"
+                and g.name.startswith("sweep-")]  # not other modules' sweeps
+
+    # A trial's gang ends once the scheduler hears that Tune released its group, which
+    # may come a moment after `fit` returns (a loaded CI took more than the call's time)
+    deadline = time.monotonic() + 30
+    while not all(g.state.value == "SUCCEEDED" for g in sweep_gangs()) \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+    gangs = sweep_gangs()
     assert len(gangs) == 4 and all(g.state.value == "SUCCEEDED" for g in gangs), gangs
-    assert _live_groups() == []
+    wait_until(lambda: _live_groups() == [], timeout=15)
     # A removed group's GPUs show as free once its node reports them (a moment later)
     wait_until(lambda: ray.available_resources().get("GPU", 0) == 8, timeout=15)
     print(f"4 trials under raygang: {took:.1f}s, at most {most:g} GPUs in groups")

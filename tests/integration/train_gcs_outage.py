@@ -63,8 +63,10 @@ def main() -> dict:
         start_on_head()
         storage = tempfile.mkdtemp(prefix="rg-train-outage-")
         job = raygang.submit_job(f"{sys.executable} {TRAIN} {storage} {STEPS}", gpus=2,
-                                 name="train", max_restarts=2)
-        deadline = time.monotonic() + 120
+                                 name="train", max_restarts=2, startup_timeout_s=240)
+        # On a loaded machine the worker node's job agent takes minutes to come up after
+        # the cluster's start (Ray answers "no available agent" meanwhile; raygang retries)
+        deadline = time.monotonic() + 240
         while STARTING_GROUP not in job.logs():
             assert time.monotonic() < deadline, (job.status(), job.logs()[-2000:])
             time.sleep(0.05)
