@@ -3,7 +3,7 @@ so that Train gives up that start of its worker group
 (`runtime.handoff.train.TrainSession.watch_workers`): Ray 2.60 loses an actor's creation
 when its GCS dies while scheduling it, and Train waits for its workers with no timeout.
 The GCS's actor table and the removal are replaced here by stand-ins; the real outage:
-tests/integration/test_gcs_outage.py's Train scenario."""
+`python -m tests.integration.train_gcs_outage` (by hand)."""
 
 from __future__ import annotations
 
