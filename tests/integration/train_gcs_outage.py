@@ -8,8 +8,8 @@ Ray 2.60 loses an actor's creation when its GCS dies while scheduling it: the wo
 stay PENDING_CREATION with no process after the GCS returns, and Train, which waits for
 its workers with no timeout, would wait for ever (bench/head_faults.py found a Train run
 hung so). raygang removes their placement group once they have waited so for 30 s
-(`TrainSession.watch_workers`), and the run goes on: its job restarts the script, which
-resumes. Run by hand (it prints `lost_workers`, how many workers the GCS lost: 0 means
+(`TrainSession.watch_workers`): Train then fails the run, and the job (given restarts)
+runs the script again, to success. Run by hand (it prints `lost_workers`, how many workers the GCS lost: 0 means
 the kill came too late this time): not yet in the suite, because on the loaded CI machine
 Ray's Job Submission API did not accept the job on this fresh cluster within 240 s.
 Run in a subprocess of its own: this cluster's processes need RAY_REDIS_ADDRESS.

@@ -23,6 +23,7 @@ import logging
 import time
 from collections.abc import Callable, Collection, Sequence
 
+from raygang.control.outage import LOST_START_S
 from raygang.control.ports import MemberFailure, ReservationTimeout
 from raygang.control.status import GangError
 from raygang.control.tasks import first_set
@@ -44,8 +45,8 @@ LIVENESS_S = 2.0  # a read of the controller's state: how long the loop waits fo
 # A worker of a claimed group that the GCS has had waiting for its creation, with no
 # process, this long: its creation was lost (Ray 2.60 loses an actor's creation when its
 # GCS dies while scheduling it), and Train, which waits for its workers with no timeout,
-# would wait for ever. A worker process starts in seconds here, more under load.
-LOST_WORKERS_S = 30.0
+# would wait for ever. The same wait as for a gang's members after an outage.
+LOST_WORKERS_S = LOST_START_S
 TRAIN_WORKER = "RayTrainWorker"  # the class of Train V2's worker actors
 
 
@@ -291,9 +292,9 @@ class TrainSession:
         """Look, in a thread and one look at a time, for workers of the group claimed and
         not yet adopted that the GCS has had waiting with no process for LOST_WORKERS_S,
         and remove the placement group they were to start in: the GCS then counts them
-        dead, and Train's start of the group fails (which Train retries, or the run fails
-        and its job restarts from its checkpoint). Called while the run waits for its
-        group (each second, or each poll of its job)."""
+        dead, and Train fails the run (a `ControllerError`, which it does not retry); a
+        job with restarts left runs its script again. Called while the run waits for
+        its group (each second, or each poll of its job)."""
         if (not self.controller_id or self.controller_id.startswith(JOB_REQUESTER)
                 or not self.claimed.is_set() or self.adopted.is_set()
                 or (self._looking is not None and not self._looking.done())):
