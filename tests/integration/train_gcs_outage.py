@@ -1,39 +1,50 @@
-"""A Train V2 run in a raygang job whose worker group's creation the GCS loses: the GCS is
-killed just as Train's controller starts the group's workers, on a cluster of its own
-with Redis as the GCS's store (the head takes no work and runs the scheduler).
+"""A Ray Train V2 run queued on its own (`raygang.train`) whose worker group's creation
+the GCS loses: the GCS is killed just as it schedules the group's workers, on a cluster of its own with Redis as the GCS's store (the head takes no work
+and runs the scheduler).
 
     python -m tests.integration.train_gcs_outage   # prints one JSON line
 
 Ray 2.60 loses an actor's creation when its GCS dies while scheduling it: the workers
 stay PENDING_CREATION with no process after the GCS returns, and Train, which waits for
-its workers with no timeout, would wait for ever (bench/head_faults.py found a Train run
-hung so). raygang removes their placement group once they have waited so for 30 s
-(`TrainSession.watch_workers`): Train then fails the run, and the job (given restarts)
-runs the script again, to success. Run by hand (it prints `lost_workers`, how many workers the GCS lost: 0 means
-the kill came too late this time): not yet in the suite, because on the loaded CI machine
-Ray's Job Submission API did not accept the job on this fresh cluster within 240 s.
-Run in a subprocess of its own: this cluster's processes need RAY_REDIS_ADDRESS.
+its workers with no timeout, would wait for ever (bench/head_faults.py found a run in a
+job hung so). raygang removes their placement group once they have waited so for 30 s
+(`TrainSession.watch_workers`); Train's start of the group then fails, and what follows
+is what this prints: how `fit` ended, how the run's gangs ended, and what is left in Ray.
+It prints `lost_workers`, how many workers the GCS lost: 0 means the kill came too late
+(the workers had started), and the run saw no lost creation. The trainer is queued on its
+own, not in a raygang job: no Ray job agent is needed (on the loaded CI machine Ray's Job
+Submission API took minutes to accept a first job on a fresh cluster). Run in a
+subprocess of its own: this cluster's processes need RAY_REDIS_ADDRESS
+(test_train_gcs_outage.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 import tempfile
+import threading
 import time
-from pathlib import Path
 
 from raygang.runtime.ports import free_port
 from tests.integration.gcs_outage import HEAD, shut_down, start_on_head, start_redis
 
-TRAIN = Path(__file__).resolve().parents[2] / "examples" / "jobs" / "train.py"
-# What Train logs once it has asked for its worker group's placement group, just before
-# it waits for it and creates the workers
-STARTING_GROUP = "Attempting to start training worker group"
+# After the workers are first seen waiting: a kill at that very moment may come before
+# the GCS asks a raylet for their process (it then schedules them anew once back: 1 run of
+# 2 here); 0.3 s and 0.8 s on, the creation was lost in 3 runs of 3
+KILL_AFTER_S = 0.3
 OUTAGE_S = 10.0
-LOOKED_AFTER_S = 15.0  # after the GCS's return: a worker started normally has a process
-STEPS = 6  # of the script's training: what matters here is that it starts
+LOOKED_AFTER_S = 12.0  # after the GCS's return: a worker started normally has a process
+STEPS = 4  # of training: what matters here is that the run starts, or says why not
+FIT_TIMEOUT_S = 200.0
+
+
+def train_func(config):
+    import ray.train
+
+    for step in range(config["steps"]):
+        time.sleep(0.2)
+        ray.train.report({"step": step})
 
 
 def lost_workers() -> int:
@@ -45,16 +56,46 @@ def lost_workers() -> int:
                if a["ActorClassName"] == "RayTrainWorker" and not a["Pid"])
 
 
+def workers_being_created() -> bool:
+    """Train's workers are registered with the GCS and wait for their creation (the GCS
+    is scheduling them): the moment a GCS kill loses it."""
+    return lost_workers() > 0
+
+
+class Fit(threading.Thread):
+    """`raygang.train(trainer)` in a thread: how it ended, and when."""
+
+    def __init__(self, trainer):
+        super().__init__(daemon=True)
+        self.trainer = trainer
+        self.outcome: str | None = None
+        self.ended_at: float | None = None
+        self.start()
+
+    def run(self):
+        import raygang
+
+        try:
+            raygang.train(self.trainer)
+            self.outcome = "succeeded"
+        except BaseException as error:  # noqa: BLE001 - reported
+            self.outcome = f"{type(error).__name__}: {error}"[:600]
+        self.ended_at = time.monotonic()
+
+
 def main() -> dict:
     redis = start_redis("raygang-train-test")
     os.environ["RAY_AUTH_MODE"] = "disabled"
     # Train's controller polls its workers every 0.5 s, not 2 (as on the suite's clusters:
-    # tests/conftest.py): each report of the script waits for a poll
+    # tests/conftest.py): each report waits for a poll
     os.environ["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = "0.5"
     import ray
     from ray.cluster_utils import Cluster
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
 
     import raygang
+    from tests.integration.leaks import raygang_member_actors, raygang_placement_groups
 
     cluster = Cluster(initialize_head=True, head_node_args=HEAD | {
         "gcs_server_port": free_port()})
@@ -64,30 +105,47 @@ def main() -> dict:
         ray.init(address=cluster.address)
         cluster.wait_for_nodes()
         start_on_head()
-        storage = tempfile.mkdtemp(prefix="rg-train-outage-")
-        job = raygang.submit_job(f"{sys.executable} {TRAIN} {storage} {STEPS}", gpus=2,
-                                 name="train", max_restarts=2, startup_timeout_s=240)
-        # On a loaded machine the worker node's job agent takes minutes to come up after
-        # the cluster's start (Ray answers "no available agent" meanwhile; raygang retries)
-        deadline = time.monotonic() + 240
-        while STARTING_GROUP not in job.logs():
-            assert time.monotonic() < deadline, (job.status(), job.logs()[-2000:])
-            time.sleep(0.05)
+        total = ray.cluster_resources()
+        trainer = DataParallelTrainer(
+            train_func, train_loop_config={"steps": STEPS},
+            scaling_config=ScalingConfig(num_workers=2, use_gpu=True),
+            run_config=RunConfig(name="outage",
+                                 storage_path=tempfile.mkdtemp(prefix="rg-train-outage-")))
+        fit = Fit(trainer)
+        deadline = time.monotonic() + 180
+        while not workers_being_created():
+            assert fit.is_alive() and time.monotonic() < deadline, fit.outcome
+            time.sleep(0.02)
+        time.sleep(KILL_AFTER_S)
+        out["pending_at_kill"] = lost_workers()
         cluster.head_node.kill_gcs_server()
         time.sleep(OUTAGE_S)
         cluster.head_node.start_gcs_server()
+        returned = time.monotonic()
         time.sleep(LOOKED_AFTER_S)
         out["lost_workers"] = lost_workers()
-        status = job.wait(timeout=180)
-        out["job"] = (status.state.value, status.restarts)
-        out["trained"] = "training done: error=None" in job.logs()
-        out["train_groups_left"] = sum(
-            1 for pg in ray.util.placement_group_table().values()
-            if pg["state"] != "REMOVED")
+        fit.join(FIT_TIMEOUT_S)
+        out["fit"] = fit.outcome  # None: still running (hung)
+        out["fit_ended_after_return_s"] = (None if fit.ended_at is None
+                                           else round(fit.ended_at - returned, 1))
+        out["gangs"] = [(g.state.value, g.restarts, g.reason)
+                        for g in raygang.list_gangs() if g.kind == "train"]
+        deadline = time.monotonic() + 30  # what the run's end frees, once freed
+        while True:
+            out["groups_left"] = sum(1 for pg in ray.util.placement_group_table().values()
+                                     if pg["state"] != "REMOVED")
+            out["leftovers"] = [pg["name"] for pg in raygang_placement_groups()] \
+                + raygang_member_actors()
+            free = ray.available_resources()
+            out["gpus_free"] = [free.get("GPU", 0.0), total.get("GPU", 0.0)]
+            if (not out["groups_left"] and out["gpus_free"][0] == out["gpus_free"][1]) \
+                    or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         return out
     finally:
         shut_down(cluster, redis)
 
 
 if __name__ == "__main__":
-    print(json.dumps(main()), flush=True)
+    print(json.dumps(main(), default=str), flush=True)

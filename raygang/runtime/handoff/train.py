@@ -107,6 +107,8 @@ class TrainSession:
         self._liveness: asyncio.Future[set[str]] | None = None  # the controller's, in flight
         self._looking: asyncio.Future[None] | None = None  # a look for lost workers
         self._unplaced = Unplaced(LOST_WORKERS_S)  # its workers with no process
+        self._claims = 0  # claims made: which group a look for lost workers was about
+        self.gave_up: str | None = None  # why raygang removed a group Train was starting
 
     # Driven by the callback --------------------------------------------------------
     async def claim(self) -> list[str]:
@@ -132,6 +134,7 @@ class TrainSession:
             await self.budget.changed.wait()
         self.indices = chosen
         self.nodes = [self.budget.nodes[i] for i in chosen]
+        self._claims += 1
         self.claimed.set()
         return list(self.nodes)
 
@@ -219,7 +222,8 @@ class TrainSession:
         # The claim may have come from a requester that has died since (its call goes on
         # in this actor): the controller is watched through the lease too.
         lease_end = loop.time() + self.lease_s
-        while not await first_set((self.adopted, self.handoff_failed), WATCH_INTERVAL_S):
+        while not await first_set((self.adopted, self.handoff_failed, self.ended),
+                                  WATCH_INTERVAL_S):
             await self.check_controller()
             self.watch_workers()
             if loop.time() > lease_end:
@@ -227,6 +231,14 @@ class TrainSession:
                            f"within the {self.lease_s:g}s lease")
         if self.failed:
             raise ReservationTimeout(f"hand-off failed: {self.failed}")
+        if not self.adopted.is_set() and self.finished is not None:
+            # The run ended while its group was being placed (Train gave up on it): it
+            # failed, and waits in the queue no more (its driver's `fit` has returned)
+            ended = self.finished[1] or "the Train run ended before its worker group was placed"
+            raise MemberFailure(GangError(
+                error_type="TrainingFailed",
+                message=ended if self.gave_up is None else f"{self.gave_up}; Train: {ended}"),
+                final=True)
 
     async def watch(self) -> None:
         """Until the run ends: raise MemberFailure if it failed or its controller died, if
@@ -288,35 +300,53 @@ class TrainSession:
             return False
         return bool(read.result())
 
+    def _placing(self) -> bool:
+        """A group claimed and not yet placed, of a Train controller (not a Tune driver's
+        trials): the window in which Train waits for its workers with no timeout."""
+        controller = self.controller_id or ""
+        return (bool(controller) and not controller.startswith(JOB_REQUESTER)
+                and self.claimed.is_set() and not self.adopted.is_set())
+
     def watch_workers(self) -> None:
-        """Look, in a thread and one look at a time, for workers of the group claimed and
-        not yet adopted that the GCS has had waiting with no process for LOST_WORKERS_S,
-        and remove the placement group they were to start in: the GCS then counts them
-        dead, and Train fails the run (a `ControllerError`, which it does not retry); a
-        job with restarts left runs its script again. Called while the run waits for
-        its group (each second, or each poll of its job)."""
-        if (not self.controller_id or self.controller_id.startswith(JOB_REQUESTER)
-                or not self.claimed.is_set() or self.adopted.is_set()
-                or (self._looking is not None and not self._looking.done())):
+        """Start a look (one at a time) for workers of the group claimed and not yet
+        placed that the GCS has had waiting with no process for LOST_WORKERS_S, and remove
+        the placement group they were to start in: Train's start of that group then fails
+        (its workers are dead) and Train, told by its failure policy, asks for a group
+        again. Called while the run waits for its group (each second, or each poll of its
+        job)."""
+        if not self._placing() or (self._looking is not None and not self._looking.done()):
             return
-        self._looking = asyncio.ensure_future(asyncio.to_thread(self._remove_lost_workers))
+        self._looking = asyncio.ensure_future(self._look(self._claims, LOST_WORKERS_S))
         self._looking.add_done_callback(lambda done: done.cancelled() or done.exception())
 
-    def _remove_lost_workers(self) -> None:
-        """(In a thread.) A GCS that does not answer decides nothing. (An actor is killed
-        by id only through a handle, which only its owner, Train's controller, has.)"""
+    async def _look(self, claim: int, limit_s: float) -> None:
+        """Read the controller's waiting workers off the loop, then decide here, against
+        the session as it is now (a look begun before the group was placed, before a new
+        claim or before the session ended decides nothing), and remove off the loop. A
+        GCS that does not answer decides nothing. (An actor is killed by id only through
+        a handle, which only its owner, Train's controller, has: its group is removed.)"""
         try:
-            waiting = unplaced_actors_of(self.controller_id or "", TRAIN_WORKER)
+            waiting = await asyncio.to_thread(unplaced_actors_of, self.controller_id or "",
+                                              TRAIN_WORKER)
         except Exception:  # noqa: BLE001 - looked at again next time
             log.debug("%s: reading its workers failed", self.session_id, exc_info=True)
             return
+        if claim != self._claims or not self._placing():
+            return
+        self._unplaced.limit_s = limit_s
         lost = self._unplaced.overdue(waiting, time.monotonic())
         for pg_id in sorted({pg for actor in lost if (pg := waiting[actor]) is not None}):
             log.warning("%s: Ray Train's workers %s waited %.0f s or more with no process "
-                        "(their creation lost by the GCS): removing their placement group "
-                        "%s, so that Train gives up this start of its worker group",
-                        self.session_id, sorted(lost), LOST_WORKERS_S, pg_id)
-            remove_group(pg_id)
+                        "(their creation lost by the GCS, or the run's gang ending while "
+                        "they start): removing their placement group %s, so that Train "
+                        "gives up this start of its worker group", self.session_id,
+                        sorted(lost), limit_s, pg_id)
+            if limit_s:
+                self.gave_up = (f"Ray Train's workers waited {limit_s:.0f} s with no process "
+                                f"(the GCS lost their creation, as Ray does when it dies "
+                                f"while scheduling them): raygang removed their placement "
+                                f"group {pg_id}, so that Train did not wait for them for ever")
+            await asyncio.to_thread(remove_group, pg_id)
 
     async def wait_released(self, timeout: float) -> None:
         await first_set((self.released, self.ended), timeout)
@@ -325,6 +355,11 @@ class TrainSession:
         """Leave no group behind: Train's own, if the run is cancelled or its controller
         is dead (during a preemption Train removes it itself; it gets TRAIN_TEARDOWN_S past
         its deadline first)."""
+        if self._placing():
+            # The session ends while Train starts its group: workers still waiting for
+            # their creation now are not waited for (nothing would remove them if the GCS
+            # lost it, and Train would wait for ever holding their placement group)
+            await self._look(self._claims, 0.0)
         if self.pg_id is None:
             return
         if self.preempt_deadline_ms:
