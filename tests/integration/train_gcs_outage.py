@@ -1,6 +1,6 @@
 """A Ray Train V2 run queued on its own (`raygang.train`) whose worker group's creation
-the GCS loses: the GCS is killed just as it schedules the group's workers, on a cluster of its own with Redis as the GCS's store (the head takes no work
-and runs the scheduler).
+the GCS loses: the GCS is killed just as it schedules the group's workers, on a cluster of
+its own with Redis as the GCS's store (the head takes no work and runs the scheduler).
 
     python -m tests.integration.train_gcs_outage   # prints one JSON line
 
@@ -8,12 +8,14 @@ Ray 2.60 loses an actor's creation when its GCS dies while scheduling it: the wo
 stay PENDING_CREATION with no process after the GCS returns, and Train, which waits for
 its workers with no timeout, would wait for ever (bench/head_faults.py found a run in a
 job hung so). raygang removes their placement group once they have waited so for 30 s
-(`TrainSession.watch_workers`); Train's start of the group then fails, and what follows
-is what this prints: how `fit` ended, how the run's gangs ended, and what is left in Ray.
-It prints `lost_workers`, how many workers the GCS lost: 0 means the kill came too late
-(the workers had started), and the run saw no lost creation. The trainer is queued on its
-own, not in a raygang job: no Ray job agent is needed (on the loaded CI machine Ray's Job
-Submission API took minutes to accept a first job on a fresh cluster). Run in a
+(`TrainSession.watch_workers`); Train's start of the group then fails. This prints what
+follows: how `fit` ended, how the run's gang ended, and what is left in Ray. It does so
+twice: once left to the watch, once with the run's gang cancelled 8 s after the GCS's
+return, before the watch acts (the waiting workers' group is then removed at once). Each
+prints `lost_workers`, how many workers the GCS lost: 0 means the kill came too late
+(the workers had started), and the run saw no lost creation. The trainer is queued on
+its own, not in a raygang job, so no Ray job agent is needed (on the loaded CI machine
+Ray's Job Submission API took minutes to accept a first job on a fresh cluster). Run in a
 subprocess of its own: this cluster's processes need RAY_REDIS_ADDRESS
 (test_train_gcs_outage.py).
 """
@@ -35,6 +37,7 @@ from tests.integration.gcs_outage import HEAD, shut_down, start_on_head, start_r
 KILL_AFTER_S = 0.3
 OUTAGE_S = 10.0
 LOOKED_AFTER_S = 12.0  # after the GCS's return: a worker started normally has a process
+CANCEL_AFTER_S = 8.0  # after the GCS's return: well before the watch's 30 s
 STEPS = 4  # of training: what matters here is that the run starts, or says why not
 FIT_TIMEOUT_S = 200.0
 
@@ -83,6 +86,70 @@ class Fit(threading.Thread):
         self.ended_at = time.monotonic()
 
 
+def lose_workers(cluster, storage: str, name: str, cancel_after_s: float | None) -> dict:
+    """Run a trainer, kill the GCS while it schedules the workers, start it again; then
+    wait (or cancel the run's gang `cancel_after_s` after the GCS's return) until `fit`
+    ends. What happened, as a dict."""
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+
+    import raygang
+
+    trainer = DataParallelTrainer(
+        train_func, train_loop_config={"steps": STEPS},
+        scaling_config=ScalingConfig(num_workers=2, use_gpu=True),
+        run_config=RunConfig(name=name, storage_path=storage))
+    fit = Fit(trainer)
+    out: dict = {}
+    deadline = time.monotonic() + 180
+    while not workers_being_created():
+        assert fit.is_alive() and time.monotonic() < deadline, fit.outcome
+        time.sleep(0.02)
+    time.sleep(KILL_AFTER_S)
+    out["pending_at_kill"] = lost_workers()
+    cluster.head_node.kill_gcs_server()
+    time.sleep(OUTAGE_S)
+    cluster.head_node.start_gcs_server()
+    returned = time.monotonic()
+    [gang] = [g for g in raygang.list_gangs() if g.kind == "train" and g.name == name]
+    if cancel_after_s is None:
+        time.sleep(LOOKED_AFTER_S)
+        out["lost_workers"] = lost_workers()
+    else:
+        time.sleep(cancel_after_s)
+        out["lost_workers"] = lost_workers()
+        raygang.GangRef(gang.gang_id).cancel()
+        out["cancelled_after_return_s"] = round(time.monotonic() - returned, 1)
+    fit.join(FIT_TIMEOUT_S)
+    out["fit"] = fit.outcome  # None: still running (hung)
+    out["fit_ended_after_return_s"] = (None if fit.ended_at is None
+                                       else round(fit.ended_at - returned, 1))
+    status = raygang.GangRef(gang.gang_id).status()
+    out["gang"] = (status.state.value, status.restarts, status.reason)
+    return out
+
+
+def left(total: dict) -> dict:
+    """What is left in Ray once the run's end is freed (waited for, up to 30 s)."""
+    import ray
+
+    from tests.integration.leaks import raygang_member_actors, raygang_placement_groups
+
+    out: dict = {}
+    deadline = time.monotonic() + 30
+    while True:
+        out["groups_left"] = sum(1 for pg in ray.util.placement_group_table().values()
+                                 if pg["state"] != "REMOVED")
+        out["leftovers"] = [pg["name"] for pg in raygang_placement_groups()] \
+            + raygang_member_actors()
+        free = ray.available_resources()
+        out["gpus_free"] = [free.get("GPU", 0.0), total.get("GPU", 0.0)]
+        if (not out["groups_left"] and out["gpus_free"][0] == out["gpus_free"][1]) \
+                or time.monotonic() > deadline:
+            return out
+        time.sleep(0.5)
+
+
 def main() -> dict:
     redis = start_redis("raygang-train-test")
     os.environ["RAY_AUTH_MODE"] = "disabled"
@@ -91,11 +158,6 @@ def main() -> dict:
     os.environ["RAY_TRAIN_HEALTH_CHECK_INTERVAL_S"] = "0.5"
     import ray
     from ray.cluster_utils import Cluster
-    from ray.train import RunConfig, ScalingConfig
-    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
-
-    import raygang
-    from tests.integration.leaks import raygang_member_actors, raygang_placement_groups
 
     cluster = Cluster(initialize_head=True, head_node_args=HEAD | {
         "gcs_server_port": free_port()})
@@ -106,42 +168,13 @@ def main() -> dict:
         cluster.wait_for_nodes()
         start_on_head()
         total = ray.cluster_resources()
-        trainer = DataParallelTrainer(
-            train_func, train_loop_config={"steps": STEPS},
-            scaling_config=ScalingConfig(num_workers=2, use_gpu=True),
-            run_config=RunConfig(name="outage",
-                                 storage_path=tempfile.mkdtemp(prefix="rg-train-outage-")))
-        fit = Fit(trainer)
-        deadline = time.monotonic() + 180
-        while not workers_being_created():
-            assert fit.is_alive() and time.monotonic() < deadline, fit.outcome
-            time.sleep(0.02)
-        time.sleep(KILL_AFTER_S)
-        out["pending_at_kill"] = lost_workers()
-        cluster.head_node.kill_gcs_server()
-        time.sleep(OUTAGE_S)
-        cluster.head_node.start_gcs_server()
-        returned = time.monotonic()
-        time.sleep(LOOKED_AFTER_S)
-        out["lost_workers"] = lost_workers()
-        fit.join(FIT_TIMEOUT_S)
-        out["fit"] = fit.outcome  # None: still running (hung)
-        out["fit_ended_after_return_s"] = (None if fit.ended_at is None
-                                           else round(fit.ended_at - returned, 1))
-        out["gangs"] = [(g.state.value, g.restarts, g.reason)
-                        for g in raygang.list_gangs() if g.kind == "train"]
-        deadline = time.monotonic() + 30  # what the run's end frees, once freed
-        while True:
-            out["groups_left"] = sum(1 for pg in ray.util.placement_group_table().values()
-                                     if pg["state"] != "REMOVED")
-            out["leftovers"] = [pg["name"] for pg in raygang_placement_groups()] \
-                + raygang_member_actors()
-            free = ray.available_resources()
-            out["gpus_free"] = [free.get("GPU", 0.0), total.get("GPU", 0.0)]
-            if (not out["groups_left"] and out["gpus_free"][0] == out["gpus_free"][1]) \
-                    or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
+        storage = tempfile.mkdtemp(prefix="rg-train-outage-")
+        # Left to the watch: 30 s on, it removes the waiting workers' group
+        out["watched"] = lose_workers(cluster, storage, "watched", cancel_after_s=None)
+        out["watched"].update(left(total))
+        # Cancelled while they wait, before the watch acts: their group goes at once
+        out["cancelled"] = lose_workers(cluster, storage, "cancelled", CANCEL_AFTER_S)
+        out["cancelled"].update(left(total))
         return out
     finally:
         shut_down(cluster, redis)
