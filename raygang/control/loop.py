@@ -36,7 +36,7 @@ from raygang.core.plan import Plan, WaitCode, Waitings
 from raygang.core.plan_data import plan_data
 from raygang.core.report import QueueReport, queue_report
 from raygang.core.scale import scale_candidates
-from raygang.core.schedule import schedule
+from raygang.core.schedule import Scheduler
 from raygang.core.snapshot import ClusterSnapshot
 
 log = logging.getLogger(__name__)
@@ -46,14 +46,14 @@ Prepared = tuple[float, ClusterSnapshot, Backlog, PolicyConfig]  # a cycle's inp
 NODE_WAIT_POLL_S = 0.2
 RELEASE_RECHECK_S = (0.1, 0.3, 1.0)  # wakes after a gang is released (GCS view lag)
 
-# What a cycle decides with: `core.schedule`, or a baseline's policy in the simulator.
+# What a cycle decides with: a `core.schedule.Scheduler` (one per loop), or a baseline's.
 Decide = Callable[[ClusterSnapshot, Backlog, PolicyConfig, float], Plan]
 
 
 class SchedulingLoop:
     def __init__(self, registry: Registry, fleet: Fleet, cluster: Cluster, metrics: Metrics,
                  scaling: Scaling | None, config: Callable[[], SchedulerConfig],
-                 clock: Callable[[], float], decide: Decide = schedule,
+                 clock: Callable[[], float], decide: Decide | None = None,
                  release_recheck_s: tuple[float, ...] = RELEASE_RECHECK_S,
                  history: History | None = None,
                  spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]] = spawn_free,
@@ -66,7 +66,7 @@ class SchedulingLoop:
         self.scaling = scaling
         self._config = config
         self._clock = clock
-        self._decide = decide
+        self._decide = Scheduler() if decide is None else decide
         self.history = history  # None: none kept (the simulator)
         self._release_recheck_s = release_recheck_s  # () where the view never lags (sim)
         self._wake = asyncio.Event()

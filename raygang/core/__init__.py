@@ -17,7 +17,7 @@ from raygang.core.fairshare import QueueBook, water_fill
 from raygang.core.plan import Admission, Growth, Plan, Preemption, WaitCode, Waiting
 from raygang.core.queues import DEFAULT_QUEUE, QueueSpec, QueueTree
 from raygang.core.resources import Resources
-from raygang.core.schedule import schedule, unschedulable_reason
+from raygang.core.schedule import Scheduler, schedule, unschedulable_reason
 from raygang.core.snapshot import ClusterSnapshot, Elastic, NodeState, PlacedGang
 from raygang.core.topology import Topology
 from raygang.core.spec import (
@@ -37,5 +37,5 @@ __all__ = [
     "GangState", "MemberSlot", "NodeState", "PendingGang", "PlacedGang", "Plan",
     "PriorityClass", "Resources", "RoleSpec", "PolicyConfig", "SpecError", "Strategy", "Topology",
     "UnknownPriorityClass", "WaitCode", "Waiting", "describe_bundles", "gang_spec", "place",
-    "role_spec", "schedule", "unschedulable_reason", "why_not",
+    "role_spec", "schedule", "Scheduler", "unschedulable_reason", "why_not",
 ]

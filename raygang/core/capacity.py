@@ -11,24 +11,41 @@ import bisect
 import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
-from raygang.core.resources import Resources, Sums, scarcity_key
+from raygang.core.memory import CycleMemory
+from raygang.core.resources import Resources, scarcity_key
 from raygang.core.snapshot import NodeState
 
 Undo = Callable[[], None]
 
 
 class Capacity:
-    def __init__(self, nodes: Iterable[NodeState], *, use_totals: bool = False):
-        """Free resources of `nodes`; with `use_totals` the cluster as if it were empty."""
+    def __init__(self, nodes: Iterable[NodeState], *, use_totals: bool = False,
+                 memory: CycleMemory | None = None):
+        """Free resources of `nodes`; with `use_totals` the cluster as if it were empty.
+        `memory`: the scheduler's (`core.memory`), where the capacity its last cycle
+        started from is kept: made again from it where only what is free on some nodes
+        changed (from one cycle to the next, a few nodes do), as it would be made anew."""
+        nodes = tuple(nodes)
+        # Labels are read only for gangs that ask for a topology: kept as the nodes came,
+        # indexed when first asked (`labels`, `domains`).
+        self._labels: dict[str, Mapping[str, str]] | None = None
+        self._domains: dict[str, dict[str, list[str]]] = {}
+        kept = None if memory is None or use_totals else memory.capacity
+        if kept is None or not self._again(kept, nodes):
+            self._build(nodes, use_totals)
+        if memory is not None and not use_totals:
+            memory.capacity = (nodes, (dict(self._free), dict(self._total),
+                                       dict(self._display),
+                                       {f: tuple(ids) for f, ids in self._classes.items()},
+                                       self.free_total, self.resource_names, self._order))
+
+    def _build(self, nodes: tuple[NodeState, ...], use_totals: bool) -> None:
         self._free: dict[str, Resources] = {}
         self._total: dict[str, Resources] = {}
         self._display: dict[str, str] = {}
         self._classes: dict[Resources, list[str]] = {}
-        # Labels are read only for gangs that ask for a topology: kept as the nodes came,
-        # indexed when first asked (`labels`, `domains`).
-        self._nodes = sorted(nodes, key=_node_id)
-        self._labels: dict[str, Mapping[str, str]] | None = None
-        self._domains: dict[str, dict[str, list[str]]] = {}
+        self._order = sorted(range(len(nodes)), key=lambda i: nodes[i].node_id)
+        self._nodes = [nodes[i] for i in self._order]  # by id
         for node in self._nodes:
             node_id = node.node_id
             free = node.total if use_totals else node.free
@@ -38,13 +55,35 @@ class Capacity:
             self._classes.setdefault(free, []).append(node_id)  # sorted: ids come in order
         # A cheap "cannot fit" test: what is free in all (a node booked beyond its total,
         # while a gang leaves it, adds nothing rather than taking from the others).
-        self.free_total = _FREE.of("totals" if use_totals else "free",
-                                   [f.positive() for f in self._free.values()])
+        self.free_total = Resources.sum([f.positive() for f in self._free.values()])
         names: set[str] = set()
         for total in set(self._total.values()):  # a few distinct totals, each read once
             names.update(total)
         # Best fit compares what a node would have left, scarcest resource first.
         self.resource_names: tuple[str, ...] = tuple(sorted(names, key=scarcity_key))
+
+    def _again(self, kept: KeptCapacity, nodes: tuple[NodeState, ...]) -> bool:
+        """Made from the capacity `kept` (of the nodes then) if the nodes are the same
+        but for what is free on some (True), as `_build` would make it; else False."""
+        was, (free, total, display, classes, free_total, names, order) = kept
+        if len(was) != len(nodes):
+            return False
+        changed = [i for i, same in enumerate(map(operator.is_, was, nodes)) if not same]
+        for i in changed:
+            old, new = was[i], nodes[i]
+            if old.node_id != new.node_id or old.total != new.total or \
+                    old.display != new.display:
+                return False
+        self._free, self._total, self._display = dict(free), dict(total), dict(display)
+        self._classes = {f: list(ids) for f, ids in classes.items()}
+        self._order = order
+        self._nodes = list(map(nodes.__getitem__, order))
+        self.free_total, self.resource_names = free_total, names
+        for i in changed:
+            self._set_free(nodes[i].node_id, nodes[i].free)
+        if changed:  # in the order `_build` meets them: by their first node
+            self._classes = dict(sorted(self._classes.items(), key=_first_id))
+        return True
 
     # Reading ----------------------------------------------------------------------------
     def __contains__(self, node_id: object) -> bool:
@@ -211,8 +250,18 @@ class Capacity:
 
 
 _node_id = operator.attrgetter("node_id")
-_FREE = Sums()  # what is free on the nodes, from one cycle to the next (a full cluster's
-# free vectors change little between cycles)
+
+
+def _first_id(item: tuple[Resources, list[str]]) -> str:
+    return item[1][0]
+
+
+# What `CycleMemory.capacity` holds: (the nodes, (free, total and name by node, node ids
+# by free vector, what is free in all, resource names, the nodes' order by id)).
+KeptCapacity = tuple[tuple[NodeState, ...],
+                     tuple[dict[str, Resources], dict[str, Resources], dict[str, str],
+                           dict[Resources, tuple[str, ...]], Resources, tuple[str, ...],
+                           list[int]]]
 
 
 def _first_not_in(ids: Sequence[str], exclude: set[str] | frozenset[str]) -> str | None:

@@ -17,6 +17,7 @@ import functools
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
+from operator import attrgetter
 
 from raygang.core.actions import ACTIONS
 from raygang.core.actions.action import Action, VictimFilter
@@ -27,16 +28,10 @@ from raygang.core.draining import Draining
 from raygang.core.elastic import pieces, units_first
 from raygang.core.preemption.excess import Amounts, ExcessSearch
 from raygang.core.fairshare import QueueBook, QueueOrder
+from raygang.core.memory import CycleMemory
 from raygang.core.gang import PendingGang
 from raygang.core.placement import EverFits, place
-from raygang.core.plan import (
-    Growth,
-    Plan,
-    Positions,
-    WaitCode,
-    Waiting,
-    Waitings,
-)
+from raygang.core.plan import Growth, Plan, Positions, WaitCode, Waiting, Waitings
 from raygang.core.preemption.pool import Candidates, Pool
 from raygang.core.preemption.trade import Trade
 from raygang.core.reserve import Hold, elect
@@ -53,14 +48,16 @@ class Cycle:
     victims, admit. `run` offers the pending gangs to each configured action in turn."""
 
     def __init__(self, snapshot: ClusterSnapshot, config: PolicyConfig, now: float,
-                 actions: Mapping[str, Action] = ACTIONS):
-        """`actions`: what the names in `config.actions` are (a baseline's own variants)."""
+                 actions: Mapping[str, Action] = ACTIONS, memory: CycleMemory | None = None):
+        """`actions`: what `config.actions` names (a baseline's own variants); `memory`:
+        what the scheduler keeps between cycles (`core.memory`; none: nobody's)."""
         self.snapshot = snapshot
         self.actions = actions
         self.config = config
         self.now = now
         self.tree = config.queue_tree
-        self.capacity = Capacity(snapshot.alive_nodes)
+        self.memory = memory = CycleMemory() if memory is None else memory
+        self.capacity = Capacity(snapshot.alive_nodes, memory=memory)
         self.draining = Draining(self.capacity)  # what this cycle's victims free
         # Gangs already on their way out (preempted in an earlier cycle and in their grace
         # period, or ended and being torn down) free their capacity shortly: a gang may
@@ -84,7 +81,8 @@ class Cycle:
             self.draining.add(leaving)
         self.ever = EverFits(snapshot)
         self.book = QueueBook(self.tree, snapshot.placed,
-                              time_share(config.usage, snapshot.usage, self.tree.paths))
+                              time_share(config.usage, snapshot.usage, self.tree.paths),
+                              memory)
         # Every move of the cycle goes through its statement (core.statement); these name
         # its parts, as actions and reasons read them.
         st = self.statement = Statement(self.capacity, self.book, self.draining)
@@ -313,7 +311,7 @@ class Cycle:
         """The lowest priority of the gangs some action may stop (inf: none), once a
         cycle: a gang at or below it has nobody to preempt (`core.actions.preempt`)."""
         if self._lowest is None:
-            self._lowest = min((g.priority for g in self.stoppable()), default=math.inf)
+            self._lowest = min(map(attrgetter("priority"), self.stoppable()), default=math.inf)
         return self._lowest
 
     def empty_pool(self) -> Pool:

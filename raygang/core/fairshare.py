@@ -16,8 +16,9 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from raygang.core.queues import QueueTree, exceeds_limit
-from raygang.core.resources import UNIT, ZERO, Resources, Sums, format_amount
+from raygang.core.resources import UNIT, ZERO, Resources, format_amount
 from raygang.core.gang import PendingGang
+from raygang.core.memory import CycleMemory
 from raygang.core.snapshot import NodeState, PlacedGang
 from raygang.core.usage import TimeShare, share_weights
 
@@ -28,19 +29,17 @@ Share = dict[str, float]  # resource name -> amount (floats: shares are not allo
 LevelKey = float | tuple[float, float, float]
 
 
-# What each queue's running gangs hold, and those of non-preemptible classes, by queue
-# name; the alive nodes' capacity (see `Sums`).
-_USED, _FIRM, _CLUSTER = Sums(), Sums(), Sums()
-
-
 class QueueBook:
     """Usage per queue during one cycle (a parent's is the sum of its children's), with undo."""
 
     def __init__(self, tree: QueueTree, placed: Iterable[PlacedGang] = (),
-                 history: TimeShare | None = None):
-        """`history`: usage over time (`core.usage`), if it moves shares and order."""
+                 history: TimeShare | None = None, memory: CycleMemory | None = None):
+        """`history`: usage over time (`core.usage`), if it moves shares and order.
+        `memory`: the scheduler's (`core.memory`): sums and fair shares kept from the
+        cycle before, used again while what they were worked out from is the same."""
         self.tree = tree
         self.history = history
+        self._memory = memory
         specs = tree.specs
         self.usage: dict[str, Resources] = dict.fromkeys(specs, ZERO)
         # What each leaf runs in gangs reclaim cannot stop (non-preemptible classes).
@@ -54,9 +53,11 @@ class QueueBook:
                 if not gang.preemptible:
                     firm.setdefault(queue, []).append(gang.total)
         for queue, totals in by_queue.items():  # summed per queue first: 20,000 gangs
-            self.add(queue, _USED.of(queue, totals))
+            self.add(queue, Resources.sum(totals) if memory is None else
+                     memory.used.of(queue, totals))
         for queue, totals in firm.items():
-            self.firm[queue] = _FIRM.of(queue, totals)
+            self.firm[queue] = Resources.sum(totals) if memory is None else \
+                memory.firm.of(queue, totals)
         self.fair: dict[str, Share] = {}
         self.cluster = ZERO  # the alive nodes' capacity, set by `share_out`
 
@@ -150,8 +151,10 @@ class QueueBook:
     def share_out_demand(self, nodes: Iterable[NodeState], pending: Mapping[str, Resources]
                          ) -> None:
         """`share_out`, given what each queue's pending gangs ask for in all."""
+        totals = [node.total for node in nodes]
+        memory = self._memory
         self.compute_fair_shares(
-            _CLUSTER.of("cluster", [node.total for node in nodes]),
+            Resources.sum(totals) if memory is None else memory.cluster.of("cluster", totals),
             {q: self.usage[q] + pending.get(q, ZERO) for q in self.tree.leaves},
         )
 
@@ -159,6 +162,17 @@ class QueueBook:
         """Fair share of every queue, given the cluster's capacity and each leaf's demand
         (what it uses plus what its pending gangs ask for)."""
         self.cluster = cluster
+        # A pure function of the tree, the cluster and the demand unless usage over time
+        # moves the weights (`_used`): then kept while those three are the same. The
+        # shares kept are never changed in place (each cycle's book only reads them).
+        history = self.history
+        memory = self._memory if history is None or not history.policy.k_value else None
+        if memory is not None:
+            kept = memory.fair
+            if kept is not None and kept[0] is self.tree and kept[1] == cluster \
+                    and kept[2] == demand:
+                self.fair = kept[3]
+                return
         want = _wants(self.tree, demand)
         shares: dict[str | None, Share] = {None: cluster.to_dict()}
         for parent in self.tree.top_down():
@@ -179,6 +193,8 @@ class QueueBook:
                 for kid, amount in zip(kids, amounts):
                     shares[kid][res] = amount
         self.fair = {name: share for name, share in shares.items() if name is not None}
+        if memory is not None:
+            memory.fair = (self.tree, cluster, dict(demand), self.fair)
 
     def _used(self, kids: list[str], res: str, pool: float
               ) -> tuple[list[float] | None, float]:
@@ -307,7 +323,8 @@ class QueueOrder:
     def pick(self) -> str | None:
         if not self.keys:
             return None
-        return min(self.keys, key=lambda q: (self.keys[q], q))
+        # The least (key, name): compared as pairs in C, not a key function per queue
+        return min(zip(self.keys.values(), self.keys))[1]
 
     def touched(self, queue: str) -> None:
         paths = self.book.tree.paths

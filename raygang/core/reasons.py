@@ -11,6 +11,7 @@ minimum runtime protects and until when, its delay, and the capacity held for an
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from raygang.core.domain_reasons import why_not_placed
@@ -25,15 +26,14 @@ if TYPE_CHECKING:  # the cycle makes its reasons
 class Reasons:
     """The reasons of one cycle's pending gangs (`explain`)."""
 
-    # (a capacity's signature, shape -> why it does not fit there): a busy cluster's
-    # cycles often end on the same free capacity, and these words are the costly part of
-    # a reason (they scan the capacity). Kept for the last signature only; shapes with a
-    # topology read node labels too, and are worked out each cycle.
-    _unplaced: tuple[tuple[object, ...], dict[Shape, str]] = ((), {})
-
     def __init__(self, cycle: Cycle):
         self.cycle = cycle
-        self._shapes: dict[Shape, str] | None = None  # this cycle's capacity's words
+        # This cycle's capacity's words: (its signature, shape -> why it does not fit
+        # there), from the scheduler's memory while the signature is the same (a busy
+        # cluster's cycles often end on the same free capacity, and these words are the
+        # costly part of a reason: they scan the capacity). Shapes with a topology read
+        # node labels too, and are worked out each cycle.
+        self._shapes: tuple[tuple[object, ...], Mapping[Shape, str]] | None = None
 
     def explain(self, eager: bool) -> dict[str, Behind]:
         """A reason with numbers for every gang left pending, against the capacity left
@@ -125,16 +125,17 @@ class Reasons:
         capacity = self.cycle.capacity
         if gang.layout is not None:
             return why_not_placed(gang.bundles, gang.strategy, capacity, gang.layout)
+        memory = self.cycle.memory
         if self._shapes is None:
             signature = capacity.signature()
-            kept = Reasons._unplaced
-            if kept[0] != signature:
-                kept = Reasons._unplaced = (signature, {})
-            self._shapes = kept[1]
-        found = self._shapes.get(gang.shape)
+            kept = memory.unplaced
+            self._shapes = kept if kept[0] == signature else (signature, {})
+        signature, words = self._shapes
+        found = words.get(gang.shape)
         if found is None:
-            found = self._shapes[gang.shape] = why_not_placed(gang.bundles, gang.strategy,
-                                                              capacity, None)
+            found = why_not_placed(gang.bundles, gang.strategy, capacity, None)
+            # A new entry, replacing the kept one whole (another thread may read that)
+            self._shapes = memory.unplaced = (signature, {**words, gang.shape: found})
         return found
 
     def _hold_note(self, gang: PendingGang) -> str:

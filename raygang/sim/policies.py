@@ -29,12 +29,13 @@ the Kueue-style baseline does not model), whatever the config replayed says.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from raygang.control.config import SchedulerConfig
 from raygang.control.loop import Decide
 from raygang.core.queues import DEFAULT_QUEUE, QueueSpec
-from raygang.core.schedule import schedule
+from raygang.core.schedule import Scheduler
 from raygang.sim import inference
 from raygang.sim.baselines import kai, kueue
 from raygang.sim.settings import SimSettings
@@ -59,7 +60,9 @@ class SimPolicy:
     partitioned: bool = False  # every tenant on its own nodes
     by_duration: bool = False  # ordered by true duration, shortest first (an oracle)
     config: dict = field(default_factory=dict)  # policy keys set over the user's config
-    decide: Decide | None = None  # None: core.schedule itself
+    # What makes the decision function of one control plane (it keeps a memory from one
+    # cycle to the next: `core.memory`); None: the core's own (`core.schedule.Scheduler`)
+    decider_of: Callable[[], Decide] | None = None
 
     def queue(self, job: TraceJob) -> str:
         return DEFAULT_QUEUE if self.shared_queue or self.partitioned else job.queue
@@ -94,7 +97,7 @@ class SimPolicy:
 
     def decider(self) -> Decide:
         """What a control plane of this policy decides with (a fresh one per plane)."""
-        return self.decide or schedule
+        return Scheduler() if self.decider_of is None else self.decider_of()
 
 
 def tenant_queues(trace: Trace, config: SchedulerConfig) -> tuple[QueueSpec, ...]:
@@ -132,13 +135,14 @@ POLICIES: dict[str, SimPolicy] = {p.name: p for p in (
               "no preemption", shared_queue=True, by_duration=True,
               config={"actions": ["allocate"], "backfill": True, **_NO_HOLD}),
     SimPolicy("kueue", "Kueue: a ClusterQueue per tenant in one cohort, nominal quota, "
-              "borrowing, BestEffortFIFO, reclaim within the cohort", decide=kueue.decide,
+              "borrowing, BestEffortFIFO, reclaim within the cohort",
+              decider_of=kueue.Decider,
               config={"usage": {"enabled": False}}),
     SimPolicy("kai", "KAI Scheduler: raygang's cycle, reclaim protecting only what a "
-              "queue runs within its deserved quota", decide=kai.decide,
+              "queue runs within its deserved quota", decider_of=kai.decider,
               config={"preemption": kai.PREEMPTION, **_STRICT, **_NO_HOLD}),
     SimPolicy("kai-tbf", "KAI Scheduler with its time-based fair share (168 h window, "
-              "kValue 0.5): over-quota shares fall with past usage", decide=kai.decide,
+              "kValue 0.5): over-quota shares fall with past usage", decider_of=kai.decider,
               config={"preemption": kai.PREEMPTION, **_STRICT, **_NO_HOLD,
                       "usage": kai.USAGE}),
     SimPolicy("raygang-tbf", "raygang with time-based fair share on (core.usage)",

@@ -4,7 +4,9 @@ where it must not apply."""
 
 from __future__ import annotations
 
-from raygang.core import PolicyConfig, reasons, schedule
+import pytest
+
+from raygang.core import PolicyConfig, Scheduler, reasons, schedule
 from raygang.core.backlog import Backlog
 from raygang.core.cycle import Cycle
 from raygang.core.domain_reasons import why_not_placed
@@ -109,42 +111,75 @@ def _counting(monkeypatch) -> list[object]:
         return why_not_placed(bundles, strategy, capacity, layout)
 
     monkeypatch.setattr(reasons, "why_not_placed", why)
-    monkeypatch.setattr(reasons.Reasons, "_unplaced", ((), {}))
     return calls
 
 
-def _waiting(*nodes: str, name: str = "g") -> str:
+@pytest.fixture
+def scheduler() -> Scheduler:
+    """One scheduler's cycles: its memory keeps the words from one to the next."""
+    return Scheduler()
+
+
+def _waiting(scheduler: Scheduler, *nodes: str, name: str = "g") -> str:
     g = gang(name, "GPU=3", "STRICT_PACK", priority="training")
-    return schedule(cluster(*nodes), [g], PolicyConfig(), 10.0).waiting[name].message
+    return scheduler(cluster(*nodes), [g], PolicyConfig(), 10.0).waiting[name].message
 
 
-def test_a_reason_is_worked_out_once_while_the_capacity_ends_the_same(monkeypatch):
+def test_without_a_scheduler_s_memory_a_reason_is_worked_out_each_cycle(monkeypatch,
+                                                                        scheduler):
+    """`schedule` alone keeps nothing from one call to the next (no module state)."""
     calls = _counting(monkeypatch)
-    first = _waiting("w-1: GPU=4 free GPU=2", "w-2: GPU=4 free GPU=1")
-    again = _waiting("w-1: GPU=4 free GPU=2", "w-2: GPU=4 free GPU=1", name="h")
+    g = gang("g", "GPU=3", "STRICT_PACK", priority="training")
+    nodes = ("w-1: GPU=4 free GPU=2", "w-2: GPU=4 free GPU=1")
+    first = schedule(cluster(*nodes), [g], PolicyConfig(), 10.0).waiting["g"].message
+    assert schedule(cluster(*nodes), [g], PolicyConfig(), 10.0).waiting["g"].message == first
+    assert first == _waiting(scheduler, *nodes) and len(calls) == 3
+
+
+def test_two_schedulers_keep_their_words_apart(monkeypatch, scheduler):
+    calls = _counting(monkeypatch)
+    nodes = ("w-1: GPU=4 free GPU=2", "w-2: GPU=4 free GPU=1")
+    _waiting(scheduler, *nodes)
+    other = Scheduler()
+    g = gang("g", "GPU=3", "STRICT_PACK", priority="training")
+    other(cluster(*nodes), [g], PolicyConfig(), 10.0)
+    assert len(calls) == 2
+    kept = other.memory.unplaced
+    other(cluster(*nodes), [gang("h", "GPU=4", "STRICT_PACK", priority="training")],
+          PolicyConfig(), 10.0)
+    assert len(calls) == 3  # a new shape: a new entry, the one kept before left as it was
+    assert other.memory.unplaced is not kept and len(kept[1]) == 1
+    assert len(other.memory.unplaced[1]) == 2
+
+
+def test_a_reason_is_worked_out_once_while_the_capacity_ends_the_same(monkeypatch, scheduler):
+    calls = _counting(monkeypatch)
+    first = _waiting(scheduler, "w-1: GPU=4 free GPU=2", "w-2: GPU=4 free GPU=1")
+    again = _waiting(scheduler, "w-1: GPU=4 free GPU=2", "w-2: GPU=4 free GPU=1", name="h")
     assert first == again
     assert first.startswith("needs {GPU: 3} on one node (STRICT_PACK, 1×{GPU: 3}); "
                             "largest free GPU on one node is 2 (node w-1);")
     assert len(calls) == 1
 
 
-def test_a_reason_is_worked_out_again_when_what_is_free_or_a_name_changed(monkeypatch):
+def test_a_reason_is_worked_out_again_when_what_is_free_or_a_name_changed(monkeypatch,
+                                                                          scheduler):
     calls = _counting(monkeypatch)
-    _waiting("w-1: GPU=4 free GPU=2", "w-2: GPU=4 free GPU=1")
+    _waiting(scheduler, "w-1: GPU=4 free GPU=2", "w-2: GPU=4 free GPU=1")
     # The same free vectors, on other nodes; then another node.
-    assert "largest free GPU on one node is 2 (node w-2);" in _waiting(
+    assert "largest free GPU on one node is 2 (node w-2);" in _waiting(scheduler,
         "w-1: GPU=4 free GPU=1", "w-2: GPU=4 free GPU=2")
-    assert "(node w-3);" in _waiting("w-1: GPU=4 free GPU=1", "w-3: GPU=4 free GPU=2")
+    assert "(node w-3);" in _waiting(scheduler, "w-1: GPU=4 free GPU=1", "w-3: GPU=4 free GPU=2")
     assert len(calls) == 3
 
 
-def test_a_gang_with_a_topology_has_its_reason_worked_out_each_cycle(monkeypatch):
+def test_a_gang_with_a_topology_has_its_reason_worked_out_each_cycle(monkeypatch, scheduler):
     calls = _counting(monkeypatch)
     nodes = ("w-1: GPU=4 @zone=a free GPU=2", "w-2: GPU=4 @zone=b free GPU=2")
     for name in ("g", "h"):
         g = gang(name, "GPU=3", "STRICT_PACK", priority="training",
                  topology={"required": "zone"})
-        schedule(cluster(*nodes), [g], PolicyConfig(), 10.0)
+        scheduler(cluster(*nodes), [g], PolicyConfig(), 10.0)
     assert len(calls) == 2 and all(layout is not None for layout in calls)
 
 

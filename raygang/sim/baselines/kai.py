@@ -1,4 +1,4 @@
-"""KAI Scheduler's rules, as raygang's own cycle with other actions (`decide`).
+"""KAI Scheduler's rules, as raygang's own cycle with other actions (`decider`).
 
 raygang's core follows KAI's model (DESIGN.md): queues with a guaranteed quota and an
 over-quota weight, fair shares water-filled top-down (quota first, the rest by weight:
@@ -38,11 +38,7 @@ from __future__ import annotations
 
 from raygang.core.actions import ACTIONS as CORE_ACTIONS
 from raygang.core.actions import reclaim
-from raygang.core.backlog import Backlog
-from raygang.core.config import PolicyConfig
-from raygang.core.cycle import Cycle
-from raygang.core.plan import Plan
-from raygang.core.snapshot import ClusterSnapshot
+from raygang.core.schedule import Scheduler
 
 
 # KAI's minruntime plugin defaults to 0 s for reclaim and preempt (docs/plugins/minruntime.md:
@@ -57,9 +53,10 @@ PREEMPTION = {"reclaim_min_runtime_s": 0.0, "preempt_min_runtime_s": 0.0,
 ACTIONS = {**CORE_ACTIONS, "reclaim": reclaim.protecting("quota")}
 
 
-def decide(snapshot: ClusterSnapshot, backlog: Backlog, config: PolicyConfig,
-           now: float) -> Plan:
-    return Cycle(snapshot, config, now, ACTIONS).run(backlog)
+def decider() -> Scheduler:
+    """What one control plane decides with: the core's cycle with these actions, and a
+    memory of its own from one cycle to the next (`core.memory`)."""
+    return Scheduler(ACTIONS)
 
 
 # KAI's time-based fair share as its docs configure it (`usageDBConfig.usageParams`,

@@ -37,6 +37,7 @@ from raygang.core.capacity import Capacity
 from raygang.core.config import PolicyConfig
 from raygang.core.draining import Draining
 from raygang.core.gang import PendingGang
+from raygang.core.memory import CycleMemory
 from raygang.core.placement import place
 from raygang.core.plan import Admission, Plan, Preemption
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
@@ -72,15 +73,23 @@ class _Cohort:
         self.used += amount
 
 
-def decide(snapshot: ClusterSnapshot, backlog: Backlog, config: PolicyConfig,
-           now: float) -> Plan:
-    return _Cycle(snapshot, config, now).run(backlog)
+class Decider:
+    """What one control plane decides with: a cycle under Kueue's rules, and a memory of
+    its own from one cycle to the next (`core.memory`: the free capacity)."""
+
+    def __init__(self) -> None:
+        self.memory = CycleMemory()
+
+    def __call__(self, snapshot: ClusterSnapshot, backlog: Backlog, config: PolicyConfig,
+                 now: float) -> Plan:
+        return _Cycle(snapshot, config, now, self.memory).run(backlog)
 
 
 class _Cycle:
-    def __init__(self, snapshot: ClusterSnapshot, config: PolicyConfig, now: float):
+    def __init__(self, snapshot: ClusterSnapshot, config: PolicyConfig, now: float,
+                 memory: CycleMemory | None = None):
         self.snapshot, self.now = snapshot, now
-        self.capacity = Capacity(snapshot.alive_nodes)
+        self.capacity = Capacity(snapshot.alive_nodes, memory=memory)
         self.draining = Draining(self.capacity)
         self.cohort = _Cohort(config, snapshot.placed,
                               sum(n.total.units(GPU) for n in snapshot.alive_nodes))
