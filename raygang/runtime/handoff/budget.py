@@ -241,5 +241,6 @@ def remove_group(pg_id: str) -> None:
 def _remove(group: PlacementGroup, what: str) -> None:
     try:
         remove_placement_group(group)
-    except Exception:  # removed meanwhile
-        log.debug("removing placement group %s failed", what, exc_info=True)
+    except Exception as error:  # noqa: BLE001 - most likely the GCS did not answer: a
+        # group left so holds its capacity, so an operator is told which
+        log.warning("removing placement group %s failed: %r", what, error)
