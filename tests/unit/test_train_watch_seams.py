@@ -97,6 +97,17 @@ async def held_look(session: train.TrainSession, gcs: Gcs) -> asyncio.Future:
     return session._looking
 
 
+async def ended_in_hand_off(session: train.TrainSession, error: str) -> MemberFailure:
+    """Train ends the run (`error`) while raygang waits for its group: how the hand-off
+    fails."""
+    waiting = asyncio.ensure_future(session.handed_over(claim_timeout=60))
+    await asyncio.sleep(0.05)
+    session.finish(error)
+    with pytest.raises(MemberFailure) as failed:
+        await asyncio.wait_for(waiting, 5)
+    return failed.value
+
+
 def test_workers_are_removed_only_once_waited_for_the_limit(gcs, monkeypatch):
     clock = Clock(monkeypatch)
 
@@ -111,13 +122,9 @@ def test_workers_are_removed_only_once_waited_for_the_limit(gcs, monkeypatch):
         assert gcs.removed == ["pg1"]  # once for both workers
         # Train's start then fails (its workers unschedulable), and it gives the run up:
         # the gang fails at once, saying what raygang did and why
-        waiting = asyncio.ensure_future(session.handed_over(claim_timeout=60))
-        await asyncio.sleep(0.05)
-        session.finish("ControllerError: the actor is not schedulable")
-        with pytest.raises(MemberFailure) as failed:
-            await asyncio.wait_for(waiting, 5)
-        assert failed.value.final
-        message = failed.value.error.message
+        failed = await ended_in_hand_off(session, "ControllerError: the actor is not schedulable")
+        assert failed.final
+        message = failed.error.message
         assert "the GCS lost their creation" in message and "pg1" in message, message
         assert message.endswith("Train: ControllerError: the actor is not schedulable")
     asyncio.run(scenario())
@@ -219,16 +226,19 @@ def test_a_session_ended_once_its_group_is_placed_looks_for_no_workers(gcs, monk
     asyncio.run(scenario())
 
 
-def test_a_gcs_that_does_not_answer_at_the_close_removes_nothing(monkeypatch):
+def test_a_gcs_that_does_not_answer_removes_nothing_in_looks_or_at_the_close(monkeypatch):
     def down(owner: str, class_name: str) -> dict[str, str | None]:
         raise ConnectionError("GCS unreachable")
 
     removed: list[str] = []
     monkeypatch.setattr(train, "unplaced_actors_of", down)
     monkeypatch.setattr(train, "remove_group", removed.append)
+    monkeypatch.setattr(train, "LOST_WORKERS_S", 0.0)  # overdue at the first look
 
     async def scenario():
         session = await claimed_session()
+        for _ in range(3):
+            await look(session)
         await session.close()
     asyncio.run(scenario())
     assert removed == []
@@ -239,11 +249,7 @@ def test_a_run_that_ends_while_its_group_is_placed_fails_the_hand_off_at_once(gc
     good): the gang fails with Train's error at once, not when the lease runs out."""
     async def scenario():
         session = await claimed_session()
-        waiting = asyncio.ensure_future(session.handed_over(claim_timeout=60))
-        await asyncio.sleep(0.05)
-        session.finish("ControllerError: worker group start failed")
-        with pytest.raises(MemberFailure) as failed:
-            await asyncio.wait_for(waiting, 5)
-        assert failed.value.final
-        assert failed.value.error.message == "ControllerError: worker group start failed"
+        failed = await ended_in_hand_off(session, "ControllerError: worker group start failed")
+        assert failed.final
+        assert failed.error.message == "ControllerError: worker group start failed"
     asyncio.run(scenario())

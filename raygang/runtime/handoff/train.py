@@ -60,15 +60,14 @@ def requester_name(requester: str) -> str:
 class Unplaced:
     """Actors seen waiting for their creation with no process, and since when."""
 
-    def __init__(self, limit_s: float):
-        self.limit_s = limit_s
+    def __init__(self) -> None:
         self.since: dict[str, float] = {}
 
-    def overdue(self, waiting: Collection[str], now: float) -> list[str]:
+    def overdue(self, waiting: Collection[str], now: float, limit_s: float) -> list[str]:
         """Those of `waiting` (a look at `now`) seen waiting in every look for `limit_s`
         or more (forgotten once returned); one missing from a look starts anew."""
         self.since = {actor: self.since.get(actor, now) for actor in waiting}
-        due = [actor for actor, since in self.since.items() if now - since >= self.limit_s]
+        due = [actor for actor, since in self.since.items() if now - since >= limit_s]
         for actor in due:
             del self.since[actor]
         return due
@@ -106,7 +105,7 @@ class TrainSession:
         self.final = False  # the last group was released: the run is ending
         self._liveness: asyncio.Future[set[str]] | None = None  # the controller's, in flight
         self._looking: asyncio.Future[None] | None = None  # a look for lost workers
-        self._unplaced = Unplaced(LOST_WORKERS_S)  # its workers with no process
+        self._unplaced = Unplaced()  # its workers with no process
         self._claims = 0  # claims made: which group a look for lost workers was about
         self.gave_up: str | None = None  # why raygang removed a group Train was starting
 
@@ -333,8 +332,7 @@ class TrainSession:
             return
         if claim != self._claims or not self._placing():
             return
-        self._unplaced.limit_s = limit_s
-        lost = self._unplaced.overdue(waiting, time.monotonic())
+        lost = self._unplaced.overdue(waiting, time.monotonic(), limit_s)
         for pg_id in sorted({pg for actor in lost if (pg := waiting[actor]) is not None}):
             log.warning("%s: Ray Train's workers %s waited %.0f s or more with no process "
                         "(their creation lost by the GCS, or the run's gang ending while "
