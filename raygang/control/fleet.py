@@ -4,7 +4,7 @@ plan's admissions and preemptions, and hands back what a gang held once it is re
 from __future__ import annotations
 
 import asyncio
-import operator
+import functools
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
@@ -45,6 +45,13 @@ class Fleet:
         self._ending = ending
         self._spawn = spawn
         self._drivers: dict[str, GangDriver] = {}
+        # Each driven gang's view for a cycle (None: inside a job), in the drivers' order,
+        # asked again only of the gangs whose record changed since (`Live.watch`) and of
+        # the elastic ones: every cycle reads every held gang, and asking each of them
+        # cost a backlog's worth of work per cycle. `_held`: the views, while none changed.
+        self._views: dict[str, PlacedGang | None] = {}
+        self._stale: set[str] = set()
+        self._held: tuple[PlacedGang, ...] | None = None
         # Those of elastic gangs (a gang's spec never changes): every cycle asks about
         # them, and walking every driver for the few that are elastic cost a backlog's
         # worth of work per cycle.
@@ -76,10 +83,22 @@ class Fleet:
                    and d.record.size < d.record.spec.world_size
                    for d in self._elastic.values())
 
-    def held(self) -> list[PlacedGang]:
+    def held(self) -> tuple[PlacedGang, ...]:
         """What raygang's book holds: not the gangs inside a job (the job books it)."""
-        return [record.placed_view() for record in map(_record, self._drivers.values())
-                if record.parent is None]
+        held, views = self._held, self._views
+        if held is not None and not self._stale and not self._elastic:
+            return held
+        asked = self._stale
+        if self._elastic:
+            asked = asked | self._elastic.keys()
+        for gang_id in asked:
+            driver = self._drivers.get(gang_id)
+            if driver is not None:
+                record = driver.record
+                views[gang_id] = record.placed_view() if record.parent is None else None
+        self._stale.clear()
+        self._held = held = tuple(view for view in views.values() if view is not None)
+        return held
 
     def admit(self, record: GangRecord, admission: Admission, now: float) -> None:
         """Start driving a gang the plan admitted, once the gangs whose capacity it takes
@@ -156,6 +175,9 @@ class Fleet:
                             changed=self._changed, ending=self._ending, spawn=self._spawn,
                             settle_s=self.settle_s, restarted=self._metrics.restarted)
         self._drivers[record.gang_id] = driver
+        self._views[record.gang_id] = None  # (a driver of the same id: its place is kept)
+        self._stale.add(record.gang_id)
+        record.live.watch = functools.partial(self._stale.add, record.gang_id)
         if record.spec.elastic:
             self._elastic[record.gang_id] = driver
         else:  # a driver of the same id before, elastic, replaced without a release
@@ -166,8 +188,10 @@ class Fleet:
         if self._drivers.get(driver.record.gang_id) is driver:
             del self._drivers[driver.record.gang_id]
             self._elastic.pop(driver.record.gang_id, None)
+            del self._views[driver.record.gang_id]
+            self._stale.discard(driver.record.gang_id)
+            self._held = None
+            driver.record.live.watch = None
         self._released_at = self._clock()
         self._on_released(driver.record)
 
-
-_record = operator.attrgetter("record")  # (held() reads every driver's, every cycle)

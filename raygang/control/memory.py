@@ -76,6 +76,7 @@ class MemoryCluster:
     calls_block = False  # read in place: the cycle's interleaving stays as it was
     always_answers = False  # a test may cut it off (`outage`)
     gangs_inside_jobs = True  # a test opens budgets (`open_budget`)
+    tells_changes = False  # a test changes nodes and work behind the loop's back
 
     def __init__(self, nodes: Iterable[tuple[str, Resources]],
                  clock: Callable[[], float] | None = None, seed: int | None = None,
@@ -99,6 +100,7 @@ class MemoryCluster:
         # (every change of what a view shows sets it to None): observe then reads no node.
         self._last_view: tuple[dict[str, Resources], frozenset[str], tuple[NodeState, ...]] \
             | None = None
+        self._last_held: tuple[PlacedGang, ...] | None = None  # what it was read for
         self.members: dict[str, list[MemoryMember]] = {}  # gang id -> members, by rank
         self.budgets: dict[str, MemoryBudget] = {}  # job id -> the budget its gangs use
         self._rng = random.Random(seed) if seed is not None else None
@@ -285,10 +287,15 @@ class MemoryCluster:
         if self.outage:
             raise ClusterUnreachable("the cluster does not answer (a test's outage)")
         held = tuple(held)
-        coming = self._coming(held)
         gone = frozenset(draining)
         last = self._last_view
+        # The very same held gangs, and no booking since the last view (each sets it to
+        # None): what they have coming is as it was.
+        if last is not None and held is self._last_held and last[1] == gone:
+            return ClusterSnapshot(last[2], held)
+        coming = self._coming(held)
         if last is not None and last[0] == coming and last[1] == gone:
+            self._last_held = held
             return ClusterSnapshot(last[2], held)
         nodes = []
         views = self._views
@@ -307,6 +314,7 @@ class MemoryCluster:
             nodes.append(view[1])
         shown = tuple(nodes)
         self._last_view = (coming, gone, shown)
+        self._last_held = held
         return ClusterSnapshot(shown, held)
 
     def _coming(self, held: Sequence[PlacedGang]) -> dict[str, Resources]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +19,10 @@ from raygang.control.program import RoleProgram
 from raygang.control.status import GangError, GangEvent, GangStatus, MemberStatus, RoleSize
 
 MAX_EVENTS = 500
+# What `GangRecord.placed_view` reads that may change while a gang is held (its spec,
+# priority, class and kind do not): setting one of them calls `Live.watch`.
+_VIEWED = frozenset({"state", "nodes", "started_at", "parent"})
+_LIVE_VIEWED = frozenset({"stopping", "surplus", "leaving"})
 
 
 @dataclass
@@ -54,6 +58,16 @@ class Live:
     pending: PendingGang | None = field(default=None, repr=False)  # pending_view, made once
     # placed_view, made again when what it reads changed: (what it read, the view)
     placed: tuple[tuple[object, ...], PlacedGang] | None = field(default=None, repr=False)
+    # Called when something `placed_view` reads is set anew (the fleet that drives the
+    # gang sets it: it asks again only the gangs that changed, not every held gang every
+    # cycle). In-place changes of `surplus` and `leaving` do not call it: an elastic
+    # gang's view is asked every time.
+    watch: Callable[[], object] | None = field(default=None, repr=False, compare=False)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name in _LIVE_VIEWED and (watch := self.__dict__.get("watch")) is not None:
+            watch()
 
 
 @dataclass
@@ -97,6 +111,12 @@ class GangRecord:
     results_kept: bool = False  # its results are in the store (see StateConfig)
     wait: Wait = field(default_factory=Wait, repr=False, compare=False)
     live: Live = field(default_factory=Live, repr=False, compare=False)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        if name in _VIEWED and (live := self.__dict__.get("live")) is not None \
+                and (watch := live.watch) is not None:
+            watch()  # what placed_view reads (see Live.watch)
 
     def life(self) -> Life:
         """What the lifecycle's decisions read of this gang."""

@@ -40,13 +40,21 @@ class QueueBook:
         self.tree = tree
         self.history = history
         self._memory = memory
-        specs = tree.specs
-        self.usage: dict[str, Resources] = dict.fromkeys(specs, ZERO)
+        self.fair: dict[str, Share] = {}
+        self.cluster = ZERO  # the alive nodes' capacity, set by `share_out`
+        self.usage: dict[str, Resources]
         # What each leaf runs in gangs reclaim cannot stop (non-preemptible classes).
-        self.firm: dict[str, Resources] = dict.fromkeys(specs, ZERO)
+        self.firm: dict[str, Resources]
+        kept = None if memory is None else memory.book
+        if kept is not None and kept[0] is tree and kept[1] is placed:
+            self.usage, self.firm = dict(kept[2]), dict(kept[3])  # (changed in place)
+            return
+        specs = tree.specs
+        self.usage = dict.fromkeys(specs, ZERO)
+        self.firm = dict.fromkeys(specs, ZERO)
         by_queue: dict[str, list[Resources]] = {}
         firm: dict[str, list[Resources]] = {}
-        for gang in placed:  # one pass: every cycle builds the book anew
+        for gang in placed:  # one pass, when the held gangs changed since the last cycle
             queue = gang.queue
             if queue in specs:  # a gang of a queue since removed still uses nodes
                 by_queue.setdefault(queue, []).append(gang.total)
@@ -58,8 +66,8 @@ class QueueBook:
         for queue, totals in firm.items():
             self.firm[queue] = Resources.sum(totals) if memory is None else \
                 memory.firm.of(queue, totals)
-        self.fair: dict[str, Share] = {}
-        self.cluster = ZERO  # the alive nodes' capacity, set by `share_out`
+        if memory is not None and isinstance(placed, tuple):
+            memory.book = (tree, placed, dict(self.usage), dict(self.firm))
 
     def add(self, queue: str, amount: Resources) -> Undo:
         for name in self.tree.paths[queue]:

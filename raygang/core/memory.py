@@ -29,16 +29,21 @@ if TYPE_CHECKING:  # what the entries hold, for the type checker only
     from raygang.core.queues import QueueTree
     from raygang.core.resources import Resources
 
+    from raygang.core.snapshot import PlacedGang
+
     Fair = tuple[QueueTree, Resources, dict[str, Resources], dict[str, dict[str, float]]]
+    Book = tuple[QueueTree, tuple[PlacedGang, ...], dict[str, Resources],
+                 dict[str, Resources]]
 
 
 class CycleMemory:
     """What cycles of one scheduler keep for the next (see the module): the free capacity
     the last cycle started from, sums of vectors (`Sums`: what each queue's gangs hold, in
-    all and in non-preemptible classes, the cluster's capacity), the fair shares of the
+    all and in non-preemptible classes, the cluster's capacity), each queue's usage for
+    the last held gangs, the fair shares of the
     last demand, and why shapes do not fit on the last free capacity."""
 
-    __slots__ = ("capacity", "used", "firm", "cluster", "fair", "unplaced")
+    __slots__ = ("capacity", "used", "firm", "cluster", "book", "fair", "unplaced")
 
     def __init__(self) -> None:
         # core.capacity: the free capacity a cycle started from, with its nodes
@@ -46,6 +51,10 @@ class CycleMemory:
         self.used = Sums()  # core.fairshare: what each queue's gangs hold, by queue
         self.firm = Sums()  # ... of those, in gangs of non-preemptible classes
         self.cluster = Sums()  # ... the alive nodes' capacity
+        # core.fairshare: (queue tree, the held gangs, each queue's usage, each leaf's in
+        # non-preemptible classes) for the very same tree and tuple of held gangs (the
+        # control plane hands a cycle the same tuple while no held gang changed)
+        self.book: Book | None = None
         # core.fairshare: (queue tree, cluster, each leaf's demand, the fair shares), where
         # usage over time does not move them (a pure function of the three then)
         self.fair: Fair | None = None
