@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import heapq
+import itertools
 import selectors
 import threading
 import time
@@ -113,6 +115,26 @@ class InlineExecutor(concurrent.futures.ThreadPoolExecutor):
         return future
 
 
+class _Timer(asyncio.TimerHandle):
+    """A timer ordered by its time, then by when it was set: asyncio orders timers by time
+    alone, and its heap breaks ties by its own layout, which every other timer set or
+    cancelled moves (so a timer added or taken away anywhere reordered simultaneous ones
+    elsewhere, and with them a replay's decisions)."""
+
+    __slots__ = ("_order",)
+
+    def __init__(self, when: float, callback: Callable[..., object], args: tuple[Any, ...],
+                 loop: asyncio.AbstractEventLoop, context: Any, order: int):
+        super().__init__(when, callback, args, loop, context)
+        self._order = order
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, _Timer):
+            return NotImplemented
+        mine, theirs = self._when, other._when  # type: ignore[attr-defined]
+        return bool(mine < theirs) if mine != theirs else self._order < other._order
+
+
 class VirtualTimeLoop(asyncio.SelectorEventLoop):
     """An event loop on a `VirtualClock` (see the module's docstring). `wall_limit_s`:
     raise `WallClockExceeded` once it has run that long in real time."""
@@ -132,11 +154,26 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         selector.must_poll = self._must_poll
         selector.settled = self._wake_settled
         self._settling: list[asyncio.Future[None]] = []
+        self._timer_order = itertools.count()  # simultaneous timers fire in this order
         self._jumping = selector
         self.set_default_executor(InlineExecutor(max_workers=1))
 
     def time(self) -> float:
         return self.clock.now
+
+    def call_at(self, when: float, callback: Callable[..., object], *args: Any,  # type: ignore[override]
+                context: Any = None) -> asyncio.TimerHandle:
+        """asyncio's `call_at`, with a timer that keeps simultaneous timers in the order
+        they were set (`_Timer`)."""
+        if when is None:
+            raise TypeError("when cannot be None")
+        self._check_closed()  # type: ignore[attr-defined]
+        if self.get_debug():
+            self._check_thread()  # type: ignore[attr-defined]
+        timer = _Timer(when, callback, args, self, context, next(self._timer_order))
+        heapq.heappush(self._scheduled, timer)  # type: ignore[attr-defined]
+        timer._scheduled = True  # type: ignore[attr-defined]
+        return timer
 
     # The self-pipe: written to wake a loop blocked in its selector. This one never blocks,
     # so a callback scheduled from its own thread needs no wake: no byte is written (and
