@@ -62,13 +62,11 @@ class Inside:
 
     async def run(self) -> None:
         if not self._any_budget:
-            # No job's budget here (a replay): no gang is ever placed inside, nothing sets
-            # `_wake` (only `place` does, for such gangs). The same look every interval, on
-            # the same timer, without a task watching the event each time (a replay of
-            # weeks wakes this tens of thousands of times per plane).
-            while True:
-                await asyncio.sleep(self._interval())
-                self._place()
+            # No job's budget here (a replay): no gang is ever placed inside (a submission
+            # from inside a job is refused without its budget, `check`), so there is never
+            # anything to look at; a look every interval cost a replay of weeks tens of
+            # thousands of wakes per plane. Until the plane closes:
+            await asyncio.Event().wait()
         while True:
             await first_set([self._wake], self._interval())
             self._wake.clear()

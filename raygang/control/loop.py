@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 from collections.abc import Awaitable, Callable, Collection, Coroutine
 from typing import Any, TypeVar
 
@@ -32,7 +33,7 @@ from raygang.core.config import PolicyConfig
 from raygang.core.cycle_dump import dump_cycle
 from raygang.core.elastic import member_id, member_of
 from raygang.core.gang import GangState
-from raygang.core.plan import Plan, WaitCode, Waitings
+from raygang.core.plan import Plan, Waitings
 from raygang.core.plan_data import plan_data
 from raygang.core.report import QueueReport, queue_report
 from raygang.core.scale import scale_candidates
@@ -77,6 +78,7 @@ class SchedulingLoop:
         self.last_plan = Plan()
         self._waiting_seen: object = frozenset()
         self._started = 0.0
+        self._idle = False  # the last look found nothing to decide
         self._phase_at = 0.0  # when the cycle's last phase (observe, decide) ended
         self.waits: dict[tuple[str, str], int] = {}  # (queue, wait code) -> gangs, last cycle
         self.waiting_since: dict[str, float] = {}  # queue -> the earliest of their `since`s
@@ -111,8 +113,10 @@ class SchedulingLoop:
 
     async def _woken(self, event: asyncio.Event, timeout: float | None = None,
                      settle: Callable[[], Awaitable[None]] | None = None) -> None:
-        """Until `event` is set or `timeout` (a resync interval) passed, and `settle`d; clear it."""
-        await first_set([event], timeout or self._config().resync_interval_s)
+        """Until `event` is set or `timeout` (a resync interval; inf: none) passed, and
+        `settle`d; clear it."""
+        timeout = timeout or self._config().resync_interval_s
+        await first_set([event], None if timeout == math.inf else timeout)
         if settle is not None:
             await settle()
         event.clear()
@@ -123,6 +127,11 @@ class SchedulingLoop:
         resync = self._config().resync_interval_s
         if self.scaling is not None and self.scaling.requested:
             return min(NODE_WAIT_POLL_S, resync)
+        if self._idle and self._cluster.tells_changes and self.scaling is None \
+                and self.history is None and self.usage.keeper is None:
+            # Nothing waits, and nothing changes unsaid (a replay): no look until told.
+            # (Usage over time and the queues' history are kept by looks, idle ones too.)
+            return math.inf
         return resync
 
     # Cycles ---------------------------------------------------------------------------
@@ -199,7 +208,8 @@ class SchedulingLoop:
         """A cycle's time and backlog, or None if there is nothing to decide."""
         now = self._clock()
         backlog = self._registry.backlog(now)
-        if not backlog.lines and not self._fleet.may_grow() and not self._dumps:
+        self._idle = not backlog.lines and not self._fleet.may_grow() and not self._dumps
+        if self._idle:
             self.last_plan = Plan()
             self.waits, self.waiting_since = {}, {}
             self.usage.idle(now, self._fleet.held)
@@ -232,25 +242,7 @@ class SchedulingLoop:
         for growth in plan.growths:  # on settled capacity: nobody waits for it
             self._fleet.grow(growth)
         self._fleet.note_growth(plan.grow_waits)
-        waits: dict[tuple[str, str], int] = {}
-        since: dict[str, float] = {}
-        for waiting in plan.looked_at.values():
-            record = self._registry.find(waiting.gang_id)
-            if record is not None and record.state is GangState.PENDING:
-                record.set_waiting(waiting.code, waiting.message,
-                                   plan.positions.get(waiting.gang_id))
-                key = (record.spec.queue, waiting.code.value)
-                waits[key] = waits.get(key, 0) + 1
-                at = record.pending_view().pending_since
-                if at is not None:
-                    since[key[0]] = min(at, since.get(key[0], at))
-        # The gangs behind a blocked queue head are counted, not walked: BEHIND is what
-        # almost all of them say (one that could never fit says UNSCHEDULABLE when asked).
-        if isinstance(plan.waiting, Waitings):
-            for queue, line in plan.waiting.behind.items():
-                key = (queue, WaitCode.BEHIND.value)
-                waits[key] = waits.get(key, 0) + len(line.line) - line.start
-        self.waits, self.waiting_since = waits, since
+        self.waits, self.waiting_since = self._registry.note_waiting(plan)
         self._metrics.phase_done("apply", applying)
         self._metrics.cycle_done(self._started, plan)
 

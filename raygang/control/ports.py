@@ -160,6 +160,11 @@ class Cluster(Protocol):
     # Whether a job's budget may ever hold gangs here (`budget`; not in a replay, whose
     # jobs submit nothing from inside): else nothing wakes `control.inside` early.
     gangs_inside_jobs: bool
+    # Whether every change of what it shows wakes the plane (a simulated cluster: each
+    # change is the replay's own doing, `on_change`): a loop with nothing to decide then
+    # waits for that alone, not for its resync interval too (which only looks for what
+    # raygang did not cause: nodes joining, other work freeing room).
+    tells_changes: bool
 
     def observe(self, held: Iterable[PlacedGang], draining: Collection[str]) -> ClusterSnapshot:
         """Nodes with their free resources (what `held` holds counts as used even if the

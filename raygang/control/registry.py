@@ -26,6 +26,7 @@ from raygang.control.idempotency import IdempotencyKeys
 from raygang.control.records import GangRecord
 from raygang.core.backlog import Backlog, index_in
 from raygang.core.gang import GangState, PendingGang
+from raygang.core.plan import Plan, WaitCode, Waitings
 from raygang.core.resources import Resources
 
 _Ids = list[tuple[int, str]]  # (seq, gang id), sorted: submission order
@@ -331,6 +332,30 @@ class Registry:
                 self._forget(gone)
                 dropped.append(gone)
         return dropped
+
+    def note_waiting(self, plan: Plan) -> tuple[dict[tuple[str, str], int], dict[str, float]]:
+        """Tell each gang a cycle looked at, still pending, why it waits and where; and
+        count them: (queue, wait code) -> gangs, and queue -> the earliest `pending_since`
+        of its gangs looked at."""
+        waits: dict[tuple[str, str], int] = {}
+        since: dict[str, float] = {}
+        for waiting in plan.looked_at.values():
+            record = self.find(waiting.gang_id)
+            if record is not None and record.state is GangState.PENDING:
+                record.set_waiting(waiting.code, waiting.message,
+                                   plan.positions.get(waiting.gang_id))
+                key = (record.spec.queue, waiting.code.value)
+                waits[key] = waits.get(key, 0) + 1
+                at = record.pending_view().pending_since
+                if at is not None:
+                    since[key[0]] = min(at, since.get(key[0], at))
+        # The gangs behind a blocked queue head are counted, not walked: BEHIND is what
+        # almost all of them say (one that could never fit says UNSCHEDULABLE when asked).
+        if isinstance(plan.waiting, Waitings):
+            for queue, line in plan.waiting.behind.items():
+                key = (queue, WaitCode.BEHIND.value)
+                waits[key] = waits.get(key, 0) + len(line.line) - line.start
+        return waits, since
 
 
 def _remove(ids: _Ids, item: tuple[int, str]) -> None:

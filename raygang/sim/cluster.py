@@ -42,6 +42,10 @@ class SimCluster(MemoryCluster):
     # Nor does a trace's job submit gangs from inside (`budget` is None): the plane's look
     # at job budgets wakes only on its interval, a timer as before, with no event to watch.
     gangs_inside_jobs = False
+    # Every change here is the replay's (a job's start or end, a node's), and wakes the
+    # plane's loop (`on_change`): a loop with an empty backlog sleeps until one comes, not
+    # every resync interval for weeks (the static partitions run 14 such loops).
+    tells_changes = True
 
     def __init__(self, nodes: Iterable[tuple[str, Resources]], jobs: dict[str, JobLog],
                  usage: TenantUsage, clock: Callable[[], float], checkpoint_s: float,

@@ -145,3 +145,52 @@ def test_fairness_counts_a_tenant_only_up_to_what_it_asked_for_and_its_quota():
     usage.close(30)
     assert usage.got_s["a"] / usage.entitled_s["a"] == 1.0
     assert usage.got_s["b"] / usage.entitled_s["b"] == pytest.approx(0.5)
+
+
+def test_simultaneous_timers_fire_in_the_order_they_were_set():
+    # asyncio orders timers by time alone; its heap breaks ties by its own layout, which
+    # other timers (set earlier, later, cancelled) move. Here ties keep the order they
+    # were set in, whatever else is in the heap: a timer added elsewhere (a loop that no
+    # longer wakes for nothing) leaves simultaneous ones as they were.
+    loop = VirtualTimeLoop()
+    rng = random.Random(3)
+    fired: list[tuple[float, int]] = []
+    expected: list[tuple[float, int]] = []
+    try:
+        handles = []
+        for i in range(200):
+            when = rng.choice((10.0, 20.0, 30.0))
+            handles.append((when, i, loop.call_at(when, fired.append, (when, i))))
+        for when, i, handle in handles:
+            if rng.random() < 0.3:
+                handle.cancel()
+            else:
+                expected.append((when, i))
+        loop.run_until_complete(asyncio.sleep(40))
+    finally:
+        loop.close()
+    assert fired == sorted(expected)  # by time, then by the order they were set
+
+
+def test_an_idle_replay_sleeps_until_its_next_event():
+    # Two jobs ten days apart: between them nothing waits, and a simulated cluster tells
+    # the loop of every change (`Cluster.tells_changes`), so the loop does not look again
+    # every resync interval (14,400 looks in ten days at 60 s).
+    from raygang.control.loop import SchedulingLoop
+
+    looks = []
+    begin = SchedulingLoop._begin
+
+    def counted(self):
+        looks.append(self._clock())
+        return begin(self)
+
+    t = trace(job("a", at=0, run=3600, gpus=8, queue="t1"),
+              job("b", at=10 * 86_400, run=3600, gpus=8, queue="t1"), quotas={"t1": 8})
+    SchedulingLoop._begin = counted
+    try:
+        result = replay_of(t, "raygang", nodes=1)
+    finally:
+        SchedulingLoop._begin = begin
+    assert [log.finished_at for log in result.jobs.values()] == [3600, 10 * 86_400 + 3600]
+    assert len(looks) < 50, len(looks)

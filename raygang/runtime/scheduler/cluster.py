@@ -47,6 +47,7 @@ class RayCluster:
     calls_block = True
     always_answers = False
     gangs_inside_jobs = True  # Ray Jobs' (`launches`)
+    tells_changes = False  # nodes join and other work frees room without a word
 
     def __init__(self, serve_http_port: int | None, lease_s: float = 120.0,
                  jobs_address: str | None = None):
