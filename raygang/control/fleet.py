@@ -88,15 +88,14 @@ class Fleet:
         held, views = self._held, self._views
         if held is not None and not self._stale and not self._elastic:
             return held
-        asked = self._stale
-        if self._elastic:
-            asked = asked | self._elastic.keys()
+        stale, asked = self._stale, list(self._elastic)
+        while stale:  # popped one by one: a record may be changed from another thread
+            asked.append(stale.pop())
         for gang_id in asked:
             driver = self._drivers.get(gang_id)
             if driver is not None:
                 record = driver.record
                 views[gang_id] = record.placed_view() if record.parent is None else None
-        self._stale.clear()
         self._held = held = tuple(view for view in views.values() if view is not None)
         return held
 
@@ -177,7 +176,8 @@ class Fleet:
         self._drivers[record.gang_id] = driver
         self._views[record.gang_id] = None  # (a driver of the same id: its place is kept)
         self._stale.add(record.gang_id)
-        record.live.watch = functools.partial(self._stale.add, record.gang_id)
+        record.live.watch = functools.partial(self._stale.add, record.gang_id)  # (never
+        # replaced: the set is emptied in place)
         if record.spec.elastic:
             self._elastic[record.gang_id] = driver
         else:  # a driver of the same id before, elastic, replaced without a release
