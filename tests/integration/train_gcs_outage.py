@@ -105,6 +105,7 @@ def lose_workers(cluster, storage: str, name: str, cancel_after_s: float | None)
     while not workers_being_created():
         assert fit.is_alive() and time.monotonic() < deadline, fit.outcome
         time.sleep(0.02)
+    seen = time.monotonic()  # the workers first seen waiting (within 20 ms)
     time.sleep(KILL_AFTER_S)
     out["pending_at_kill"] = lost_workers()
     cluster.head_node.kill_gcs_server()
@@ -124,6 +125,10 @@ def lose_workers(cluster, storage: str, name: str, cancel_after_s: float | None)
     out["fit"] = fit.outcome  # None: still running (hung)
     out["fit_ended_after_return_s"] = (None if fit.ended_at is None
                                        else round(fit.ended_at - returned, 1))
+    # The watch counts from its first look that saw them waiting: before the kill if a
+    # look came in the 0.3 s before it (a look every second), else after the return.
+    out["fit_ended_after_seen_s"] = (None if fit.ended_at is None
+                                     else round(fit.ended_at - seen, 1))
     status = raygang.GangRef(gang.gang_id).status()
     out["gang"] = (status.state.value, status.restarts, status.reason)
     return out
