@@ -52,7 +52,6 @@ class Inside:
         self._registry = registry
         self._fleet = fleet
         self._budgets = cluster.budget
-        self._any_budget = cluster.gangs_inside_jobs
         self._clock = clock
         self._interval = interval
         self._cancel = cancel
@@ -61,12 +60,6 @@ class Inside:
         self._cancelling: set[str] = set()
 
     async def run(self) -> None:
-        if not self._any_budget:
-            # No job's budget here (a replay): no gang is ever placed inside (a submission
-            # from inside a job is refused without its budget, `check`), so there is never
-            # anything to look at; a look every interval cost a replay of weeks tens of
-            # thousands of wakes per plane. Until the plane closes:
-            await asyncio.Event().wait()
         while True:
             await first_set([self._wake], self._interval())
             self._wake.clear()

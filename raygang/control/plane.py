@@ -115,7 +115,8 @@ class ControlPlane:
             return
         self._spawn("loop", self.loop.run)
         self._spawn("writer", self.journal.writer)
-        self._spawn("inside", self.inside.run)
+        if self._cluster.gangs_inside_jobs:  # (a replay's jobs have no budget to look at)
+            self._spawn("inside", self.inside.run)
         if self.loop.scaling is not None:
             self._spawn("scaling", self.loop.run_scaling)
 
@@ -166,8 +167,7 @@ class ControlPlane:
         return {
             "config": self.config.model_dump(mode="json"),
             "ready": self._recovered.is_set(),
-            "instance": self.instance,
-            "recovery": dict(self.recovery),
+            "instance": self.instance, "recovery": dict(self.recovery),
             "gangs": len(self.registry),
             "cycles": self.loop.cycles,
             "last_cycle_error": self.loop.last_error,

@@ -158,7 +158,7 @@ class Cluster(Protocol):
     # whether it does (`sight.ClusterView.probe`).
     always_answers: bool
     # Whether a job's budget may ever hold gangs here (`budget`; not in a replay, whose
-    # jobs submit nothing from inside): else nothing wakes `control.inside` early.
+    # jobs submit nothing from inside): else the plane runs no `control.inside` at all.
     gangs_inside_jobs: bool
     # Whether every change of what it shows wakes the plane (a simulated cluster: each
     # change is the replay's own doing, `on_change`): a loop with nothing to decide then

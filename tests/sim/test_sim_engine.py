@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from raygang.sim.api import simulate
+from raygang.control.loop import SchedulingLoop
 from raygang.control.virtual import SimulationStalled, VirtualTimeLoop
 from raygang.sim.engine import Replay
 from raygang.sim.ledger import TenantUsage, jain
@@ -172,12 +173,10 @@ def test_simultaneous_timers_fire_in_the_order_they_were_set():
     assert fired == sorted(expected)  # by time, then by the order they were set
 
 
-def test_an_idle_replay_sleeps_until_its_next_event():
+def test_an_idle_replay_sleeps_until_its_next_event(monkeypatch):
     # Two jobs ten days apart: between them nothing waits, and a simulated cluster tells
     # the loop of every change (`Cluster.tells_changes`), so the loop does not look again
     # every resync interval (14,400 looks in ten days at 60 s).
-    from raygang.control.loop import SchedulingLoop
-
     looks = []
     begin = SchedulingLoop._begin
 
@@ -185,12 +184,9 @@ def test_an_idle_replay_sleeps_until_its_next_event():
         looks.append(self._clock())
         return begin(self)
 
+    monkeypatch.setattr(SchedulingLoop, "_begin", counted)
     t = trace(job("a", at=0, run=3600, gpus=8, queue="t1"),
               job("b", at=10 * 86_400, run=3600, gpus=8, queue="t1"), quotas={"t1": 8})
-    SchedulingLoop._begin = counted
-    try:
-        result = replay_of(t, "raygang", nodes=1)
-    finally:
-        SchedulingLoop._begin = begin
+    result = replay_of(t, "raygang", nodes=1)
     assert [log.finished_at for log in result.jobs.values()] == [3600, 10 * 86_400 + 3600]
     assert len(looks) < 50, len(looks)
