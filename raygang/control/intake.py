@@ -151,11 +151,11 @@ class Intake:
             seen = await loop.view()
         except ClusterUnreachable:
             return  # never seen: nothing to refuse it on (a cycle says why it waits)
-        reason = unschedulable_reason(spec, seen, policy)
+        reason = unschedulable_reason(spec, seen, policy, loop.memory)
         if reason:
             fresh = await loop.view(max_age=0)
             reason = (None if loop.sight.unreachable is not None
-                      else unschedulable_reason(spec, fresh, policy))
+                      else unschedulable_reason(spec, fresh, policy, loop.memory))
         scaling = loop.scaling
         if reason and scaling is not None and not policy.queue_tree.problem(spec):
             # Nodes the cluster can add count too; until their groups are read, accept

@@ -33,6 +33,7 @@ from raygang.core.config import PolicyConfig
 from raygang.core.cycle_dump import dump_cycle
 from raygang.core.elastic import member_id, member_of
 from raygang.core.gang import GangState
+from raygang.core.memory import CycleMemory
 from raygang.core.plan import Plan, Waitings
 from raygang.core.plan_data import plan_data
 from raygang.core.report import QueueReport, queue_report
@@ -68,6 +69,9 @@ class SchedulingLoop:
         self._config = config
         self._clock = clock
         self._decide = Scheduler() if decide is None else decide
+        # what admission checks keep (core.memory): the scheduler's own, where it has one
+        self.memory = self._decide.memory if isinstance(self._decide, Scheduler) \
+            else CycleMemory()
         self.history = history  # None: none kept (the simulator)
         self._release_recheck_s = release_recheck_s  # () where the view never lags (sim)
         self._wake = asyncio.Event()

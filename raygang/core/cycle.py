@@ -79,7 +79,7 @@ class Cycle:
         if leaving:
             self.capacity.release(bundle for g in leaving for bundle in g.bundles)
             self.draining.add(leaving)
-        self.ever = EverFits(snapshot)
+        self.ever = EverFits(snapshot, memory)
         self.book = QueueBook(self.tree, snapshot.placed,
                               time_share(config.usage, snapshot.usage, self.tree.paths),
                               memory)

@@ -40,10 +40,10 @@ class CycleMemory:
     """What cycles of one scheduler keep for the next (see the module): the free capacity
     the last cycle started from, sums of vectors (`Sums`: what each queue's gangs hold, in
     all and in non-preemptible classes, the cluster's capacity), each queue's usage for
-    the last held gangs, the fair shares of the
-    last demand, and why shapes do not fit on the last free capacity."""
+    the last held gangs, the fair shares of the last demand, why shapes do not fit on the
+    last free capacity, and which shapes fit the alive nodes at all."""
 
-    __slots__ = ("capacity", "used", "firm", "cluster", "book", "fair", "unplaced")
+    __slots__ = ("capacity", "used", "firm", "cluster", "book", "fair", "unplaced", "_ever")
 
     def __init__(self) -> None:
         # core.capacity: the free capacity a cycle started from, with its nodes
@@ -61,3 +61,19 @@ class CycleMemory:
         # core.reasons: (a capacity's signature, shape -> why it does not fit there),
         # for shapes without a topology
         self.unplaced: tuple[tuple[object, ...], Mapping[Shape, str]] = ((), {})
+        # core.placement.EverFits, for shapes without a topology and for those with one
+        # (which depend on the nodes' labels too): (the alive nodes' totals, or those and
+        # their labels; shape -> whether it fits them empty). The one entry that grows in
+        # place: each answer is a plain boolean, final for those nodes and set at once (a
+        # reader in another thread sees it, or works it out again).
+        self._ever: dict[bool, tuple[tuple[object, ...], dict[Shape, bool]]] = {}
+
+    def ever_fits(self, signature: tuple[object, ...], labelled: bool = False
+                  ) -> dict[Shape, bool]:
+        """Whether each shape fits the nodes of `signature` empty, as far as worked out:
+        the same mapping while the last signature of its kind (`labelled` or not) is the
+        same, a new one once it is not."""
+        kept = self._ever.get(labelled)
+        if kept is None or kept[0] != signature:
+            kept = self._ever[labelled] = (signature, {})
+        return kept[1]

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from raygang.core.capacity import Capacity, Undo
 from raygang.core.domains import place_in_domains
 from raygang.core.gang import PendingGang, Shape
+from raygang.core.memory import CycleMemory
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot
 from raygang.core.spec import Strategy
@@ -156,24 +157,17 @@ def _first_fit(
 
 class EverFits:
     """Whether a shape fits the cluster with nothing running, cached per shape: across
-    cycles while the alive nodes and their totals stay the same (the answers are plain
-    booleans, safe to share between the loop's threads; the empty capacity is not, as
-    placement reserves on it and undoes, so each instance builds its own when asked)."""
+    cycles of one scheduler (its `CycleMemory`) while the alive nodes and their totals stay
+    the same (the answers are plain booleans, safe to share between the loop's threads;
+    the empty capacity is not, as placement reserves on it and undoes, so each instance
+    builds its own when asked). Without a memory, the answers live as long as the instance."""
 
-    # (nodes and totals, shape -> fits)
-    _shared: tuple[tuple[tuple[str, Resources], ...], dict[Shape, bool]] = ((), {})
-    # The same for shapes with a topology, which depend on the nodes' labels too: (nodes,
-    # totals and labels, shape -> fits), compared only in cycles that place such a gang.
-    _shared_labelled: tuple[tuple[object, ...], dict[Shape, bool]] = ((), {})
-
-    def __init__(self, snapshot: ClusterSnapshot):
+    def __init__(self, snapshot: ClusterSnapshot, memory: CycleMemory | None = None):
         self._snapshot = snapshot
+        self._memory = CycleMemory() if memory is None else memory
         self._empty: Capacity | None = None
         signature = tuple((n.node_id, n.total) for n in snapshot.alive_nodes)
-        shared = EverFits._shared
-        if shared[0] != signature:
-            shared = EverFits._shared = (signature, {})
-        self._cache: dict[Shape, bool] = shared[1]
+        self._cache = self._memory.ever_fits(signature)
         self._by_gang: dict[int, bool] = {}  # pending gangs live as long as the cycle
         self._signature = signature
         self._labelled: dict[Shape, bool] | None = None  # shapes with a topology
@@ -199,11 +193,9 @@ class EverFits:
         return found
 
     def _with_labels(self) -> dict[Shape, bool]:
+        """Shapes with a topology depend on the nodes' labels too: their answers are kept
+        under the labels as well, compared only in cycles that place such a gang."""
         if self._labelled is None:
-            signature = (self._signature, tuple(
-                tuple(sorted(n.labels.items())) for n in self._snapshot.alive_nodes))
-            shared = EverFits._shared_labelled
-            if shared[0] != signature:
-                shared = EverFits._shared_labelled = (signature, {})
-            self._labelled = shared[1]
+            labels = tuple(tuple(sorted(n.labels.items())) for n in self._snapshot.alive_nodes)
+            self._labelled = self._memory.ever_fits((self._signature, labels), labelled=True)
         return self._labelled

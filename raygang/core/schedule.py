@@ -55,17 +55,19 @@ class Scheduler:
 
 
 def unschedulable_reason(
-    spec: GangSpec, snapshot: ClusterSnapshot, config: PolicyConfig | None = None
+    spec: GangSpec, snapshot: ClusterSnapshot, config: PolicyConfig | None = None,
+    memory: CycleMemory | None = None,
 ) -> str | None:
     """Why `spec` could never be admitted: a bad queue, a limit below its size, or no
-    room for it on this cluster even if it were empty. None if it could be."""
+    room for it on this cluster even if it were empty. None if it could be. `memory`:
+    the scheduler's (its answers per shape are shared with its cycles')."""
     if config is not None:
         problem = config.queue_tree.problem(spec)
         if problem:
             return problem
     if not snapshot.alive_nodes:
         return "the cluster has no alive nodes"
-    ever = EverFits(snapshot)  # shared with the cycles while the nodes stay the same
+    ever = EverFits(snapshot, memory)
     if ever.fits_shape((spec.strategy, spec.min_bundles, spec.layout)):
         return None
     return why_not_placed(spec.min_bundles, spec.strategy, ever.empty, spec.layout) + \

@@ -123,3 +123,18 @@ def test_a_scheduler_decides_as_schedule_does_cycle_after_cycle():
         mine, alone = (scheduler(snapshot, pending, config, 10.0),
                        schedule(snapshot, pending, config, 10.0))
         assert mine == alone, f"step {step}"
+
+
+def test_which_shapes_fit_at_all_is_a_schedulers_own_and_follows_its_nodes():
+    """`EverFits`' answers live in a scheduler's memory, not in the module: a scheduler
+    that saw a cluster of 8-GPU nodes tells nothing to one that sees 4-GPU nodes under the
+    same names, and its own answers change once its nodes do."""
+    from raygang.core.placement import EverFits
+
+    wide, narrow = cluster("w-1: GPU=8"), cluster("w-1: GPU=4")
+    shape = gang("g", "GPU=8", "STRICT_PACK").shape
+    one, other = CycleMemory(), CycleMemory()
+    assert EverFits(wide, one).fits_shape(shape)
+    assert not EverFits(narrow, other).fits_shape(shape)
+    assert EverFits(wide, one).fits_shape(shape)  # the other scheduler changed nothing
+    assert not EverFits(narrow, one).fits_shape(shape)  # its nodes shrank: worked out anew
