@@ -98,6 +98,17 @@ def overlay(base: dict, over: dict) -> dict:
     return out
 
 
+# The default (`ahead4`) with one thing changed (issue 30, 2026-11-30): reclaim by what it
+# trades, at two ratios; the SLA hold after 2 h or 1 h instead of 4 h.
+VARIANTS.update({
+    **{f"a4-trade{name}": overlay(VARIANTS["ahead4"],
+                                  {"preemption": {"reclaim_trade_ratio": ratio}})
+       for name, ratio in (("1", 1.0), ("05", 0.5))},
+    **{f"a4-sla{h}h": overlay(VARIANTS["ahead4"], {"sla_waiting_time_s": h * 3600.0})
+       for h in (2, 1)},
+})
+
+
 @dataclass(frozen=True)
 class Slice:
     name: str

@@ -131,10 +131,12 @@ class SchedulingLoop:
         resync = self._config().resync_interval_s
         if self.scaling is not None and self.scaling.requested:
             return min(NODE_WAIT_POLL_S, resync)
-        if self._idle and self._cluster.tells_changes and self.scaling is None \
-                and self.history is None and self.usage.keeper is None:
-            # Nothing waits, and nothing changes unsaid (a replay): no look until told.
-            # (Usage over time and the queues' history are kept by looks, idle ones too.)
+        if self._cluster.tells_changes and self.scaling is None and self.history is None \
+                and self.usage.keeper is None \
+                and (self._idle or not self._config().policy.decides_by_time):
+            # Nothing changes unsaid (a replay), and either nothing waits or a look decides
+            # as the last one did until something changes: no look until told. (Usage over
+            # time and the queues' history are kept by looks, idle ones too.)
             return math.inf
         return resync
 

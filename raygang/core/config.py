@@ -263,6 +263,17 @@ class PolicyConfig(BaseModel):
         return self._tree
 
     @property
+    def decides_by_time(self) -> bool:
+        """Whether a cycle may decide otherwise on the same cluster and backlog later: it
+        may unless the policy only allocates (reclaim and preempt wait out delays and
+        minimum runtimes and weigh the victims' work since their checkpoints; shrink and
+        grow wait out their own times), holds nothing for gangs pending long, and keeps no
+        usage over time (which decays). Elsewhere the clock only moves the words of
+        reasons, and a gang's restart backoff ends with a wake of its own."""
+        return (self.actions != ("allocate",) or self.sla_waiting_time_s is not None
+                or self.usage.enabled)
+
+    @property
     def restart_policy(self) -> RestartPolicy:
         return RestartPolicy(self.restart_backoff_s, self.restart_backoff_max_s)
 

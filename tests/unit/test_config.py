@@ -6,7 +6,8 @@ import pytest
 from pydantic import ValidationError
 
 from raygang.control.config import SchedulerConfig
-from raygang.core import DEFAULT_PRIORITY_CLASSES, PriorityClass, UnknownPriorityClass
+from raygang.core import (DEFAULT_PRIORITY_CLASSES, PolicyConfig, PriorityClass,
+                          UnknownPriorityClass)
 
 from tests.unit.builders import spec
 
@@ -76,3 +77,14 @@ def test_config_defaults_and_validation():
 def test_config_round_trip():
     config = SchedulerConfig(backfill=True)
     assert SchedulerConfig.model_validate_json(config.model_dump_json()) == config
+
+
+def test_a_policy_decides_by_time_unless_it_only_allocates_holds_nothing_and_forgets():
+    """`decides_by_time`: whether a look may decide otherwise later on the same cluster
+    and backlog (a replay's loop looks by the clock only then)."""
+    assert PolicyConfig().decides_by_time  # reclaim and preempt wait out delays
+    only = {"actions": ["allocate"], "sla_waiting_time_s": None}
+    assert not PolicyConfig(**only).decides_by_time
+    assert PolicyConfig(**{**only, "sla_waiting_time_s": 3600}).decides_by_time
+    assert PolicyConfig(**only, usage={"enabled": True}).decides_by_time
+    assert PolicyConfig(**{**only, "actions": ["allocate", "grow"]}).decides_by_time
