@@ -62,6 +62,11 @@ class _Cohort:
     def borrowing(self, queue: str) -> bool:
         return self.usage.get(queue, 0) > self.nominal.get(queue, 0)
 
+    def borrowers(self) -> set[str]:
+        """The queues borrowing now (`borrowing` of each, at once)."""
+        nominal = self.nominal
+        return {q for q, used in self.usage.items() if used > nominal.get(q, 0)}
+
     def fits(self, queue: str, request: int, borrow: bool = True) -> bool:
         usage = self.usage.get(queue, 0) + request
         if not borrow and usage > self.nominal.get(queue, 0):
@@ -108,7 +113,7 @@ class _Cycle:
         # the keys are made again after one, and otherwise only for a queue's new head.
         # A heap of them: every pending gang is offered in turn, one smallest key at a time
         # (keys end in the gang's id: no two are equal, the heap takes the one min would).
-        keys = [(self._order((q, g)), q) for q, g in offered.items()]
+        keys = [(self._order(q, g), q) for q, g in offered.items()]
         heapq.heapify(keys)
         while keys:
             queue = heapq.heappop(keys)[1]
@@ -120,25 +125,29 @@ class _Cycle:
             else:
                 offered[queue] = gang
             if len(self.admissions) != admitted:
-                keys = [(self._order((q, g)), q) for q, g in offered.items()]
+                keys = [(self._order(q, g), q) for q, g in offered.items()]
                 heapq.heapify(keys)
             elif gang is not None:
-                heapq.heappush(keys, (self._order((queue, gang)), queue))
+                heapq.heappush(keys, (self._order(queue, gang), queue))
         return Plan(admissions=tuple(self.admissions), preemptions=tuple(self.preemptions),
                     at=self.now)
 
-    def _order(self, item: tuple[str, PendingGang]) -> tuple:
-        queue, gang = item
-        borrows = not self.cohort.fits(queue, gang.total.units(GPU), borrow=False)
+    def _order(self, queue: str, gang: PendingGang) -> tuple:
+        # `not cohort.fits(queue, request, borrow=False)`, inlined: every pending gang of a
+        # cycle's walk is ordered, thousands per cycle.
+        cohort, request = self.cohort, gang.spec.min_total.units(GPU)
+        borrows = (cohort.usage.get(queue, 0) + request > cohort.nominal.get(queue, 0)
+                   or cohort.used + request > cohort.requestable)
         return (borrows, -gang.priority, gang.seq, gang.gang_id)
 
     def _try(self, gang: PendingGang) -> None:
         # Gangs alike (shape, queue, priority) fare alike until something is admitted:
         # a backlog of thousands costs a search per kind, not per gang.
-        key = (gang.shape, gang.queue, gang.priority)
+        spec = gang.spec
+        key = (spec.strategy, spec.min_bundles, spec.layout, spec.queue, gang.priority)
         if key in self.failed:
             return
-        request = gang.total.units(GPU)
+        request = spec.min_total.units(GPU)
         if self.cohort.fits(gang.queue, request):
             nodes = self._place(gang)
             if nodes is not None:
@@ -168,16 +177,17 @@ class _Cycle:
         return self.candidates[key]
 
     def _find_candidates(self, gang: PendingGang) -> list[PlacedGang]:
-        def admitted(g: PlacedGang) -> float:
-            return g.running_since if g.running_since is not None else self.now
-
-        out = [g for g in self.running
-               if (g.queue != gang.queue and self.cohort.borrowing(g.queue))
-               or (g.queue == gang.queue and g.priority < gang.priority)]
-        # Other queues first, lower priority first, most recently admitted first (ties:
-        # the id, so that two runs decide the same).
-        return sorted(out, key=lambda g: (g.queue == gang.queue, g.priority, -admitted(g),
-                                          g.gang_id))
+        """The borrowing queues' gangs and the lower-priority ones of its own queue. Other
+        queues first, lower priority first, most recently admitted first (one not yet
+        running counts as admitted now); ties: the id, so that two runs decide the same."""
+        queue, priority, now = gang.queue, gang.priority, self.now
+        borrowing = self.cohort.borrowers()
+        keyed = [(g.queue == queue, g.priority,
+                  -(g.running_since if g.running_since is not None else now), g.gang_id, g)
+                 for g in self.running
+                 if (g.priority < priority if g.queue == queue else g.queue in borrowing)]
+        keyed.sort()  # ids are unique: a comparison never reaches the gangs
+        return [item[4] for item in keyed]
 
     def _victims(self, gang: PendingGang, request: int
                  ) -> tuple[tuple[str, ...], list[PlacedGang]] | None:
