@@ -99,9 +99,11 @@ def overlay(base: dict, over: dict) -> dict:
 
 
 # The default (`ahead4`) with one thing changed (issue 30, 2026-11-30): reclaim by what it
-# trades, at two ratios; the SLA hold after 2 h or 1 h instead of 4 h, or none.
+# trades, at two ratios; the SLA hold after 2 h or 1 h instead of 4 h, or none; preempt's
+# victims the cheapest to stop instead of the newest.
 VARIANTS.update({
     "a4-nohold": overlay(VARIANTS["ahead4"], {"sla_waiting_time_s": None}),
+    "a4-pcheap": overlay(VARIANTS["ahead4"], {"preemption": {"preempt_victim_order": "cheapest"}}),
     **{f"a4-trade{name}": overlay(VARIANTS["ahead4"],
                                   {"preemption": {"reclaim_trade_ratio": ratio}})
        for name, ratio in (("1", 1.0), ("05", 0.5))},

@@ -152,8 +152,11 @@ class PreemptionPolicy(BaseModel):
         "gangs count within its share, the other way round): 'cheapest' loses the least "
         "work (the fewest GPU-seconds since its last checkpoint, or else since its last "
         "start, then the smallest); 'newest' the one started last whatever its size "
-        "(Kueue's candidatesOrdering). preempt always takes the lowest priority, then the "
-        "newest")
+        "(Kueue's candidatesOrdering)")
+    preempt_victim_order: VictimOrder = Field(
+        "newest", description="which gangs preempt stops first, after the lowest priority: "
+        "'newest' the one started last (Kueue's candidatesOrdering, KAI's); 'cheapest' the "
+        "one whose stop loses the least work, as reclaim_victim_order")
     reclaim_trade_ratio: float | None = Field(
         None, description="reclaim by what it trades (core.preemption.trade): a gang may "
         "reclaim before reclaim_delay_s, and stop gangs that have not run "

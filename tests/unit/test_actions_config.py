@@ -26,14 +26,17 @@ def test_a_new_victim_order_is_an_action_with_another_value():
     pending = [gang("p", "1xGPU=1", priority=100, seq=0)]
     config = PolicyConfig()
 
-    def victims(actions: dict[str, object]) -> list[str]:
+    def victims(actions: dict[str, object], config: PolicyConfig = config) -> list[str]:
         plan = Cycle(snapshot, config, NOW, actions).run(Backlog.of(pending))  # type: ignore[arg-type]
         assert [a.gang_id for a in plan.admissions] == ["p"]
         return [p.victim for p in plan.preemptions]
 
     assert victims(ACTIONS) == ["b"]
-    cheapest = dataclasses.replace(preempt.ACTION, victim_order="cheapest")
+    cheapest = dataclasses.replace(preempt.ACTION, victim_order="cheapest", order_key=None)
     assert victims({**ACTIONS, "preempt": cheapest}) == ["a"]
+    # The product's own preempt reads its order from the settings it names.
+    assert victims(ACTIONS, PolicyConfig(preemption={"preempt_victim_order": "cheapest"})) \
+        == ["a"]
 
 
 def test_an_action_reads_its_delay_and_minimum_runtime_from_the_settings_it_names():
@@ -44,6 +47,8 @@ def test_an_action_reads_its_delay_and_minimum_runtime_from_the_settings_it_name
             ACTIONS["reclaim"].order(settings)) == (7.0, 8.0, "newest")
     assert (ACTIONS["preempt"].delay_s(settings), ACTIONS["preempt"].min_runtime_s(settings),
             ACTIONS["preempt"].order(settings)) == (9.0, 10.0, "newest")
+    assert ACTIONS["preempt"].order(PreemptionPolicy(preempt_victim_order="cheapest")) \
+        == "cheapest"
     assert (ACTIONS["shrink"].delay_s(settings), ACTIONS["shrink"].min_runtime_s(settings)) \
         == (0.0, 0.0)
     assert settings.delay_s("reclaim") == 7.0 and settings.min_runtime_s("allocate") == 0.0

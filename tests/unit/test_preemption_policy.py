@@ -202,6 +202,7 @@ def test_the_longest_pending_is_elected_and_only_one():
 @pytest.mark.parametrize("data, words", [
     ({"preemption": {"reclaim_min_runtime_s": -1}}, "reclaim_min_runtime_s"),
     ({"preemption": {"reclaim_victim_order": "oldest"}}, "reclaim_victim_order"),
+    ({"preemption": {"preempt_victim_order": "cheap"}}, "preempt_victim_order"),
     ({"preemption": {"min_runtime": 5}}, "min_runtime"),
     ({"sla_waiting_time_s": 0}, "sla_waiting_time_s"),
 ])

@@ -66,7 +66,8 @@ def scenario(seed: int):
         cross_queue_preemption=rng.random() < 0.8,
         preemption={"reclaim_min_runtime_s": rng.choice([0, 0, 60]),
                     "preempt_min_runtime_s": rng.choice([0, 0, 0, 30]),
-                    "reclaim_victim_order": rng.choice(["cheapest", "newest"])},
+                    "reclaim_victim_order": rng.choice(["cheapest", "newest"]),
+                    "preempt_victim_order": rng.choice(["newest", "newest", "cheapest"])},
         sla_waiting_time_s=rng.choice([None, None, 30.0]),
     )
     return busy(*nodes, placed=running), pending, config

@@ -27,6 +27,9 @@ class Preemption(Protocol):
     def reclaim_victim_order(self) -> str: ...
 
     @property
+    def preempt_victim_order(self) -> str: ...
+
+    @property
     def reclaim_trade_ratio(self) -> float | None: ...
 
 

@@ -30,5 +30,5 @@ def why(victim: PlacedGang, gang: PendingGang) -> str:
 ACTION = Action("preempt", preempt, no_room={
     "none": "; no lower-priority preemptible gang runs that it may preempt",
     "some": "; preempting lower-priority gangs would not make room",
-}, why=why, verb="preempted", victim_order="newest", delay_key="preempt_delay_s",
+}, why=why, verb="preempted", order_key="preempt_victim_order", delay_key="preempt_delay_s",
     min_runtime_key="preempt_min_runtime_s")

@@ -39,7 +39,7 @@ Undo = Callable[[], None]
 def victim_order(gang: PlacedGang) -> tuple[Any, ...]:
     """Least important first: lowest priority, then most recently started (one not yet
     running counts as the most recent), then smallest (scarcest resource first), then id
-    (`reclaim_victim_order: newest`, and always for preempt; Kueue's candidatesOrdering).
+    (`reclaim_victim_order` and `preempt_victim_order: newest`; Kueue's candidatesOrdering).
     Kept with the gang: every cycle sorts every stoppable gang by it."""
     found = gang.memo.get(victim_order)
     if found is None:
