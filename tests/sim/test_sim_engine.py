@@ -173,18 +173,24 @@ def test_simultaneous_timers_fire_in_the_order_they_were_set():
     assert fired == sorted(expected)  # by time, then by the order they were set
 
 
-def test_an_idle_replay_sleeps_until_its_next_event(monkeypatch):
-    # Two jobs ten days apart: between them nothing waits, and a simulated cluster tells
-    # the loop of every change (`Cluster.tells_changes`), so the loop does not look again
-    # every resync interval (14,400 looks in ten days at 60 s).
-    looks = []
+@pytest.fixture
+def looks(monkeypatch) -> list[float]:
+    """The simulated times at which replays' loops looked (`SchedulingLoop._begin`)."""
+    seen: list[float] = []
     begin = SchedulingLoop._begin
 
     def counted(self):
-        looks.append(self._clock())
+        seen.append(self._clock())
         return begin(self)
 
     monkeypatch.setattr(SchedulingLoop, "_begin", counted)
+    return seen
+
+
+def test_an_idle_replay_sleeps_until_its_next_event(looks):
+    # Two jobs ten days apart: between them nothing waits, and a simulated cluster tells
+    # the loop of every change (`Cluster.tells_changes`), so the loop does not look again
+    # every resync interval (14,400 looks in ten days at 60 s).
     t = trace(job("a", at=0, run=3600, gpus=8, queue="t1"),
               job("b", at=10 * 86_400, run=3600, gpus=8, queue="t1"), quotas={"t1": 8})
     result = replay_of(t, "raygang", nodes=1)
@@ -195,20 +201,12 @@ def test_an_idle_replay_sleeps_until_its_next_event(monkeypatch):
 @pytest.mark.parametrize("policy_name, by_time", [("fifo", False), ("static", False),
                                                   ("raygang", True)])
 def test_a_waiting_gang_is_looked_at_by_the_clock_only_where_the_policy_decides_by_it(
-        monkeypatch, policy_name, by_time):
+        looks, policy_name, by_time):
     # A gang waits ten days for the one before it to end. FIFO and the static partitions
     # only allocate (`PolicyConfig.decides_by_time` is false): until something changes,
     # a look decides as the last one did, and a replay's cluster tells every change, so
     # the loop looks only when told. raygang's reclaim may decide otherwise as delays and
     # minimum runtimes pass: it looks every resync interval (60 s simulated).
-    looks = []
-    begin = SchedulingLoop._begin
-
-    def counted(self):
-        looks.append(self._clock())
-        return begin(self)
-
-    monkeypatch.setattr(SchedulingLoop, "_begin", counted)
     t = trace(job("a", at=0, run=10 * 86_400, gpus=8, queue="t1"),
               job("b", at=60, run=3600, gpus=8, queue="t1"), quotas={"t1": 8})
     result = replay_of(t, policy_name, nodes=1)

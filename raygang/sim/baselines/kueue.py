@@ -133,11 +133,7 @@ class _Cycle:
                     at=self.now)
 
     def _order(self, queue: str, gang: PendingGang) -> tuple:
-        # `not cohort.fits(queue, request, borrow=False)`, inlined: every pending gang of a
-        # cycle's walk is ordered, thousands per cycle.
-        cohort, request = self.cohort, gang.spec.min_total.units(GPU)
-        borrows = (cohort.usage.get(queue, 0) + request > cohort.nominal.get(queue, 0)
-                   or cohort.used + request > cohort.requestable)
+        borrows = not self.cohort.fits(queue, gang.spec.min_total.units(GPU), borrow=False)
         return (borrows, -gang.priority, gang.seq, gang.gang_id)
 
     def _try(self, gang: PendingGang) -> None:
