@@ -71,7 +71,9 @@ class Journal:
 
     async def write(self, record: GangRecord) -> None:
         """Write the gang as it is now, at once (the writer task may write it again)."""
-        await self.store.put(GANGS, record.gang_id, dump_gang(record, self.pickler))
+        store = self.store
+        await store.put(GANGS, record.gang_id,
+                        b"" if store.discards else dump_gang(record, self.pickler))
 
     def changed(self, record: GangRecord) -> None:
         """A gang changed: the writer task writes it soon (state changes are not waited

@@ -15,9 +15,10 @@ import functools
 import logging
 import math
 from collections.abc import Awaitable, Callable, Collection, Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
 from raygang.control.config import SchedulerConfig
+from raygang.control.dumps import CycleDumps, Prepared
 from raygang.control.fleet import Fleet
 from raygang.control.history import History
 from raygang.control.ports import Cluster, Metrics, NoMetrics, Scaling, Tallies
@@ -26,16 +27,15 @@ from raygang.control.registry import Registry
 from raygang.control.status import QueueHistory
 from raygang.control.outage import AfterOutage
 from raygang.control.sight import ClusterView
-from raygang.control.tasks import first_set, spawn_free, wait_within
+from raygang.control.tasks import first_set, spawn_free
+from raygang.control.ticks import Ticks
 from raygang.control.usage import LoopUsage, UsageKeeper
 from raygang.core.backlog import Backlog
 from raygang.core.config import PolicyConfig
-from raygang.core.cycle_dump import dump_cycle
 from raygang.core.elastic import member_id, member_of
 from raygang.core.gang import GangState
 from raygang.core.memory import CycleMemory
 from raygang.core.plan import Plan, Waitings
-from raygang.core.plan_data import plan_data
 from raygang.core.report import QueueReport, queue_report
 from raygang.core.scale import scale_candidates
 from raygang.core.schedule import Scheduler
@@ -44,7 +44,6 @@ from raygang.core.snapshot import ClusterSnapshot
 log = logging.getLogger(__name__)
 
 METRICS_REFRESH_S = 1.0
-Prepared = tuple[float, ClusterSnapshot, Backlog, PolicyConfig]  # a cycle's inputs: now first
 NODE_WAIT_POLL_S = 0.2
 RELEASE_RECHECK_S = (0.1, 0.3, 1.0)  # wakes after a gang is released (GCS view lag)
 
@@ -77,6 +76,7 @@ class SchedulingLoop:
         self._wake = asyncio.Event()
         self._scale_wake = asyncio.Event()
         self.settle: Callable[[], Awaitable[None]] | None = None  # sim: VirtualTimeLoop.settled
+        self.ticks: Ticks | None = None  # sim: intervals that end with nothing to look at
         self.cycles = 0
         self.last_error: str | None = None
         self.last_plan = Plan()
@@ -93,7 +93,7 @@ class SchedulingLoop:
         self.sight = ClusterView(cluster, fleet, clock, self._draining, self.wake, spawn,
                                  back=self.after_outage.answers_again)
         self._noted: set[str] = set()  # pending gangs with a scale note
-        self._dumps: list[asyncio.Future[dict[str, Any]]] = []  # requests for the next cycle's dump
+        self._dumps = CycleDumps(self.wake, lambda: self.last_error)  # for the next cycle
         # The queues' usage over time, when time-based fair share is on (control.usage)
         self.usage = LoopUsage(lambda: self._config().usage)
         if usage_due is not None:
@@ -116,14 +116,16 @@ class SchedulingLoop:
             self.wake_after(delay)
 
     async def _woken(self, event: asyncio.Event, timeout: float | None = None,
-                     settle: Callable[[], Awaitable[None]] | None = None) -> None:
+                     settle: Callable[[], Awaitable[None]] | None = None) -> bool:
         """Until `event` is set or `timeout` (a resync interval; inf: none) passed, and
-        `settle`d; clear it."""
+        `settle`d; clear it. Whether it was set (False: the time passed)."""
         timeout = timeout or self._config().resync_interval_s
         await first_set([event], None if timeout == math.inf else timeout)
         if settle is not None:
             await settle()
+        told = event.is_set()
         event.clear()
+        return told
 
     def _cycle_timeout(self) -> float:
         """A gang waiting for nodes that were asked for starts as soon as they are up: a
@@ -131,19 +133,36 @@ class SchedulingLoop:
         resync = self._config().resync_interval_s
         if self.scaling is not None and self.scaling.requested:
             return min(NODE_WAIT_POLL_S, resync)
-        if self._cluster.tells_changes and self.scaling is None and self.history is None \
-                and self.usage.keeper is None \
-                and (self._idle or not self._config().policy.decides_by_time):
-            # Nothing changes unsaid (a replay), and either nothing waits or a look decides
-            # as the last one did until something changes: no look until told. (Usage over
-            # time and the queues' history are kept by looks, idle ones too.)
+        if self._told_all() and (self._idle or not self._config().policy.decides_by_time):
+            # Either nothing waits or a look decides as the last one did until something
+            # changes: no look until told.
             return math.inf
         return resync
+
+    def _told_all(self) -> bool:
+        """Whether nothing changes unsaid (a replay) and a look keeps nothing but its plan.
+        (Usage over time and the queues' history are kept by looks, idle ones too.)"""
+        return self._cluster.tells_changes and self.scaling is None and self.history is None \
+            and self.usage.keeper is None
+
+    async def _next_look(self) -> bool:
+        """Until a change is told (True) or the interval passed (False)."""
+        timeout, ticks = self._cycle_timeout(), self.ticks
+        tick = ticks.start(timeout) if ticks is not None and timeout != math.inf \
+            and self._told_all() else None
+        try:
+            return await self._woken(self._wake, timeout, self.settle)
+        finally:
+            if tick is not None:
+                tick.cancel()
 
     # Cycles ---------------------------------------------------------------------------
     async def run(self) -> None:
         while True:
-            await self._woken(self._wake, self._cycle_timeout(), self.settle)
+            told = await self._next_look()
+            if not told and self.ticks is not None and self._told_all() \
+                    and self.ticks.steady(self.last_plan, self._clock()):
+                continue  # a look would decide as the last one did (control.ticks)
             try:
                 await self.cycle_off_loop()
             except Exception as error:  # never let one bad cycle stop scheduling
@@ -180,10 +199,10 @@ class SchedulingLoop:
         try:
             plan = self._decide(snapshot, backlog, policy, now)
         except Exception as error:
-            self._dump(prepared, error=error)
+            self._dumps.answer(prepared, error=error)
             raise
         self._apply(now, plan, snapshot)
-        self._dump(prepared, plan)
+        self._dumps.answer(prepared, plan)
 
     async def cycle_off_loop(self) -> None:
         """One cycle; the decision runs in a thread of its own, so that the event loop
@@ -201,10 +220,10 @@ class SchedulingLoop:
         try:
             plan = await asyncio.to_thread(self._decide, snapshot, backlog, policy, now)
         except Exception as error:
-            await self._dump_off_loop(prepared, error=error)
+            await self._dumps.answer_off_loop(prepared, error=error)
             raise
         self._apply(now, plan, snapshot)
-        await self._dump_off_loop(prepared, plan)
+        await self._dumps.answer_off_loop(prepared, plan)
 
     def _prepare(self) -> Prepared | None:
         begun = self._begin()
@@ -299,63 +318,8 @@ class SchedulingLoop:
 
     # Dumping a cycle, on request -------------------------------------------------------
     async def dump_next(self, timeout_s: float) -> dict[str, Any]:
-        """The next cycle's inputs and plan (`core.cycle_dump`): a cycle pays for a dump
-        only when one is asked for. The request wakes the loop, and the cycle runs even
-        with nothing pending (its dump then shows an empty backlog). A cycle that fails
-        is dumped too, with its error and no plan."""
-        answer: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._dumps.append(answer)
-        self.wake()
-        try:
-            # wait_within, not wait_for (which can swallow this call's cancellation:
-            # control/tasks.py); the shield keeps the answer for the other requests.
-            done, _ = await wait_within([asyncio.shield(answer)], timeout_s)
-            if not done:
-                raise TimeoutError(f"no scheduling cycle ran within {timeout_s:g} s"
-                                   + (f" (last error: {self.last_error})" if self.last_error
-                                      else ""))
-            return answer.result()
-        finally:
-            if answer in self._dumps:
-                self._dumps.remove(answer)
-
-    def _dump(self, prepared: Prepared, plan: Plan | None = None,
-              error: Exception | None = None) -> None:
-        """Answer the requests for this cycle's dump, if any, writing it in this thread."""
-        if self._dumps:
-            self._answer(_written(lambda: self._writer(prepared, plan, error)()))
-
-    async def _dump_off_loop(self, prepared: Prepared, plan: Plan | None = None,
-                             error: Exception | None = None) -> None:
-        """The same, the inputs written out in a thread of their own (a large backlog
-        takes a while); the plan's unread reasons are read here, on the loop's thread."""
-        if self._dumps:
-            write = _written(lambda: self._writer(prepared, plan, error))
-            self._answer(write if isinstance(write, Exception)
-                         else await asyncio.to_thread(_written, write))
-
-    def _writer(self, prepared: Prepared, plan: Plan | None = None,
-                error: Exception | None = None) -> Callable[[], dict[str, Any]]:
-        """What writes this cycle's dump. The plan's reasons not read yet are read now,
-        as a status reads them; the inputs (copies) may be written out in another thread."""
-        now, snapshot, backlog, policy = prepared
-        data = None if plan is None else plan_data(plan)
-        why = None if error is None else f"{type(error).__name__}: {error}"
-        return functools.partial(dump_cycle, snapshot, backlog, policy, now, data, error=why)
-
-    def _answer(self, outcome: dict[str, Any] | Exception) -> None:
-        """Every request waiting gets the dump, or why it could not be written (a dump
-        that fails is not a cycle that failed: the loop goes on)."""
-        if isinstance(outcome, Exception):
-            log.error("writing a cycle's dump failed: %r", outcome)
-        answers, self._dumps = self._dumps, []
-        for answer in answers:
-            if answer.done():
-                continue
-            if isinstance(outcome, Exception):
-                answer.set_exception(outcome)
-            else:
-                answer.set_result(outcome)
+        """The next cycle's inputs and plan (`control.dumps`)."""
+        return await self._dumps.next(timeout_s)
 
     # What the cluster looks like ------------------------------------------------------
     def observe(self) -> ClusterSnapshot:
@@ -435,14 +399,3 @@ class SchedulingLoop:
                 record.set_scale_note(note)
                 if note is not None:
                     self._noted.add(gang_id)
-
-
-T = TypeVar("T")
-
-
-def _written(write: Callable[[], T]) -> T | Exception:
-    """What `write()` returns, or the exception it raised (for a dump's requests)."""
-    try:
-        return write()
-    except Exception as failed:  # noqa: BLE001 - handed to the requests, not raised here
-        return failed

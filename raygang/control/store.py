@@ -29,6 +29,10 @@ class Store(ABC):
     """Records (bytes) by table and key. Table and key names are plain strings without '/'
     in the table name."""
 
+    # A store that keeps nothing it is given (a replay's, `sim.engine.DiscardingStore`):
+    # a writer need not serialize for it, only take its turn.
+    discards = False
+
     @abstractmethod
     async def put(self, table: str, key: str, value: bytes) -> None:
         """Write one record; durable when this returns."""

@@ -197,6 +197,16 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         self._settling.append(waiter)
         await waiter
 
+    def quiet(self, besides: int = 0) -> bool:
+        """Whether nothing happens at this instant after the callback that asks, but
+        `besides` callbacks it knows of: no more ready, no timer due (a cancelled one
+        counts: it may not be). Asked by a timer, it sees what else is due at its time
+        and what ran before it there (that scheduled callbacks of its own):
+        `control.ticks`."""
+        when = self._next_timer()
+        return len(self._ready) <= besides and (  # type: ignore[attr-defined]
+            when is None or when >= self.time() + self.CLOCK_RESOLUTION_S)
+
     def _wake_settled(self) -> bool:
         when = self._next_timer()  # (a timer within the clock's resolution is due now)
         if not self._settling or (

@@ -23,6 +23,7 @@ from raygang.core.actions import ACTIONS
 from raygang.core.actions.action import Action, VictimFilter
 from raygang.core.backlog import Backlog, Line, Locator, demand
 from raygang.core.capacity import Capacity
+from raygang.core.clock import Clock
 from raygang.core.config import PolicyConfig
 from raygang.core.draining import Draining
 from raygang.core.elastic import pieces, units_first
@@ -107,8 +108,9 @@ class Cycle:
         self._sorted: dict[str, list[PlacedGang]] = {}  # victim order -> stoppable, sorted
         self._good: dict[str, dict[Resources, int]] = {}  # queue -> totals it admits
         self.hold: Hold | None = None  # capacity held for a gang pending too long
-        # gang id -> (action, its delay, seconds left)
-        self.delayed: dict[str, list[tuple[str, float, float]]] = {}
+        self.clock = Clock(config, actions, now)  # delays and minimum runtimes
+        self.delayed = self.clock.delayed  # gang id -> (action, its delay, seconds left)
+        self.delay_left, self.delay = self.clock.delay_left, self.clock.delay
         self.growths: list[Growth] = []  # by the grow action
         self.grow_waits: dict[str, str] = {}  # elastic gang id -> why it grows no further
         self.backlog: Backlog | None = None
@@ -125,11 +127,13 @@ class Cycle:
             for queue in lines})
         self.hold = self._elect()
         timings: dict[str, float] = {}
+        passed = False  # (an idle pass is skipped only after one that looked at the lines)
         for name in self.config.actions:
             action = self.actions[name]
             began = time.perf_counter()
-            if action.attempt is not None:
+            if action.attempt is not None and not (passed and action.idle and action.idle(self)):
                 self._pass(functools.partial(action.attempt, self))
+                passed = True
             if action.finish is not None:  # a pass over the running gangs (grow)
                 action.finish(self)
             timings[name] = time.perf_counter() - began
@@ -145,6 +149,7 @@ class Cycle:
             growths=tuple(self.growths),
             grow_waits=self.grow_waits,
             timings=timings,
+            steady_until=self.clock.steady_until,
         )
 
     def _lines(self, backlog: Backlog) -> dict[str, Sequence[PendingGang]]:
@@ -238,9 +243,10 @@ class Cycle:
         sla = self.config.sla_waiting_time_s
         if sla is None:
             return None
-        heads = [next((g for g in line if self.ever.fits(g)), None) for line in self.left.values()]
-        gang = elect((g for g in heads if g is not None), self.now, sla,
-                     lambda g: self.book.admission_problem(g) is None)
+        heads = [g for line in self.left.values()
+                 if (g := next((g for g in line if self.ever.fits(g)), None)) is not None]
+        self.clock.sla_heads(heads, sla)
+        gang = elect(heads, self.now, sla, lambda g: self.book.admission_problem(g) is None)
         return None if gang is None else Hold.of(gang, self.capacity, self.draining.settled)
 
     def _held_attempt(self, attempt: Callable[[PendingGang], bool]) -> bool:
@@ -292,7 +298,7 @@ class Cycle:
             stoppable = self._sorted[order]
             narrow = narrow or rules.victim_filter
             ordered = stoppable if narrow is None else narrow(self, stoppable)
-            ordered, kept = (ordered, []) if young else self._old_enough(ordered, action)
+            ordered, kept = (ordered, []) if young else self.clock.old_enough(ordered, action)
             self._pools[key] = Pool(ordered, self.capacity, self.taken, kept)
         return self._pools[key]
 
@@ -301,10 +307,7 @@ class Cycle:
         subset): preemptible, not draining, not protected by their class's minimum
         runtime."""
         if self._stoppable is None:
-            now = self.now  # (no call for the gangs with no minimum runtime)
-            self._stoppable = [
-                g for g in self.pieces if g.preemptible and not g.draining
-                and (g.min_runtime_s <= 0 or not g.protected(now))]
+            self._stoppable = self.clock.stoppable(self.pieces)
         return self._stoppable
 
     def lowest_priority(self) -> float:
@@ -319,34 +322,6 @@ class Cycle:
         if self._empty_pool is None:
             self._empty_pool = Pool([], self.capacity, self.taken)
         return self._empty_pool
-
-    def _old_enough(self, gangs: list[PlacedGang], action: str
-                    ) -> tuple[list[PlacedGang], list[tuple[PlacedGang, float]]]:
-        """(those that ran the action's minimum runtime since their last start, the others
-        with when they will have): KAI's reclaimMinRuntime / preemptMinRuntime."""
-        least = self.actions[action].min_runtime_s(self.config.preemption)
-        if least <= 0:
-            return gangs, []
-        now, old, young = self.now, [], []
-        for gang in gangs:
-            since = gang.running_since
-            if since is not None and now - since >= least:
-                old.append(gang)
-            else:  # not yet running: it has not started its minimum runtime
-                young.append((gang, (now if since is None else since) + least))
-        return old, young
-
-    def delay_left(self, gang: PendingGang, action: str) -> float:
-        """Seconds until `gang` has been pending `action`'s delay (0: it has)."""
-        delay = self.actions[action].delay_s(self.config.preemption)
-        if delay <= 0 or gang.pending_since is None:
-            return 0.0
-        return max(0.0, gang.pending_since + delay - self.now)
-
-    def delay(self, gang: PendingGang, action: str, left: float) -> None:
-        """Remember that `action`'s delay held `gang` back (its reason says so)."""
-        self.delayed.setdefault(gang.gang_id, []).append(
-            (action, self.actions[action].delay_s(self.config.preemption), left))
 
     def search(self, gang: PendingGang, pool: Pool, candidates: Candidates,
                action: str, amounts: Amounts | None = None, trade: Trade | None = None
@@ -379,6 +354,7 @@ class Cycle:
                     found = search.run(among)
         if found is None:
             self.failed.add(key)
+            self.clock.searched(self.actions[action])
             if trade is None:
                 self.tried.setdefault(gang.gang_id, []).append((action, candidates))
             return False
@@ -439,7 +415,7 @@ class Cycle:
 
 def _waited_no_longer(gang: PendingGang, than: PendingGang) -> bool:
     """Whether `gang` has been pending no longer than `than` (one pending since no known
-    time waited no delay: `Cycle.delay_left`)."""
+    time waited no delay: `Clock.delay_left`)."""
     if than.pending_since is None:
         return True
     return gang.pending_since is not None and gang.pending_since >= than.pending_since

@@ -91,6 +91,11 @@ class Plan:
     """Seconds each action took (its passes over the lines and the running gangs): a
     measurement for the operator (KAI's per-action latency), not a decision, so two plans
     that decide alike are equal whatever it says, and a dump leaves it out."""
+    steady_until: float | None = field(default=None, compare=False)
+    """Until when the clock alone changes none of these decisions (`core.clock`): a cycle
+    before it, on the same cluster and backlog, decides alike (inf: until something
+    changes; None: not said, as by a decider other than the core's cycle). When to look
+    again, not a decision: plans that decide alike are equal whatever it says."""
 
     @property
     def looked_at(self) -> Mapping[str, Waiting]:

@@ -45,6 +45,7 @@ from raygang.control.program import RoleProgram
 from raygang.control.records import GangRecord
 from raygang.control.store import Store
 from raygang.control.tasks import cancel_and_wait
+from raygang.control.ticks import Ticks
 from raygang.core.gang import GangState
 from raygang.core.plan import Preemption
 from raygang.core.queues import DEFAULT_QUEUE
@@ -84,8 +85,12 @@ class Replay:
 
 
 class DiscardingStore(Store):
-    """A store that keeps nothing: a replay never restarts its scheduler. The journal still
-    serializes every record it writes, as it would for a real store (that cost is real)."""
+    """A store that keeps nothing: a replay never restarts its scheduler. The journal does
+    not serialize the records it writes here (`Store.discards`: a replay's speed is the
+    simulator's, not the product's), but each write still takes its turn in the event
+    loop, so that simultaneous events break ties as they did."""
+
+    discards = True
 
     async def put(self, table: str, key: str, value: bytes) -> None:
         pass
@@ -268,6 +273,7 @@ class _Replayer:
                              settle_s=0.0,
                              release_recheck_s=RELEASE_RECHECK_S if product else ())
         cluster.on_change = plane.loop.wake
+        plane.loop.ticks = Ticks(self.loop.quiet)
         if self.settings.one_cycle_per_instant:
             plane.loop.settle = self.loop.settled
         return plane

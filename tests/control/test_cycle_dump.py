@@ -15,7 +15,7 @@ import random
 
 import pytest
 
-import raygang.control.loop as loop_module
+import raygang.control.dumps as dumps_module
 from raygang.control.memory import MemoryProgram
 from raygang.control.program import RoleProgram
 from raygang.core.cycle_dump import load_cycle
@@ -125,8 +125,8 @@ def test_cycles_not_asked_for_dump_nothing(monkeypatch):
     def no(*args, **kwargs):
         raise AssertionError("a cycle nobody asked a dump of wrote one")
 
-    monkeypatch.setattr(loop_module, "dump_cycle", no)
-    monkeypatch.setattr(loop_module, "plan_data", no)
+    monkeypatch.setattr(dumps_module, "dump_cycle", no)
+    monkeypatch.setattr(dumps_module, "plan_data", no)
 
     async def scenario():
         plane = make_plane(make_cluster("n0: GPU=2 CPU=4"))
@@ -166,7 +166,7 @@ def test_no_cycle_within_the_timeout_is_a_clear_error():
         plane = await stepped_plane(make_cluster("n0: GPU=2 CPU=4"))  # its loop never cycles
         with pytest.raises(TimeoutError, match="no scheduling cycle ran within 0.5 s"):
             await plane.debug_cycle(timeout_s=0.5)
-        assert plane.loop._dumps == []  # the request is gone with its caller
+        assert plane.loop._dumps.requests == []  # the request is gone with its caller
         await plane.shutdown()
 
     run(scenario)

@@ -4,9 +4,14 @@ where it must not apply."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import random
+
 import pytest
 
 from raygang.core import PolicyConfig, Scheduler, reasons, schedule
+from raygang.core.actions import ACTIONS
 from raygang.core.backlog import Backlog
 from raygang.core.cycle import Cycle
 from raygang.core.domain_reasons import why_not_placed
@@ -206,3 +211,94 @@ def test_the_book_counts_a_queue_again_when_one_of_its_gangs_changed():
     book = QueueBook(config.queue_tree, placed)
     assert book.usage["team-a"] == res("GPU=5") and book.usage["team-b"] == res("GPU=1")
     assert QueueBook(config.queue_tree, placed[:2]).usage["team-b"] == res()  # it ended
+
+
+# A pass that cannot act is not made -------------------------------------------------------
+def _random_cycle(seed: int) -> tuple[object, list[object], PolicyConfig]:
+    """Two queues over 2-5 nodes of 4 GPUs, some running gangs of each (some young), and
+    pending ones of both queues, of two priorities, pending since various times."""
+    rng = random.Random(seed)
+    nodes = [f"w-{i}: GPU=4" for i in range(rng.randint(2, 5))]
+    placed, free = [], {f"w-{i}": 4 for i in range(len(nodes))}
+    for i in range(rng.randint(0, 2 * len(nodes))):
+        node = rng.choice(sorted(n for n, left in free.items() if left) or ["-"])
+        if node == "-":
+            break
+        size = rng.randint(1, free[node])
+        free[node] -= size
+        placed.append(running(f"r-{i}", f"{node}: {size}xGPU=1", queue=rng.choice("ab"),
+                              since=rng.choice([None, 0.0, 900.0, 3500.0])))
+    pending = [gang(f"p-{i}", f"{rng.choice([1, 1, 2, 4, 8])}xGPU=1",
+                    rng.choice(["PACK", "STRICT_PACK", "SPREAD"]),
+                    priority=rng.choice(["training", "training", "inference"]),
+                    queue=rng.choice("ab"), since=rng.choice([None, 0.0, 2000.0, 3900.0]),
+                    seq=i)
+               for i in range(rng.randint(1, 12))]
+    config = PolicyConfig(
+        queues=[queue("a", quota="GPU=4"), queue("b", quota=f"GPU={4 * len(nodes) - 4}")],
+        backfill_lookahead=rng.choice([0, 1, 4]), sla_waiting_time_s=rng.choice([None, 1800.0]),
+        preemption={"reclaim_delay_s": rng.choice([0, 300]),
+                    "reclaim_min_runtime_s": rng.choice([0, 900])})
+    return busy(*nodes, placed=placed), pending, config
+
+
+def test_a_shrink_pass_with_no_surplus_anywhere_is_skipped_and_decides_nothing_else():
+    """Skipped (shrink's `idle`) and made, the plans are equal: admissions, stops, every
+    reason and who waits behind whom."""
+    made = {**ACTIONS, "shrink": dataclasses.replace(ACTIONS["shrink"], idle=None)}
+    outcomes = set()
+    for seed in range(300):
+        snapshot, pending, config = _random_cycle(seed)
+        plan = schedule(snapshot, pending, config, 4000.0)
+        assert plan == schedule(snapshot, pending, config, 4000.0, actions=made), seed
+        outcomes.update({p.action for p in plan.preemptions} | {bool(plan.admissions)})
+    assert outcomes >= {True, False, "reclaim", "preempt"}  # the cases reach every action
+
+
+def test_a_shrink_pass_first_is_made_even_with_no_surplus():
+    """First, it is the pass that looks at the lines: a cycle of shrink alone still says
+    why each gang waits as it looked at it."""
+    snapshot, pending, config = _random_cycle(3)
+    only = config.model_copy(update={"actions": ("shrink",)})
+    calls = []
+    watched = dataclasses.replace(ACTIONS["shrink"], attempt=lambda c, g: calls.append(g) or False)
+    schedule(snapshot, pending, only, 4000.0, actions={**ACTIONS, "shrink": watched})
+    assert calls
+
+
+# When the clock alone may change a decision (core.clock, Plan.steady_until) ---------------
+def _steady(now: float, since: float, **preemption: object) -> float | None:
+    plan = schedule(_borrowed(), [_b("b-1", since=since, seq=0)], _teams(**preemption), now)
+    return plan.steady_until
+
+
+def test_a_plan_is_steady_until_a_delay_it_waited_out_ends():
+    assert _steady(1100.0, 1000.0, reclaim_min_runtime_s=0, reclaim_delay_s=300) == 1300.0
+
+
+def test_a_plan_is_steady_until_the_minimum_runtime_that_kept_a_victim_ends():
+    # a-new (beyond team-a's quota, started at 10) may be stopped from 910.
+    assert _steady(500.0, 0.0, reclaim_min_runtime_s=900, reclaim_delay_s=0,
+                   reclaim_victim_order="newest") == 910.0
+
+
+def test_a_plan_is_not_steady_where_a_search_in_the_cheapest_order_found_no_room():
+    # Which gangs go first, and which a queue keeps, moves with their work since a
+    # checkpoint: a search later may find room where this one did not.
+    assert _steady(500.0, 0.0, reclaim_min_runtime_s=900, reclaim_delay_s=0,
+                   reclaim_victim_order="cheapest") == 500.0
+
+
+def test_a_plan_is_not_steady_where_a_trade_weighs_the_wait():
+    assert _steady(1100.0, 1000.0, reclaim_delay_s=300, reclaim_trade_ratio=1.0) == 1100.0
+
+
+def test_a_plan_with_nothing_held_back_by_the_clock_is_steady_until_a_change():
+    plan = schedule(_borrowed(), [], _teams(), 500.0)
+    assert plan.steady_until == math.inf
+    teams = _teams(reclaim_min_runtime_s=0, reclaim_delay_s=0)
+    late = schedule(_borrowed(), [_b("b-1", since=0.0, seq=0)], teams, 500.0)
+    assert late.preemptions and late.steady_until == 14_400.0  # its wait may reach the SLA
+    teams = teams.model_copy(update={"sla_waiting_time_s": None})
+    held = schedule(_borrowed(), [_b("b-1", since=0.0, seq=0)], teams, 500.0)
+    assert held.preemptions and held.steady_until == math.inf

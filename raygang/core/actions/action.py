@@ -148,6 +148,9 @@ class Action:
     why: Callable[[PlacedGang, PendingGang], str] | None = None
     # A pass over the running gangs once the pending ones were offered (grow).
     finish: Callable[[GrowingCycle], None] | None = None
+    # Whether its pass over the pending gangs would admit nobody and leave nothing behind
+    # (shrink, with no surplus anywhere): then a cycle makes it only as its first pass.
+    idle: Callable[[CycleState], bool] | None = None
     # What a stopped gang's status says happened to it ("preempted by ...").
     verb: str = "preempted"
     # Least important first: `core.preemption.victims.victim_key`'s order names; the

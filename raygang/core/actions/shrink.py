@@ -20,6 +20,14 @@ def shrink(cycle: CycleState, gang: PendingGang) -> bool:
                         "shrink")
 
 
+def _no_surplus(cycle: CycleState) -> bool:
+    """Every gang's try would end at once. A pass in which every try fails looks at the
+    gangs the pass before it left undecided, sets aside those that one set aside and
+    stops each line where that one stopped: after another pass, skipping it changes
+    nothing (tests/unit/test_cycle_shortcuts.py compares)."""
+    return not cycle.surplus_queues
+
+
 def _surplus(cycle: CycleState, gangs: list[PlacedGang]) -> list[PlacedGang]:
     return [g for g in gangs if g.of is not None]
 
@@ -32,4 +40,4 @@ def why(victim: PlacedGang, gang: PendingGang) -> str:
 ACTION = Action("shrink", shrink, no_room={
     "none": "",
     "some": "; the surplus of its queue's elastic gangs would not make room",
-}, why=why, verb="shrunk", victim_order="newest", victim_filter=_surplus)
+}, why=why, verb="shrunk", victim_order="newest", victim_filter=_surplus, idle=_no_surplus)
