@@ -77,6 +77,9 @@ class SchedulingLoop:
         self._scale_wake = asyncio.Event()
         self.settle: Callable[[], Awaitable[None]] | None = None  # sim: VirtualTimeLoop.settled
         self.ticks: Ticks | None = None  # sim: intervals that end with nothing to look at
+        # Whether each cycle writes why gangs wait on their records (a status reads them);
+        # a replay reads none, and its plans work their reasons out only when asked.
+        self.explains = True
         self.cycles = 0
         self.last_error: str | None = None
         self.last_plan = Plan()
@@ -267,7 +270,8 @@ class SchedulingLoop:
         for growth in plan.growths:  # on settled capacity: nobody waits for it
             self._fleet.grow(growth)
         self._fleet.note_growth(plan.grow_waits)
-        self.waits, self.waiting_since = self._registry.note_waiting(plan)
+        if self.explains:
+            self.waits, self.waiting_since = self._registry.note_waiting(plan)
         self._metrics.phase_done("apply", applying)
         self._metrics.cycle_done(self._started, plan)
 

@@ -139,10 +139,11 @@ class Cycle:
             timings[name] = time.perf_counter() - began
 
         locate = Locator(lines, backlog.find)
-        behind = Reasons(self).explain(eager)
+        explain = functools.partial(Reasons(self).explain, eager)  # on the cycle as it ends
         return Plan(
             admissions=tuple(self.admissions),
-            waiting=Waitings(self.waiting, behind, locate),
+            waiting=Waitings(self.waiting, explain(), locate) if eager
+            else Waitings(self.waiting, {}, locate, later=explain),
             at=self.now,
             preemptions=tuple(self.preemptions),
             positions=Positions(lines, locate),

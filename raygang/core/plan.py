@@ -129,10 +129,28 @@ class Waitings(Mapping[str, Waiting]):
     when asked, those behind a blocked queue head."""
 
     def __init__(self, explicit: dict[str, Waiting], behind: Mapping[str, Behind],
-                 locate: Locate):
-        self.explicit = explicit
-        self.behind = behind
+                 locate: Locate, later: Callable[[], Mapping[str, Behind]] | None = None):
+        """`later`: what works out the reasons of the gangs looked at (into `explicit`)
+        and returns those behind blocked heads, run when a reason is first read (a
+        replay reads none: `control.loop`'s `explains`)."""
+        self._explicit, self._behind, self._later = explicit, behind, later
         self._locate = locate
+
+    @property
+    def explicit(self) -> dict[str, Waiting]:
+        self._work_out()
+        return self._explicit
+
+    @property
+    def behind(self) -> Mapping[str, Behind]:
+        self._work_out()
+        return self._behind
+
+    def _work_out(self) -> None:
+        later = self._later
+        if later is not None:
+            self._later = None
+            self._behind = later()
 
     def __getitem__(self, gang_id: str) -> Waiting:
         found = self.explicit.get(gang_id)
@@ -156,6 +174,8 @@ class Waitings(Mapping[str, Waiting]):
         return len(self.explicit) + sum(len(b.line) - b.start for b in self.behind.values())
 
     def __repr__(self) -> str:
+        if self._later is not None:
+            return "Waitings(not worked out yet)"
         lazy = len(self) - len(self.explicit)
         return f"Waitings({len(self.explicit)} looked at, {lazy} behind blocked queue heads)"
 

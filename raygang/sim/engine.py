@@ -274,6 +274,7 @@ class _Replayer:
                              release_recheck_s=RELEASE_RECHECK_S if product else ())
         cluster.on_change = plane.loop.wake
         plane.loop.ticks = Ticks(self.loop.quiet)
+        plane.loop.explains = False  # nobody reads a replay's reasons
         if self.settings.one_cycle_per_instant:
             plane.loop.settle = self.loop.settled
         return plane

@@ -21,6 +21,7 @@ from raygang.control.program import RoleProgram
 from raygang.core.cycle_dump import load_cycle
 from raygang.core.gang import GangState as S
 from raygang.core.plan_data import plan_data
+from raygang.core.reasons import Reasons
 from raygang.core.queues import QueueSpec
 from raygang.core.spec import RoleSpec
 
@@ -167,6 +168,29 @@ def test_no_cycle_within_the_timeout_is_a_clear_error():
         with pytest.raises(TimeoutError, match="no scheduling cycle ran within 0.5 s"):
             await plane.debug_cycle(timeout_s=0.5)
         assert plane.loop._dumps.requests == []  # the request is gone with its caller
+        await plane.shutdown()
+
+    run(scenario)
+
+
+def test_a_loop_that_explains_nothing_writes_no_reason_and_works_none_out(monkeypatch):
+    """A replay's loop (`explains` off): its records get no reason, and its plans work
+    none out (core.plan.Waitings); the same cycle explains with it on."""
+    worked = []
+    monkeypatch.setattr(Reasons, "explain",
+                        lambda self, eager, real=Reasons.explain: worked.append(1)
+                        or real(self, eager))
+
+    async def scenario():
+        plane = await stepped_plane(make_cluster("n0: GPU=2 CPU=4"))
+        await submit(plane, "first", "2xGPU=1")
+        gang_id = await submit(plane, "second", "2xGPU=1")  # waits for the first
+        plane.loop.explains = False
+        plane.loop.cycle()
+        assert plane.record(gang_id).wait.message is None and worked == []
+        plane.loop.explains = True
+        plane.loop.cycle()
+        assert "GPU" in plane.record(gang_id).wait.message and worked == [1]
         await plane.shutdown()
 
     run(scenario)

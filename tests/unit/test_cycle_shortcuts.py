@@ -302,3 +302,21 @@ def test_a_plan_with_nothing_held_back_by_the_clock_is_steady_until_a_change():
     teams = teams.model_copy(update={"sla_waiting_time_s": None})
     held = schedule(_borrowed(), [_b("b-1", since=0.0, seq=0)], teams, 500.0)
     assert held.preemptions and held.steady_until == math.inf
+
+
+# Reasons worked out when first read ----------------------------------------------------------
+def test_a_backlogs_reasons_are_worked_out_once_when_first_read(monkeypatch):
+    calls = []
+    explain = reasons.Reasons.explain
+    monkeypatch.setattr(reasons.Reasons, "explain",
+                        lambda self, eager: calls.append(eager) or explain(self, eager))
+    teams = _teams(reclaim_min_runtime_s=0, reclaim_delay_s=300)
+    pending = [_b("b-1", since=1000.0, seq=0)]
+    plan = schedule(_borrowed(), Backlog.of(pending), teams, 1100.0)
+    assert calls == []  # a replay reads none (control.loop's `explains`)
+    assert "(in 200 s)" in plan.waiting["b-1"].message
+    assert "(in 200 s)" in plan.waiting["b-1"].message
+    assert calls == [False]
+    listed = schedule(_borrowed(), pending, teams, 1100.0)  # a list: explained at once
+    assert calls == [False, True]
+    assert listed == plan
