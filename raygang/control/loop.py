@@ -200,7 +200,7 @@ class SchedulingLoop:
             return
         now, snapshot, backlog, policy = prepared
         try:
-            plan = self._decide(snapshot, backlog, policy, now)
+            plan = self._decided(snapshot, backlog, policy, now)
         except Exception as error:
             self._dumps.answer(prepared, error=error)
             raise
@@ -221,12 +221,21 @@ class SchedulingLoop:
         prepared = self._prepared(*begun, snapshot)
         now, snapshot, backlog, policy = prepared
         try:
-            plan = await asyncio.to_thread(self._decide, snapshot, backlog, policy, now)
+            plan = await asyncio.to_thread(self._decided, snapshot, backlog, policy, now)
         except Exception as error:
             await self._dumps.answer_off_loop(prepared, error=error)
             raise
         self._apply(now, plan, snapshot)
         await self._dumps.answer_off_loop(prepared, plan)
+
+    def _decided(self, snapshot: ClusterSnapshot, backlog: Backlog, policy: PolicyConfig,
+                 now: float) -> Plan:
+        """The decider's plan, its reasons worked out in this thread (the cycle's: the
+        event loop only writes them on the records), unless nobody reads them."""
+        plan = self._decide(snapshot, backlog, policy, now)
+        if self.explains and isinstance(plan.waiting, Waitings):
+            plan.waiting.work_out()
+        return plan
 
     def _prepare(self) -> Prepared | None:
         begun = self._begin()

@@ -138,15 +138,16 @@ class Waitings(Mapping[str, Waiting]):
 
     @property
     def explicit(self) -> dict[str, Waiting]:
-        self._work_out()
+        self.work_out()
         return self._explicit
 
     @property
     def behind(self) -> Mapping[str, Behind]:
-        self._work_out()
+        self.work_out()
         return self._behind
 
-    def _work_out(self) -> None:
+    def work_out(self) -> None:
+        """Work the reasons out now, if not yet (in the thread that decided)."""
         later = self._later
         if later is not None:
             self._later = None
