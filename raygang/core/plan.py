@@ -147,11 +147,13 @@ class Waitings(Mapping[str, Waiting]):
         return self._behind
 
     def work_out(self) -> None:
-        """Work the reasons out now, if not yet (in the thread that decided)."""
+        """Work the reasons out now, if not yet (in the thread that decided). Marked done
+        only once they are: a reader meanwhile works them out too (alike), never reads
+        half of them."""
         later = self._later
         if later is not None:
-            self._later = None
             self._behind = later()
+            self._later = None
 
     def __getitem__(self, gang_id: str) -> Waiting:
         found = self.explicit.get(gang_id)
