@@ -74,44 +74,44 @@ def first_difference(a: object, b: object, where: str = "") -> str | None:
 
 
 class Sampler:
-    """Which functions the main thread is in, sampled from a thread every 5 ms: the share
-    of samples with each function on the stack (inclusive) and on top (own)."""
+    """Which functions the replay is in, sampled every 5 ms of its CPU time (a SIGPROF
+    timer, handled in the main thread between two steps of Python): the share of samples
+    with each function on the stack (inclusive) and on top (own). A sampling thread would
+    get the interpreter's lock where the main thread lets go of it, in calls into the
+    system (`uuid4`'s `os.urandom`), and put half the samples there."""
 
     def __init__(self, every_s: float = 0.005):
-        import threading
-
-        self.every_s, self.main = every_s, threading.main_thread().ident
+        self.every_s = every_s
         self.inclusive: dict[str, int] = {}
         self.own: dict[str, int] = {}
         self.samples = 0
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self) -> Sampler:
-        self.thread.start()
+        import signal
+
+        self._before = signal.signal(signal.SIGPROF, self._sample)
+        signal.setitimer(signal.ITIMER_PROF, self.every_s, self.every_s)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join()
+        import signal
 
-    def _run(self) -> None:
-        while not self.stop.wait(self.every_s):
-            frame = sys._current_frames().get(self.main)
-            if frame is None:
-                continue
-            self.samples += 1
-            seen, top = set(), True
-            while frame is not None:
-                code = frame.f_code
-                where = f"{Path(code.co_filename).name}:{code.co_firstlineno}:{code.co_name}"
-                if top:
-                    self.own[where] = self.own.get(where, 0) + 1
-                    top = False
-                if where not in seen:
-                    seen.add(where)
-                    self.inclusive[where] = self.inclusive.get(where, 0) + 1
-                frame = frame.f_back
+        signal.setitimer(signal.ITIMER_PROF, 0, 0)
+        signal.signal(signal.SIGPROF, self._before)
+
+    def _sample(self, signum: int, frame: object) -> None:
+        self.samples += 1
+        seen, top = set(), True
+        while frame is not None:
+            code = frame.f_code  # type: ignore[attr-defined]
+            where = f"{Path(code.co_filename).name}:{code.co_firstlineno}:{code.co_name}"
+            if top:
+                self.own[where] = self.own.get(where, 0) + 1
+                top = False
+            if where not in seen:
+                seen.add(where)
+                self.inclusive[where] = self.inclusive.get(where, 0) + 1
+            frame = frame.f_back  # type: ignore[attr-defined]
 
     def report(self, n: int) -> None:
         total = max(self.samples, 1)
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", type=Path, help="cProfile each policy to PATH.POLICY")
     parser.add_argument("--sample", type=int, default=0, metavar="N",
                         help="print the N functions most often on the stack, sampled every "
-                        "5 ms (cheap, unlike cProfile, which inflates small calls)")
+                        "5 ms of CPU (cheap, unlike cProfile, which inflates small calls)")
     parser.add_argument("--one-cycle-per-instant", action="store_true",
                         help="SimSettings.one_cycle_per_instant (decides otherwise at ties)")
     args = parser.parse_args(argv)
