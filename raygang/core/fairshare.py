@@ -327,14 +327,18 @@ class QueueOrder:
     def __init__(self, book: QueueBook, leaves: Sequence[str]):
         self.book = book
         self.keys = {q: book.order_key(q) for q in leaves}
+        # The last pick, until a key changes or a queue is done: a pass picks the same
+        # queue for each of its gangs it does not admit
+        self._picked: str | None = None
 
     def pick(self) -> str | None:
-        if not self.keys:
-            return None
-        # The least (key, name): compared as pairs in C, not a key function per queue
-        return min(zip(self.keys.values(), self.keys))[1]
+        if self._picked is None and self.keys:
+            # The least (key, name): compared as pairs in C, not a key function per queue
+            self._picked = min(zip(self.keys.values(), self.keys))[1]
+        return self._picked
 
     def touched(self, queue: str) -> None:
+        self._picked = None
         paths = self.book.tree.paths
         top = paths[queue][0]
         ratios: dict[str, LevelKey] = {}  # each queue's key once (the top's is everyone's)
@@ -347,3 +351,5 @@ class QueueOrder:
 
     def done(self, queue: str) -> None:
         self.keys.pop(queue, None)
+        if queue == self._picked:
+            self._picked = None
