@@ -148,11 +148,14 @@ class SchedulingLoop:
         return self._cluster.tells_changes and self.scaling is None and self.history is None \
             and self.usage.keeper is None
 
+    def _ticks(self) -> Ticks | None:
+        """The replay's ticks (`control.ticks`), where nothing changes unsaid."""
+        return self.ticks if self.ticks is not None and self._told_all() else None
+
     async def _next_look(self) -> bool:
         """Until a change is told (True) or the interval passed (False)."""
-        timeout, ticks = self._cycle_timeout(), self.ticks
-        tick = ticks.start(timeout) if ticks is not None and timeout != math.inf \
-            and self._told_all() else None
+        timeout, ticks = self._cycle_timeout(), self._ticks()
+        tick = ticks.start(timeout) if ticks is not None and timeout != math.inf else None
         try:
             return await self._woken(self._wake, timeout, self.settle)
         finally:
@@ -163,8 +166,8 @@ class SchedulingLoop:
     async def run(self) -> None:
         while True:
             told = await self._next_look()
-            if not told and self.ticks is not None and self._told_all() \
-                    and self.ticks.steady(self.last_plan, self._clock()):
+            if not told and (ticks := self._ticks()) is not None \
+                    and ticks.steady(self.last_plan, self._clock()):
                 continue  # a look would decide as the last one did (control.ticks)
             try:
                 await self.cycle_off_loop()
