@@ -120,9 +120,15 @@ class Line:
 
     def drop(self, looked: int, admitted: set[str]) -> None:
         """After a pass that looked at the first `looked` gangs: forget the admitted."""
-        seen = [self[i] for i in range(looked)]
-        self.start += max(0, looked - len(self.head))
-        self.head = [g for g in seen if g.gang_id not in admitted]
+        head = self.head
+        if looked <= len(head):  # (a gang of the head not looked at stays in it)
+            kept = [g for g in head[:looked] if g.gang_id not in admitted] + head[looked:]
+        else:
+            end = self.start + looked - len(head)
+            kept = [g for part in (head, self.tail[self.start:end]) for g in part
+                    if g.gang_id not in admitted]
+            self.start = end
+        self.head = kept
 
 
 def demand(totals: Mapping[Resources, int]) -> Resources:
