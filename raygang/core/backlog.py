@@ -133,4 +133,4 @@ class Line:
 
 def demand(totals: Mapping[Resources, int]) -> Resources:
     """What a queue's pending gangs ask for in all."""
-    return Resources.sum(total * count for total, count in totals.items())
+    return Resources.sum_times(totals.items())

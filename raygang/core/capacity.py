@@ -12,7 +12,7 @@ import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from raygang.core.memory import CycleMemory
-from raygang.core.resources import Resources, scarcity_key
+from raygang.core.resources import Resources, per_node, scarcity_key
 from raygang.core.snapshot import NodeState
 
 Undo = Callable[[], None]
@@ -211,11 +211,12 @@ class Capacity:
 
     # Tentative changes ------------------------------------------------------------------
     def reserve(self, assignment: Iterable[tuple[str, Resources]]) -> Undo:
-        """Take each bundle from its node; returns a function that puts them back."""
-        taken: list[tuple[str, Resources]] = []
-        for node_id, bundle in assignment:
+        """Take each bundle from its node; returns a function that puts them back. (The
+        bundles are summed per node first: a gang's members on one node move that node
+        from one class to another once, to where bundle by bundle would have.)"""
+        taken = list(per_node(assignment).items())
+        for node_id, bundle in taken:
             self._set_free(node_id, self._free[node_id] - bundle)
-            taken.append((node_id, bundle))
 
         def undo() -> None:
             for node_id, bundle in reversed(taken):
@@ -226,11 +227,10 @@ class Capacity:
     def release(self, assignment: Iterable[tuple[str, Resources]]) -> Undo:
         """Give each bundle back to its node (nodes not in this capacity are skipped);
         returns a function that takes them again."""
-        given: list[tuple[str, Resources]] = []
-        for node_id, bundle in assignment:
-            if node_id in self._free:
-                self._set_free(node_id, self._free[node_id] + bundle)
-                given.append((node_id, bundle))
+        given = [(node_id, bundle) for node_id, bundle in per_node(assignment).items()
+                 if node_id in self._free]  # (summed per node, as `reserve`)
+        for node_id, bundle in given:
+            self._set_free(node_id, self._free[node_id] + bundle)
 
         def undo() -> None:
             for node_id, bundle in reversed(given):

@@ -244,8 +244,12 @@ class Cycle:
         sla = self.config.sla_waiting_time_s
         if sla is None:
             return None
-        heads = [g for line in self.left.values()
-                 if (g := next((g for g in line if self.ever.fits(g)), None)) is not None]
+        fits, heads = self.ever.fits, []
+        for line in self.left.values():
+            for head in line:  # the first that fits the cluster at all (most lines: the first)
+                if fits(head):
+                    heads.append(head)
+                    break
         self.clock.sla_heads(heads, sla)
         gang = elect(heads, self.now, sla, lambda g: self.book.admission_problem(g) is None)
         return None if gang is None else Hold.of(gang, self.capacity, self.draining.settled)

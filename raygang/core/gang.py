@@ -73,7 +73,7 @@ class PendingGang:
     @property
     def shape(self) -> Shape:
         """Gangs of one shape fit or do not fit together (placement ignores names)."""
-        return (self.spec.strategy, self.spec.min_bundles, self.spec.layout)
+        return self.spec.shape
 
     def order_key(self) -> tuple[int, int, str]:
         """Total order of admission: higher priority, then earlier submission, then id."""

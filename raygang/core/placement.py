@@ -48,15 +48,15 @@ def place_gang(gang: PendingGang, capacity: Capacity) -> Assignment | None:
 
 def largest_first(bundles: Sequence[Resources], capacity: Capacity) -> list[int]:
     """Bundle indices, largest first (scarcest resource compared first), stable."""
+    first = bundles[0] if bundles else None
+    if all(bundle is first for bundle in bundles):  # one role's: the same vector, in order
+        return list(range(len(bundles)))
     names = capacity.resource_names
     return sorted(range(len(bundles)), key=lambda i: tuple(-bundles[i].units(n) for n in names))
 
 
 def _on_one_node(bundles: Sequence[Resources], capacity: Capacity) -> Assignment | None:
-    total = Resources()
-    for bundle in bundles:
-        total = total + bundle
-    node = capacity.best_node(total)
+    node = capacity.best_node(Resources.sum(bundles))
     return None if node is None else (node,) * len(bundles)
 
 

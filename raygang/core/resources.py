@@ -139,6 +139,17 @@ class Resources(Mapping[str, float]):
                 units[name] = get(name, 0) + value
         return cls._of_units(units)
 
+    @classmethod
+    def sum_times(cls, pairs: Iterable[tuple[Resources, int]]) -> Resources:
+        """The sum of each vector times its count, built once (a queue's demand from the
+        distinct totals its gangs ask for, each cycle)."""
+        units: dict[str, int] = {}
+        get = units.get
+        for vector, count in pairs:
+            for name, value in vector._units.items():
+                units[name] = get(name, 0) + value * count
+        return cls._of_units(units)
+
     def fits_in(self, capacity: Resources) -> bool:
         """True when every amount here is available in `capacity`."""
         cap = capacity._units

@@ -68,7 +68,7 @@ def unschedulable_reason(
     if not snapshot.alive_nodes:
         return "the cluster has no alive nodes"
     ever = EverFits(snapshot, memory)
-    if ever.fits_shape((spec.strategy, spec.min_bundles, spec.layout)):
+    if ever.fits_shape(spec.shape):
         return None
     return why_not_placed(spec.min_bundles, spec.strategy, ever.empty, spec.layout) + \
         " (even with the cluster empty)"
