@@ -84,9 +84,8 @@ class _Cohort:
                    self.requestable - self.used)
 
     def fits(self, queue: str, request: int, borrow: bool = True) -> bool:
-        usage = self.usage.get(queue, 0) + request
-        if not borrow and usage > self.nominal.get(queue, 0):
-            return False
+        if not borrow:
+            return request <= self.room(queue)
         return self.used + request <= self.requestable
 
     def move(self, queue: str, amount: int) -> None:
@@ -131,7 +130,7 @@ class _Facts:
 
     def make(self, gang: PendingGang) -> _Fact:
         spec = gang.spec
-        kind = (spec.strategy, spec.min_bundles, spec.layout, spec.queue, gang.priority)
+        kind = (spec.shape, spec.queue, gang.priority)
         tail = (-gang.priority, gang.seq, gang.gang_id)
         fact = (gang, self._kinds.setdefault(kind, len(self._kinds)),
                 spec.min_total.units(GPU), (False, *tail), (True, *tail))
