@@ -27,7 +27,7 @@ from raygang.control.errors import ClusterUnreachable
 from raygang.control.fleet import Fleet
 from raygang.control.ports import Cluster
 from raygang.control.tasks import spawn_free, wait_within
-from raygang.core.snapshot import ClusterSnapshot
+from raygang.core.snapshot import ClusterSnapshot, PlacedGang
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,8 @@ class ClusterView:
         self.unreachable: tuple[float, str] | None = None
         self._reading: asyncio.Future[ClusterSnapshot] | None = None  # a read in a thread
         self._reading_since = 0.0  # when it began (the event loop's clock)
+        # What it was asked with: the gangs held then, and the nodes being drained
+        self._asked: tuple[tuple[PlacedGang, ...], frozenset[str]] = ((), frozenset())
         self._probing: asyncio.Task[None] | None = None
         self._probed_at = float("-inf")
 
@@ -79,22 +81,35 @@ class ClusterView:
 
     async def _read_in_thread(self) -> ClusterSnapshot:
         """A read in a thread; a caller that comes while one is under way (a cycle and the
-        status page's views at once) shares it, within what is left of its timeout."""
-        clock = asyncio.get_running_loop().time
+        status page's views at once) shares it, within what is left of its timeout, if it
+        was asked with what raygang holds now. One asked before a gang was admitted (a
+        view's, begun while the last cycle decided) would show that gang's capacity free
+        before Ray shows its group: the caller waits for it (the one read a cluster that
+        hangs gets), then reads anew."""
+        asked = self._asking()
         reading = self._reading
-        if reading is None or reading.done():
-            held, draining = tuple(self._fleet.held()), self._draining()
+        if reading is not None and not reading.done() and self._asked != asked:
+            await self._within(reading)
+            asked, reading = self._asking(), self._reading  # (another may have begun one)
+        if reading is None or reading.done() or self._asked != asked:
             reading = self._reading = asyncio.ensure_future(
-                asyncio.to_thread(self._cluster.observe, held, draining))
+                asyncio.to_thread(self._cluster.observe, *asked))
             reading.add_done_callback(self._read_returned)
-            self._reading_since = clock()
-        left = self._reading_since + CLUSTER_READ_TIMEOUT_S - clock()
+            self._reading_since, self._asked = asyncio.get_running_loop().time(), asked
+        await self._within(reading)
+        return reading.result()
+
+    def _asking(self) -> tuple[tuple[PlacedGang, ...], frozenset[str]]:
+        return tuple(self._fleet.held()), frozenset(self._draining())
+
+    async def _within(self, reading: asyncio.Future[ClusterSnapshot]) -> None:
+        """Until `reading` returns, within what is left of its timeout."""
+        left = self._reading_since + CLUSTER_READ_TIMEOUT_S - asyncio.get_running_loop().time()
         done, _ = (await wait_within([asyncio.shield(reading)], left) if left > 0
                    else (set(), set()))
         if not done:
             raise ClusterUnreachable(
                 f"the cluster did not answer within {CLUSTER_READ_TIMEOUT_S:g} s")
-        return reading.result()
 
     def _read_returned(self, reading: asyncio.Future[ClusterSnapshot]) -> None:
         if not reading.cancelled():
