@@ -12,7 +12,7 @@ Used by the Ray-free test tier (tests/control, on `control.memory.MemoryCluster`
 `raygang sim` (the same cluster, replaying a trace).
 
 Nothing may run in a real thread meanwhile (the loop would move time on while it works):
-`run_in_executor` / `asyncio.to_thread` run their function inline (`InlineExecutor`).
+`run_in_executor` / `asyncio.to_thread` run their function inline (`run_in_executor`).
 The real selector is still polled (without blocking), because `call_soon_threadsafe`
 wakes the loop through its self-pipe.
 """
@@ -115,6 +115,15 @@ class InlineExecutor(concurrent.futures.ThreadPoolExecutor):
         return future
 
 
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.cancelled():
+        return
+    if error is None:
+        future.set_result(result)
+    else:
+        future.set_exception(error)
+
+
 class _Timer(asyncio.TimerHandle):
     """A timer ordered by its time, then by when it was set: asyncio orders timers by time
     alone, and its heap breaks ties by its own layout, which every other timer set or
@@ -160,6 +169,25 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
 
     def time(self) -> float:
         return self.clock.now
+
+    def run_in_executor(self, executor: Any, func: Callable[..., Any],  # type: ignore[override]
+                        *args: Any) -> asyncio.Future[Any]:
+        """The default executor's call (`asyncio.to_thread`, a cycle's decision) runs at
+        once, inline; its future is done one round later, as a thread's would be (asyncio
+        chains a thread's future to the loop's with one callback): the rounds between a
+        call and its caller's wake-up are the same, so are the steps other tasks take in
+        between, and so are a replay's decisions. Without a thread's future and its lock
+        (a replay makes tens of thousands of these calls)."""
+        if executor is not None:
+            return super().run_in_executor(executor, func, *args)
+        future = self.create_future()
+        try:
+            result = func(*args)
+        except BaseException as error:  # handed to the awaiting task, as a thread would
+            self.call_soon(_settle, future, None, error)
+        else:
+            self.call_soon(_settle, future, result, None)
+        return future
 
     def call_at(self, when: float, callback: Callable[..., object], *args: Any,  # type: ignore[override]
                 context: Any = None) -> asyncio.TimerHandle:

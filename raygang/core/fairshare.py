@@ -43,6 +43,10 @@ class QueueBook:
         self.fair: dict[str, Share] = {}
         self.cluster = ZERO  # the alive nodes' capacity, set by `share_out`
         self.usage: dict[str, Resources]
+        # Moved by every change of what queues' order keys read (usage, usage over time,
+        # fair shares): the keys worked out at one version serve every pass until the next
+        self.version = 0
+        self._keys: tuple[int, dict[str, tuple[LevelKey, ...]]] = (-1, {})
         # What each leaf runs in gangs reclaim cannot stop (non-preemptible classes).
         self.firm: dict[str, Resources]
         kept = None if memory is None else memory.book
@@ -70,15 +74,25 @@ class QueueBook:
             memory.book = (tree, placed, dict(self.usage), dict(self.firm))
 
     def add(self, queue: str, amount: Resources) -> Undo:
+        self.version += 1
         for name in self.tree.paths[queue]:
             self.usage[name] = self.usage[name] + amount
         return lambda: self.remove(queue, amount)
 
     def charge(self, queue: str, amount: Resources) -> Undo:
         """An admission's penalty on the queue's usage over time (none without)."""
-        return _nothing if self.history is None else self.history.charge(queue, amount)
+        if self.history is None:
+            return _nothing
+        self.version += 1
+        undo = self.history.charge(queue, amount)
+
+        def uncharge() -> None:
+            self.version += 1
+            undo()
+        return uncharge
 
     def remove(self, queue: str, amount: Resources) -> Undo:
+        self.version += 1
         for name in self.tree.paths[queue]:
             self.usage[name] = self.usage[name] - amount
         return lambda: self.add(queue, amount)
@@ -169,6 +183,7 @@ class QueueBook:
     def compute_fair_shares(self, cluster: Resources, demand: Mapping[str, Resources]) -> None:
         """Fair share of every queue, given the cluster's capacity and each leaf's demand
         (what it uses plus what its pending gangs ask for)."""
+        self.version += 1
         self.cluster = cluster
         # A pure function of the tree, the cluster and the demand unless usage over time
         # moves the weights (`_used`): then kept while those three are the same. The
@@ -228,6 +243,21 @@ class QueueBook:
             share = fair.get(res, 0.0)
             ratio = max(ratio, used / share if share > 0 else math.inf)
         return ratio
+
+    def order_keys(self, leaves: Iterable[str]) -> dict[str, tuple[LevelKey, ...]]:
+        """Each leaf's `order_key`, kept while nothing it reads changed: a cycle's passes
+        each order the same queues, and only what they admit or stop moves a key."""
+        version, kept = self._keys
+        if version != self.version:
+            kept = {}
+            self._keys = (self.version, kept)
+        keys = {}
+        for leaf in leaves:
+            key = kept.get(leaf)
+            if key is None:
+                key = kept[leaf] = self.order_key(leaf)
+            keys[leaf] = key
+        return keys
 
     def order_key(self, leaf: str) -> tuple[LevelKey, ...]:
         """Ancestors' dominant shares from the top down, then the leaf's own (each its
@@ -326,7 +356,7 @@ class QueueOrder:
 
     def __init__(self, book: QueueBook, leaves: Sequence[str]):
         self.book = book
-        self.keys = {q: book.order_key(q) for q in leaves}
+        self.keys = book.order_keys(leaves)
         # The last pick, until a key changes or a queue is done: a pass picks the same
         # queue for each of its gangs it does not admit
         self._picked: str | None = None

@@ -174,6 +174,46 @@ def test_simultaneous_timers_fire_in_the_order_they_were_set():
     assert fired == sorted(expected)  # by time, then by the order they were set
 
 
+def test_a_call_off_the_loop_interleaves_as_through_an_executors_future(monkeypatch):
+    """`VirtualTimeLoop.run_in_executor` runs the call inline without a thread's future,
+    but the caller wakes the same rounds later as through one (asyncio's own path, with
+    the inline executor): the other tasks' steps in between are the same, and so are a
+    replay's decisions. An error reaches the caller either way."""
+    def interleaving(loop: VirtualTimeLoop) -> list[str]:
+        steps: list[str] = []
+
+        def work(name: str) -> str:
+            steps.append(f"{name} runs")
+            if name == "bad":
+                raise ValueError(name)
+            return name
+
+        async def caller(name: str) -> None:
+            try:
+                steps.append(f"{await asyncio.to_thread(work, name)} back")
+            except ValueError as error:
+                steps.append(f"{error} raised")
+
+        async def ticker() -> None:
+            for i in range(6):
+                steps.append(f"tick {i}")
+                await asyncio.sleep(0)
+
+        async def main() -> None:
+            await asyncio.gather(ticker(), caller("a"), caller("bad"), ticker(), caller("b"))
+        try:
+            loop.run_until_complete(main())
+        finally:
+            loop.close()
+        return steps
+
+    fast = interleaving(VirtualTimeLoop())
+    monkeypatch.setattr(VirtualTimeLoop, "run_in_executor",
+                        asyncio.SelectorEventLoop.run_in_executor)
+    assert fast == interleaving(VirtualTimeLoop())
+    assert "bad raised" in fast and "b back" in fast
+
+
 @pytest.fixture
 def looks(monkeypatch) -> list[float]:
     """The simulated times at which replays' loops looked (`SchedulingLoop._begin`)."""

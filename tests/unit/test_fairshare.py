@@ -113,6 +113,28 @@ def test_order_key_compares_parents_first():
     assert keys[0] == "b"
 
 
+def test_order_keys_are_kept_only_while_nothing_they_read_changed():
+    book = QueueBook(two_level_tree(), [running("t1", "w-1: 4xGPU=1", queue="b")])
+    leaves = ["a1", "a2", "b"]
+
+    def fresh() -> dict:
+        return {q: book.order_key(q) for q in leaves}
+
+    def same() -> bool:
+        return book.order_keys(leaves) == fresh()
+
+    book.compute_fair_shares(res("GPU=16"), {q: res("GPU=16") for q in leaves})
+    assert same()
+    undo = book.add("a1", res("GPU=9"))
+    assert same()
+    undo()
+    assert same()
+    book.compute_fair_shares(res("GPU=32"), {q: res("GPU=16") for q in leaves})
+    assert same()
+    book.remove("b", res("GPU=4"))
+    assert same() and book.order_keys(["b"]) == {"b": (0.0, 0.0)}
+
+
 def test_limit_problem_names_the_queue_and_numbers():
     book = QueueBook(QueueTree([
         queue("org", limit="GPU=8"), queue("a", "org", limit="GPU=6"), queue("b", "org"),
