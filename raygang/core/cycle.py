@@ -200,16 +200,18 @@ class Cycle:
         # `self.failed`: the shapes whose victim search failed, a memo the statement keeps
         # while capacity stays as it was)
         first_aside: dict[str, dict[tuple[object, ...], PendingGang]] = {}
-        while (queue := order.pick()) is not None:
-            gangs = self.left[queue]
-            gang = gangs[at[queue]]
-            at[queue] += 1
-            if at[queue] >= len(gangs):
+        sizes = {queue: len(gangs) for queue, gangs in self.left.items()}  # (lines change
+        while (queue := order.pick()) is not None:  # only after the pass, in `drop`)
+            i = at[queue]
+            gang = self.left[queue][i]
+            at[queue] = i = i + 1
+            if i >= sizes[queue]:
                 order.done(queue)
             if not self.ever.fits(gang):
                 continue  # never fits here: it blocks nobody
             kind = (gang.shape, gang.priority, gang.preemptible)
-            like = first_aside.get(queue, {}).get(kind)
+            aside = first_aside.get(queue)
+            like = None if aside is None else aside.get(kind)
             if like is not None and _waited_no_longer(gang, like):
                 self.aside[gang.gang_id] = like
                 admitted = False
