@@ -28,7 +28,7 @@ from raygang.control.status import QueueHistory
 from raygang.control.outage import AfterOutage
 from raygang.control.sight import ClusterView
 from raygang.control.tasks import first_set, spawn_free
-from raygang.control.ticks import Ticks
+from raygang.control.ticks import Replaying, Ticks
 from raygang.control.usage import LoopUsage, UsageKeeper
 from raygang.core.backlog import Backlog
 from raygang.core.config import PolicyConfig
@@ -58,8 +58,10 @@ class SchedulingLoop:
                  release_recheck_s: tuple[float, ...] = RELEASE_RECHECK_S,
                  history: History | None = None,
                  spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]] = spawn_free,
-                 usage_due: Callable[[UsageKeeper], None] | None = None):
-        """`usage_due`: told when the queues' usage over time is due to be written."""
+                 usage_due: Callable[[UsageKeeper], None] | None = None,
+                 replay: Replaying | None = None):
+        """`usage_due`: told when the queues' usage over time is due to be written;
+        `replay`: how a replay's loop looks (`control.ticks.Replaying`), None on a cluster."""
         self._registry = registry
         self._fleet = fleet
         self._cluster = cluster
@@ -75,11 +77,11 @@ class SchedulingLoop:
         self._release_recheck_s = release_recheck_s  # () where the view never lags (sim)
         self._wake = asyncio.Event()
         self._scale_wake = asyncio.Event()
-        self.settle: Callable[[], Awaitable[None]] | None = None  # sim: VirtualTimeLoop.settled
-        self.ticks: Ticks | None = None  # sim: intervals that end with nothing to look at
+        self.settle = None if replay is None else replay.settle
+        self.ticks = None if replay is None else replay.ticks
         # Whether each cycle writes why gangs wait on their records (a status reads them);
         # a replay reads none, and its plans work their reasons out only when asked.
-        self.explains = True
+        self.explains = replay is None
         self.cycles = 0
         self.last_error: str | None = None
         self.last_plan = Plan()

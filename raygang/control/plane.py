@@ -37,6 +37,7 @@ from raygang.control.program import RoleProgram
 from raygang.control.records import GangRecord
 from raygang.control.registry import Registry
 from raygang.control.tasks import TaskSet, first_set
+from raygang.control.ticks import Replaying
 from raygang.control.status import (ClusterStatus, DryRunResult, GangStatus, QueueHistory,
                                     QueueStatus)
 from raygang.control.views import cluster_status, queue_statuses
@@ -57,22 +58,21 @@ class ControlPlane:
 
     - `clock`: seconds, for timestamps, backoffs and ages (wall time on Ray; the virtual
       loop's time in tests and in `raygang sim`);
-    - `decide`: what a cycle decides with (`core.schedule`; a baseline's function in the
-      simulator, of the same signature);
+    - `decide`: what a cycle decides with (`core.schedule`; a baseline's in the simulator);
     - `settle_s` and `release_recheck_s`: how long the cluster's view may lag a release
       (on Ray, the GCS shows a removed placement group's resources tens of milliseconds
       late: no gang is preempted for `settle_s` after a release, and the loop looks again
       at each of `release_recheck_s`); 0 and () where the view never lags;
     - `ids`: where gang ids' random part comes from (a seeded `random.Random` makes a
-      run repeatable; None: `uuid4`).
+      run repeatable; None: `uuid4`); `replay`: how a replay's loop looks (`Replaying`).
     """
 
     def __init__(self, config: SchedulerConfig, cluster: Cluster, journal: Journal,
                  clock: Callable[[], float], metrics: Metrics | None = None,
                  scaling: Scaling | None = None, *, decide: Decide = schedule,
-                 settle_s: float = SETTLE_S,
-                 release_recheck_s: tuple[float, ...] = RELEASE_RECHECK_S,
-                 ids: random.Random | None = None, history: History | None = None):
+                 settle_s: float = SETTLE_S, release_recheck_s: tuple[float, ...] =
+                 RELEASE_RECHECK_S, ids: random.Random | None = None,
+                 history: History | None = None, replay: Replaying | None = None):
         self.config = config
         self._cluster = cluster
         self.journal = journal
@@ -89,7 +89,7 @@ class ControlPlane:
                            spawn=self.tasks.spawn, settle_s=settle_s)
         self.loop = SchedulingLoop(self.registry, self.fleet, cluster, self._metrics, scaling,
                                    lambda: self.config, clock, decide, release_recheck_s, history,
-                                   spawn=self.tasks.spawn, usage_due=journal.usage_changed)
+                                   self.tasks.spawn, journal.usage_changed, replay)
         self.inside = Inside(self.registry, self.fleet, cluster, clock,
                              lambda: self.config.resync_interval_s, self.cancel,
                              spawn=self.tasks.spawn)

@@ -14,7 +14,8 @@ and every decision is the same (`bench/sim_speed.py --check`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from raygang.core.plan import Plan
 
@@ -42,3 +43,15 @@ class Ticks:
         """Whether the interval that just ended (nothing told) needs no look."""
         until = plan.steady_until
         return self._quiet_end and until is not None and now < until - ROUNDING_S
+
+
+@dataclass(frozen=True)
+class Replaying:
+    """How a replay's loop (`raygang sim`) differs from the product's, given when its
+    control plane is built: `ticks`, the resync intervals a look may skip; `settle`, what
+    a woken loop waits for before it looks (`VirtualTimeLoop.settled`: one cycle per
+    instant), or None. Its cycles write no reasons on records: nobody reads a replay's
+    (`SchedulingLoop.explains`)."""
+
+    ticks: Ticks
+    settle: Callable[[], Awaitable[None]] | None = None

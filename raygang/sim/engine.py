@@ -45,7 +45,7 @@ from raygang.control.program import RoleProgram
 from raygang.control.records import GangRecord
 from raygang.control.store import Store
 from raygang.control.tasks import cancel_and_wait
-from raygang.control.ticks import Ticks
+from raygang.control.ticks import Replaying, Ticks
 from raygang.core.gang import GangState
 from raygang.core.plan import Preemption
 from raygang.core.queues import DEFAULT_QUEUE
@@ -271,12 +271,12 @@ class _Replayer:
         plane = ControlPlane(config, cluster, Journal(DiscardingStore(), config.state),
                              clock, metrics=metrics, decide=self.policy.decider(),
                              settle_s=0.0,
-                             release_recheck_s=RELEASE_RECHECK_S if product else ())
+                             release_recheck_s=RELEASE_RECHECK_S if product else (),
+                             replay=Replaying(Ticks(self.loop.quiet),
+                                              self.loop.settled
+                                              if self.settings.one_cycle_per_instant
+                                              else None))
         cluster.on_change = plane.loop.wake
-        plane.loop.ticks = Ticks(self.loop.quiet)
-        plane.loop.explains = False  # nobody reads a replay's reasons
-        if self.settings.one_cycle_per_instant:
-            plane.loop.settle = self.loop.settled
         return plane
 
     async def _submit(self, plane: ControlPlane | None, name: str, log: JobLog) -> None:
