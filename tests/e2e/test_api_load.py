@@ -138,6 +138,8 @@ def test_thousand_submissions_with_idempotent_retries(api_server):
         # answer: the pages above are read one after another, and a gang that restarted
         # between two of them (a member died: on a loaded machine a worker process can
         # fail to start in time) showed RUNNING beside the one admitted in its place.
+        # (This failed now and then while a cycle could decide on a cluster read a status
+        # call began before the last admission: tests/control/test_shared_reads.py.)
         with api_server.client("admin") as sync:
             (load,) = [q for q in sync.get("/v1/queues").json() if q["name"] == QUEUE]
         assert load["usage"].get("GPU", 0) <= 1 and load["running"] <= 1, load
