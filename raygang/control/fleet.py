@@ -22,6 +22,9 @@ from raygang.core.plan import Admission, Growth, Preemption
 from raygang.core.snapshot import PlacedGang
 
 SETTLE_S = 0.5  # less than the loop's last re-check after a release (loop.py), 1 s
+# How long a shutdown waits for ended gangs' teardown (their removals are GCS calls, which
+# wait while the GCS is down: a shutdown then stops waiting, as it did before).
+LET_GO_S = 60.0
 
 
 class Fleet:
@@ -166,6 +169,14 @@ class Fleet:
         driver = self._drivers.get(gang_id)
         if driver is not None:
             await driver.halt()
+
+    async def let_go(self, timeout_s: float = LET_GO_S) -> None:
+        """Until every gang driven has let go of what it held (up to `timeout_s`). A gang's
+        end is recorded before its teardown: a shutdown that killed the scheduler right
+        after a result came back left that gang's group and members in the cluster."""
+        tasks = [d.task for d in self._drivers.values() if d.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout_s)
 
     def _driver(self, record: GangRecord, run: GangRun) -> GangDriver:
         driver = GangDriver(record, run, cluster=self._cluster, journal=self._journal,

@@ -403,10 +403,9 @@ class ControlPlane:
         unfinished = self.registry.unfinished()
         # All at once: a thousand gangs torn down one after another take minutes.
         await asyncio.gather(*(self.cancel(r.gang_id, "scheduler shut down") for r in unfinished))
-        for name in ("loop", "scaling", "writer", "inside"):
-            task = self._tasks.get(name)
-            if task is not None:
-                task.cancel()
+        await self.fleet.let_go()  # and gangs that ended, their teardown under way
+        for task in filter(None, map(self._tasks.get, ("loop", "scaling", "writer", "inside"))):
+            task.cancel()
         # A shutdown ends this scheduler's history (a crash keeps it): the next start is clean.
         await self.journal.clear()
         return len(unfinished)

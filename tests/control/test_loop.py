@@ -18,6 +18,23 @@ from tests.control.harness import (
 
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_a_shutdown_right_after_a_gang_ended_waits_for_its_teardown(seed):
+    """A gang's end is recorded before it is torn down (a restarted scheduler must not
+    run it again); a shutdown then, as `raygang.shutdown()` right after a result came
+    back, must wait for the teardown too: the actor is killed next, and what it had not
+    removed yet stayed in the cluster (examples/all_or_nothing.py, once in CI)."""
+    async def scenario():
+        cluster = make_cluster("n0: GPU=4 CPU=8")
+        plane = make_plane(cluster)
+        gang_id = await submit(plane, "train", "3xGPU=1", seconds=0.05, result="done")
+        await wait_for(plane, gang_id, S.SUCCEEDED)  # (most seeds: not torn down yet)
+        await plane.shutdown()
+        assert not cluster.booked and not list(plane.fleet)
+
+    run(scenario, seed=seed)
+
+
 def test_a_gang_is_admitted_runs_and_succeeds():
     async def scenario():
         cluster = make_cluster("n0: GPU=4 CPU=8")
