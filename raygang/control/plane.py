@@ -70,9 +70,10 @@ class ControlPlane:
     def __init__(self, config: SchedulerConfig, cluster: Cluster, journal: Journal,
                  clock: Callable[[], float], metrics: Metrics | None = None,
                  scaling: Scaling | None = None, *, decide: Decide = schedule,
-                 settle_s: float = SETTLE_S, release_recheck_s: tuple[float, ...] =
-                 RELEASE_RECHECK_S, ids: random.Random | None = None,
-                 history: History | None = None, replay: Replaying | None = None):
+                 settle_s: float = SETTLE_S,
+                 release_recheck_s: tuple[float, ...] = RELEASE_RECHECK_S,
+                 ids: random.Random | None = None, history: History | None = None,
+                 replay: Replaying | None = None):
         self.config = config
         self._cluster = cluster
         self.journal = journal

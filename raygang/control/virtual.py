@@ -20,7 +20,6 @@ wakes the loop through its self-pipe.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import heapq
 import itertools
 import selectors
@@ -102,19 +101,6 @@ class _JumpingSelector(selectors.DefaultSelector):
         return []
 
 
-class InlineExecutor(concurrent.futures.ThreadPoolExecutor):
-    """`run_in_executor` without threads: the function runs at once, in the caller."""
-
-    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
-               ) -> concurrent.futures.Future[Any]:
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except BaseException as error:  # handed to the awaiting task, as a thread would
-            future.set_exception(error)
-        return future
-
-
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
     if future.cancelled():
         return
@@ -165,21 +151,19 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         self._settling: list[asyncio.Future[None]] = []
         self._timer_order = itertools.count()  # simultaneous timers fire in this order
         self._jumping = selector
-        self.set_default_executor(InlineExecutor(max_workers=1))
 
     def time(self) -> float:
         return self.clock.now
 
     def run_in_executor(self, executor: Any, func: Callable[..., Any],  # type: ignore[override]
                         *args: Any) -> asyncio.Future[Any]:
-        """The default executor's call (`asyncio.to_thread`, a cycle's decision) runs at
-        once, inline; its future is done one round later, as a thread's would be (asyncio
-        chains a thread's future to the loop's with one callback): the rounds between a
-        call and its caller's wake-up are the same, so are the steps other tasks take in
-        between, and so are a replay's decisions. Without a thread's future and its lock
-        (a replay makes tens of thousands of these calls)."""
-        if executor is not None:
-            return super().run_in_executor(executor, func, *args)
+        """An executor's call (`asyncio.to_thread`: a cycle's decision) runs at once,
+        inline, whatever the executor: no thread may work while the clock stands. Its
+        future is done one round later, as a thread's would be (asyncio chains a thread's
+        future to the loop's with one callback): the rounds between a call and its
+        caller's wake-up are the same, so are the steps other tasks take in between, and
+        so are a replay's decisions. Without a thread's future and its lock (a replay
+        makes tens of thousands of these calls)."""
         future = self.create_future()
         try:
             result = func(*args)

@@ -200,8 +200,9 @@ class Cycle:
         # `self.failed`: the shapes whose victim search failed, a memo the statement keeps
         # while capacity stays as it was)
         first_aside: dict[str, dict[tuple[object, ...], PendingGang]] = {}
-        sizes = {queue: len(gangs) for queue, gangs in self.left.items()}  # (lines change
-        while (queue := order.pick()) is not None:  # only after the pass, in `drop`)
+        # Each line's length, once: lines change only after the pass (`Line.drop`)
+        sizes = {queue: len(gangs) for queue, gangs in self.left.items()}
+        while (queue := order.pick()) is not None:
             i = at[queue]
             gang = self.left[queue][i]
             at[queue] = i = i + 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import os
 import random
@@ -207,10 +208,21 @@ def test_a_call_off_the_loop_interleaves_as_through_an_executors_future(monkeypa
             loop.close()
         return steps
 
+    class Inline(concurrent.futures.ThreadPoolExecutor):  # asyncio's path, no thread
+        def submit(self, fn, /, *args, **kwargs):
+            future = concurrent.futures.Future()
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as error:
+                future.set_exception(error)
+            return future
+
     fast = interleaving(VirtualTimeLoop())
     monkeypatch.setattr(VirtualTimeLoop, "run_in_executor",
                         asyncio.SelectorEventLoop.run_in_executor)
-    assert fast == interleaving(VirtualTimeLoop())
+    reference = VirtualTimeLoop()
+    reference.set_default_executor(Inline(max_workers=1))
+    assert fast == interleaving(reference)
     assert "bad raised" in fast and "b back" in fast
 
 
