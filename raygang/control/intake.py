@@ -46,6 +46,19 @@ def revalidated(value: object, model: type[M], call: str) -> M:
     return model.model_validate(value.model_dump())
 
 
+def programs_checked(spec: GangSpec, programs: object) -> dict[str, RoleProgram]:
+    """`programs` as a submit call takes them: a dict of role name -> RoleProgram with a
+    program for every role of `spec`."""
+    if not isinstance(programs, dict) or not all(
+        isinstance(p, RoleProgram) for p in programs.values()
+    ):
+        raise TypeError("submit() takes programs as a dict of role name -> RoleProgram")
+    missing = sorted({r.name for r in spec.roles} - set(programs))
+    if missing:
+        raise ValueError(f"roles without a program to run: {', '.join(missing)}")
+    return dict(programs)
+
+
 @dataclass(frozen=True)
 class Submission:
     """What a submit call brings besides the spec: the kind's payload, and where it goes."""

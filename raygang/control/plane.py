@@ -27,7 +27,7 @@ from raygang.control.fleet import SETTLE_S, Fleet
 from raygang.control.history import History
 from raygang.control.idempotency import submission_fingerprint
 from raygang.control.inside import Inside
-from raygang.control.intake import Intake, Submission, revalidated
+from raygang.control.intake import Intake, Submission, programs_checked, revalidated
 from raygang.control.kinds.deployment import Served
 from raygang.control.kinds.job import RayJob
 from raygang.control.journal import STORE_RETRY_S, Journal
@@ -188,17 +188,11 @@ class ControlPlane:
         """
         await self.ready()
         spec = revalidated(spec, GangSpec, "submit")
-        if not isinstance(programs, dict) or not all(
-            isinstance(p, RoleProgram) for p in programs.values()
-        ):
-            raise TypeError("submit() takes programs as a dict of role name -> RoleProgram")
-        missing = sorted({r.name for r in spec.roles} - set(programs))
-        if missing:
-            raise ValueError(f"roles without a program to run: {', '.join(missing)}")
+        programs = programs_checked(spec, programs)
         if parent is not None:
             self.inside.check(spec, parent)
         fingerprint = submission_fingerprint(spec, programs) if idempotency_key else None
-        return await self.intake.queue(spec, Submission("gang", dict(programs), parent=parent),
+        return await self.intake.queue(spec, Submission("gang", programs, parent=parent),
                                        idempotency_key, fingerprint)
 
     async def deploy(self, deployment: DeploymentSpec, app: Any = None,
@@ -405,8 +399,10 @@ class ControlPlane:
         # All at once: a thousand gangs torn down one after another take minutes.
         await asyncio.gather(*(self.cancel(r.gang_id, "scheduler shut down") for r in unfinished))
         await self.fleet.let_go()  # and gangs that ended, their teardown under way
-        for task in filter(None, map(self._tasks.get, ("loop", "scaling", "writer", "inside"))):
-            task.cancel()
+        for name in ("loop", "scaling", "writer", "inside"):
+            task = self._tasks.get(name)
+            if task is not None:
+                task.cancel()
         # A shutdown ends this scheduler's history (a crash keeps it): the next start is clean.
         await self.journal.clear()
         return len(unfinished)

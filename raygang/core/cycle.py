@@ -110,6 +110,8 @@ class Cycle:
         self.hold: Hold | None = None  # capacity held for a gang pending too long
         self.clock = Clock(config, actions, now)  # delays and minimum runtimes
         self.delayed = self.clock.delayed  # gang id -> (action, its delay, seconds left)
+        # Actions see the clock's two calls as the cycle's (`actions.action.CycleState`):
+        # the clock imports the actions, so they may not import it (the core's layers).
         self.delay_left, self.delay = self.clock.delay_left, self.clock.delay
         self.growths: list[Growth] = []  # by the grow action
         self.grow_waits: dict[str, str] = {}  # elastic gang id -> why it grows no further

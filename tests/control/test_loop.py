@@ -8,6 +8,8 @@ import asyncio
 
 import pytest
 
+from raygang.control.memory import MemoryProgram
+from raygang.control.program import RoleProgram
 from raygang.core.gang import GangState as S
 from raygang.core.resources import Resources
 from raygang.core.schedule import schedule
@@ -15,7 +17,26 @@ from raygang.core.schedule import schedule
 from tests.control.harness import (
     make_cluster, make_plane, moves, released, run, stepped_plane, submit, wait_for,
 )
+from tests.unit.builders import spec
 
+
+def test_a_submission_without_a_program_for_each_role_is_refused_and_queues_nothing():
+    async def scenario():
+        plane = make_plane(make_cluster("n0: GPU=4 CPU=8"))
+        gang = spec("two-roles", "1xGPU=1 + 2xGPU=1")  # roles r0 and r1
+        program = RoleProgram(target=MemoryProgram(seconds=0.01))
+        with pytest.raises(ValueError, match="roles without a program to run: r1$"):
+            await plane.submit(gang, {"r0": program})
+        with pytest.raises(TypeError, match="programs as a dict of role name -> RoleProgram"):
+            await plane.submit(gang, {"r0": program, "r1": "not a program"})
+        with pytest.raises(TypeError, match="programs as a dict"):
+            await plane.submit(gang, [program, program])
+        assert await plane.list_gangs() == []
+        gang_id = await plane.submit(gang, {"r0": program, "r1": program})
+        assert (await plane.wait(gang_id, timeout=5)).state is S.SUCCEEDED
+        await plane.shutdown()
+
+    run(scenario)
 
 
 @pytest.mark.parametrize("seed", range(5))
