@@ -116,6 +116,11 @@ VARIANTS.update({
        for name, ratio in (("1", 1.0), ("05", 0.5))},
     **{f"a4-sla{h}h": overlay(VARIANTS["ahead4"], {"sla_waiting_time_s": h * 3600.0})
        for h in (2, 1)},
+    # reclaim waits for its victims' next checkpoint when that costs less (issue 30,
+    # 2026-12-01: `preemption.reclaim_checkpoint_ratio`, core.preemption.trade)
+    **{f"a4-ck{name}": overlay(VARIANTS["ahead4"],
+                               {"preemption": {"reclaim_checkpoint_ratio": ratio}})
+       for name, ratio in (("05", 0.5), ("1", 1.0), ("2", 2.0), ("4", 4.0))},
 })
 
 

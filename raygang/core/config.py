@@ -13,6 +13,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -166,13 +167,20 @@ class PreemptionPolicy(BaseModel):
         "seconds of work since their last checkpoint, or since their start. null: the "
         "fixed delay and minimum runtime alone (KAI's rule)")
 
-    @field_validator("reclaim_trade_ratio")
+    reclaim_checkpoint_ratio: float | None = Field(
+        None, description="reclaim waits for a victim's next checkpoint when that costs "
+        "less (core.preemption.trade `CheckpointWait`): a gang that checkpoints is a "
+        "reclaim victim only while its GPUs (the claimant's scarcest resource) times its "
+        "seconds since its last checkpoint are at most this many times the claimant's GPUs "
+        "times the seconds to that gang's next checkpoint. null: any time (KAI's rule)")
+
+    @field_validator("reclaim_trade_ratio", "reclaim_checkpoint_ratio")
     @classmethod
-    def _positive_ratio(cls, value: float | None) -> float | None:
+    def _positive_ratio(cls, value: float | None, info: ValidationInfo) -> float | None:
         if value is not None and not (0 < value < math.inf):
             raise ValueError(
-                f"reclaim_trade_ratio must be a positive number (a wait worth this many "
-                f"times the work a reclaim loses lets it go ahead) or null (off), not {value}")
+                f"{info.field_name} must be a positive number (a ratio of the work a "
+                f"reclaim loses to what its wait costs) or null (off), not {value}")
         return value
 
     def delay_s(self, action: str) -> float:

@@ -34,7 +34,7 @@ from raygang.core.gang import PendingGang
 from raygang.core.placement import EverFits, place
 from raygang.core.plan import Growth, Plan, Positions, WaitCode, Waiting, Waitings
 from raygang.core.preemption.pool import Candidates, Pool
-from raygang.core.preemption.trade import Trade
+from raygang.core.preemption.trade import CheckpointWait, Trade
 from raygang.core.reserve import Hold, elect
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
@@ -102,6 +102,10 @@ class Cycle:
         # search key -> the most a gang's wait cost when the victims found were not worth
         # it (core.preemption.trade); forgotten when what searches see changes
         self._unworthy: dict[tuple[object, ...], float] = {}
+        # gang id -> when the victims its reclaim found reach their next checkpoint
+        # (core.preemption.trade.CheckpointWait), as its reason says; by search key
+        self.saving: dict[str, float] = {}
+        self._saving: dict[tuple[object, ...], float] = {}
         self._stoppable: list[PlacedGang] | None = None
         self._lowest: float | None = None  # the lowest priority of `_stoppable`
         self._empty_pool: Pool | None = None
@@ -334,14 +338,16 @@ class Cycle:
         return self._empty_pool
 
     def search(self, gang: PendingGang, pool: Pool, candidates: Candidates,
-               action: str, amounts: Amounts | None = None, trade: Trade | None = None
-               ) -> bool:
+               action: str, amounts: Amounts | None = None, trade: Trade | None = None,
+               wait: CheckpointWait | None = None) -> bool:
         """Admit `gang` by stopping some of `candidates` (whole gangs, as few and as
         unimportant as it takes), if that makes room; else remember it tried. With
         `amounts` (reclaim), no more than those per queue: where the victims found take
         more, or none were found, the search by amount looks among the amounts' own
         candidates (core.preemption.excess). With `trade`, the action's delay does not
-        hold it back; instead the victims found must be worth it (`Trade.worth`)."""
+        hold it back; instead the victims found must be worth it (`Trade.worth`). With
+        `wait`, a gang whose victims found lose less by a wait for their next checkpoint
+        waits for it (`CheckpointWait`)."""
         if self.held_back(gang, action, trade):
             return False
         key: tuple[object, ...] = (action, gang.shape, gang.priority, gang.queue,
@@ -351,6 +357,9 @@ class Cycle:
             if trade.cost <= self._unworthy.get(key, -1.0):
                 return False
         found, search = None, None
+        if key in self._saving and key in self.failed:  # its victims wait (below)
+            self.saving[gang.gang_id] = self._saving[key]
+            return False
         if key not in self.failed:
             search = preemption.VictimSearch(gang, self.capacity, self.book, pool)
             found = search.run(candidates)
@@ -364,9 +373,18 @@ class Cycle:
                     found = search.run(among)
         if found is None:
             self.failed.add(key)
+            self._saving.pop(key, None)  # no room at all now, whatever it waited for
             self.clock.searched(self.actions[action])
             if trade is None:
                 self.tried.setdefault(gang.gang_id, []).append((action, candidates))
+            return False
+        if wait is not None and (until := [wait.until(v) for v in found[1] if not wait(v)]):
+            assert search is not None  # the victims found lose less at a checkpoint
+            search.undo()
+            self.failed.add(key)
+            self.saving[gang.gang_id] = self._saving[key] = min(until)
+            self.clock.changes_at(min(until))
+            self.clock.searched(self.actions[action])  # others may be ready before
             return False
         if trade is not None and not trade.worth(found[1]):
             assert search is not None

@@ -55,13 +55,14 @@ def test_the_loss_adds_up_over_victims_in_the_gangs_scarcest_resource():
     assert waiting_cost(pending, res("CPU=10"), res("CPU=4"), now) == 1000 * 6 * GPU
 
 
-def test_the_ratio_is_positive_or_null_with_a_clear_error():
-    assert PreemptionPolicy().reclaim_trade_ratio is None
-    assert PreemptionPolicy(reclaim_trade_ratio=2).reclaim_trade_ratio == 2.0
+@pytest.mark.parametrize("field", ["reclaim_trade_ratio", "reclaim_checkpoint_ratio"])
+def test_the_ratio_is_positive_or_null_with_a_clear_error(field):
+    assert getattr(PreemptionPolicy(), field) is None
+    assert getattr(PreemptionPolicy(**{field: 2}), field) == 2.0
     for bad in (0, -1, float("inf"), float("nan")):
-        with pytest.raises(ValidationError, match="reclaim_trade_ratio must be a positive "
-                                                  "number .* or null"):
-            PreemptionPolicy(reclaim_trade_ratio=bad)
+        with pytest.raises(ValidationError, match=f"{field} must be a positive number .* "
+                                                  "or null"):
+            PreemptionPolicy(**{field: bad})
 
 
 # In a cycle ----------------------------------------------------------------------------

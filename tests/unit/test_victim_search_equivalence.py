@@ -7,6 +7,7 @@ scratch capacity, place after each step, give back) is the definition; the fast 
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -70,6 +71,13 @@ def scenario(seed: int):
                     "preempt_victim_order": rng.choice(["newest", "newest", "cheapest"])},
         sla_waiting_time_s=rng.choice([None, None, 30.0]),
     )
+    # Checkpoints and the reclaim's wait for them, drawn apart: the scenarios above stay
+    # what they were.
+    more = random.Random(seed + 10**6)
+    running = [dataclasses.replace(g, checkpoint_s=more.choice([None, 40.0, 60.0]))
+               for g in running]
+    config = config.model_copy(update={"preemption": config.preemption.model_copy(update={
+        "reclaim_checkpoint_ratio": more.choice([None, None, 0.5, 1.0])})})
     return busy(*nodes, placed=running), pending, config
 
 

@@ -15,7 +15,7 @@ from raygang.core.gang import PendingGang
 from raygang.core.plan import Growth
 from raygang.core.plan import Preemption as Stop
 from raygang.core.preemption.pool import Candidates, Pool
-from raygang.core.preemption.trade import Trade
+from raygang.core.preemption.trade import CheckpointWait, Trade
 from raygang.core.queues import QueueTree
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
@@ -31,6 +31,9 @@ class Preemption(Protocol):
 
     @property
     def reclaim_trade_ratio(self) -> float | None: ...
+
+    @property
+    def reclaim_checkpoint_ratio(self) -> float | None: ...
 
 
 class Policy(Protocol):  # read-only: a config.PolicyConfig is one
@@ -69,7 +72,8 @@ class CycleState(Protocol):
              key: str | None = None, young: bool = False) -> Pool: ...
 
     def search(self, gang: PendingGang, pool: Pool, candidates: Candidates, action: str,
-               amounts: Amounts | None = None, trade: Trade | None = None) -> bool: ...
+               amounts: Amounts | None = None, trade: Trade | None = None,
+               wait: CheckpointWait | None = None) -> bool: ...
 
     def lowest_priority(self) -> float: ...
 

@@ -11,7 +11,9 @@ raygang's own keeps what runs within a queue's quota or its fair share
 
 With `preemption.reclaim_trade_ratio` set, a gang the delay holds back, or that finds no
 room among gangs past the minimum runtime, searches again among those too; what it finds
-is taken only if its wait is worth what the stop loses (`core.preemption.trade`)."""
+is taken only if its wait is worth what the stop loses (`core.preemption.trade`). With
+`preemption.reclaim_checkpoint_ratio` set, a gang whose victims found lose less at their
+next checkpoint waits for it (`CheckpointWait`)."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from raygang.core.preemption.excess import NONE, Amounts
 from raygang.core.gang import PendingGang
 from raygang.core.fairshare import in_quota
 from raygang.core.preemption.pool import Candidates, Pool
-from raygang.core.preemption.trade import Trade, trade
+from raygang.core.preemption.trade import CheckpointWait, Trade, scarcest, trade
 from raygang.core.preemption.victims import reclaim_protected
 from raygang.core.resources import Resources
 from raygang.core.snapshot import PlacedGang
@@ -77,7 +79,22 @@ def _attempt(cycle: CycleState, gang: PendingGang, key: str, deal: Trade | None 
     amounts = Amounts(*_amounts(cycle, pool, key), cycle.taken_from, cycle.frees,
                       any_of_theirs)
     return cycle.search(gang, pool, pool.candidates(other_than=[gang.queue]), "reclaim",
-                        amounts, deal)
+                        amounts, deal, _checkpoint_wait(cycle, gang))
+
+
+def _checkpoint_wait(cycle: CycleState, gang: PendingGang) -> CheckpointWait | None:
+    """What a wait for the victims' next checkpoints would cost (`CheckpointWait`): the
+    GPUs (the gang's scarcest resource) its queue is below its quota, or the gang's own
+    if more; None without `reclaim_checkpoint_ratio`."""
+    ratio = cycle.config.preemption.reclaim_checkpoint_ratio
+    if ratio is None:
+        return None
+    name = scarcest(gang.total)
+    if name is None:
+        return CheckpointWait(None, 0, ratio, cycle.now)
+    below = cycle.book.tree.specs[gang.queue].quota.units(name) - \
+        cycle.book.usage[gang.queue].units(name)
+    return CheckpointWait(name, max(gang.total.units(name), below), ratio, cycle.now)
 
 
 Protection = Callable[[CycleState], set[str]]  # the gangs no reclaim takes, by id

@@ -11,7 +11,7 @@ from raygang.core import elastic
 from raygang.core.fairshare import QueueBook
 from raygang.core.gang import PendingGang
 from raygang.core.plan import Plan
-from raygang.core.preemption.trade import scarcest, stop_loss, waiting_cost
+from raygang.core.preemption.trade import CheckpointWait, scarcest, stop_loss, waiting_cost
 from raygang.core.preemption.victims import reclaim_protected
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
@@ -52,6 +52,20 @@ def _traded(gang: PendingGang, plan: Plan, running: dict[str, PlacedGang],
     most = waiting_cost(gang, spec.quota, Resources(), plan.at)
     victims = [running[p.victim] for p in plan.preemptions if p.preemptor == gang.gang_id]
     return most > 0 and most >= ratio * stop_loss(victims, scarcest(gang.total), plan.at)
+
+
+def _saved_enough(gang: PendingGang, victim: PlacedGang, now: float,
+                  config: PolicyConfig) -> bool:
+    """Whether a reclaim for `gang` may stop `victim` now, by
+    `reclaim_checkpoint_ratio`: its queue is below its quota by at most the quota, so a
+    wait for the victim's checkpoint costs at most that much."""
+    ratio = config.preemption.reclaim_checkpoint_ratio
+    spec = config.queue_tree.specs.get(gang.queue)
+    name = scarcest(gang.total)
+    if ratio is None or spec is None or name is None:
+        return True
+    most = max(gang.total.units(name), spec.quota.units(name))
+    return CheckpointWait(name, most, ratio, now)(victim)
 
 
 def counted(gang: PlacedGang, config: PolicyConfig) -> Resources:
@@ -115,6 +129,7 @@ def check(plan: Plan, snapshot: ClusterSnapshot, pending: Sequence[PendingGang],
             assert victim.priority <= preemptor.priority, p
         else:
             assert p.action == "reclaim" and victim.queue != preemptor.queue, p
+            assert _saved_enough(preemptor, victim, plan.at, config), p
     for (queue, name), units in reclaimed.items():
         assert units <= amounts.get(queue, Resources()).units(name), \
             f"reclaimed more of queue {queue} than it runs beyond its quota and fair share"

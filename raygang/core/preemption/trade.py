@@ -12,6 +12,10 @@ before they have passed when the wait it ends costs more than the work it throws
 
 A reclaim is worth it when cost > 0 and cost >= ratio x loss. Pure: everything it reads is
 the cycle's state at the search, and `now`.
+
+The other way round (`PreemptionPolicy.reclaim_checkpoint_ratio`, `CheckpointWait`): a
+reclaim past those protections waits for its victims' next checkpoint when the work it
+would throw away now is more than the ratio times what that wait costs.
 """
 
 from __future__ import annotations
@@ -65,3 +69,32 @@ class Trade:
 def trade(gang: PendingGang, quota: Resources, usage: Resources, ratio: float,
           now: float) -> Trade:
     return Trade(waiting_cost(gang, quota, usage, now), scarcest(gang.total), ratio, now)
+
+
+@dataclass(frozen=True)
+class CheckpointWait:
+    """Whether a victim may go for a claimant now, or is better stopped after its next
+    checkpoint (`PreemptionPolicy.reclaim_checkpoint_ratio`). Stopping it now throws away
+    its units times its seconds since its last checkpoint; waiting for its next one
+    throws away nothing, and leaves `claimant` units of the claimant's queue's guarantee
+    unused for the seconds until then. A victim that does not checkpoint only loses more
+    by waiting, and an elastic gang's surplus member loses nothing of its work: they may
+    go. The wait is bounded by one checkpoint interval, and lifts when it passes."""
+
+    resource: str | None  # the claimant's scarcest
+    claimant: int  # units of it a wait leaves unused (`core.actions.reclaim`)
+    ratio: float
+    now: float
+
+    def __call__(self, victim: PlacedGang) -> bool:
+        every, name = victim.checkpoint_s, self.resource
+        if not every or name is None or victim.of is not None:
+            return True
+        unsaved = victim.unsaved_s(self.now)
+        return victim.total.units(name) * unsaved <= self.ratio * self.claimant * (
+            every - unsaved)
+
+    def until(self, victim: PlacedGang) -> float:
+        """When a victim refused now may go: at its next checkpoint."""
+        every = victim.checkpoint_s or 0.0
+        return self.now + every - victim.unsaved_s(self.now)
