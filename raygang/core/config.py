@@ -168,11 +168,13 @@ class PreemptionPolicy(BaseModel):
         "fixed delay and minimum runtime alone (KAI's rule)")
 
     reclaim_checkpoint_ratio: float | None = Field(
-        None, description="reclaim waits for a victim's next checkpoint when that costs "
-        "less (core.preemption.trade `CheckpointWait`): a gang that checkpoints is a "
-        "reclaim victim only while its GPUs (the claimant's scarcest resource) times its "
-        "seconds since its last checkpoint are at most this many times the claimant's GPUs "
-        "times the seconds to that gang's next checkpoint. null: any time (KAI's rule)")
+        None, description="reclaim waits for its victims' next checkpoint when that costs "
+        "less (core.preemption.trade `CheckpointWait`): a gang that checkpoints is stopped "
+        "by reclaim only while its GPUs (the claimant's scarcest resource) times its "
+        "seconds since its last checkpoint are at most this many times the GPUs the "
+        "claimant's queue is below its quota (at least the claimant's) times the seconds "
+        "to that gang's next checkpoint; else the claimant waits for it. null: no wait "
+        "(KAI's rule)")
 
     @field_validator("reclaim_trade_ratio", "reclaim_checkpoint_ratio")
     @classmethod
