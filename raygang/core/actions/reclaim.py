@@ -27,7 +27,7 @@ from raygang.core.preemption.excess import NONE, Amounts
 from raygang.core.gang import PendingGang
 from raygang.core.fairshare import in_quota
 from raygang.core.preemption.pool import Candidates, Pool
-from raygang.core.preemption.trade import CheckpointWait, Trade, scarcest, trade
+from raygang.core.preemption.trade import CheckpointWait, Trade, below_quota, scarcest, trade
 from raygang.core.preemption.victims import reclaim_protected
 from raygang.core.resources import Resources
 from raygang.core.snapshot import PlacedGang
@@ -92,8 +92,8 @@ def _checkpoint_wait(cycle: CycleState, gang: PendingGang) -> CheckpointWait | N
     name = scarcest(gang.total)
     if name is None:
         return CheckpointWait(None, 0, ratio, cycle.now)
-    below = cycle.book.tree.specs[gang.queue].quota.units(name) - \
-        cycle.book.usage[gang.queue].units(name)
+    below = below_quota(cycle.book.tree.specs[gang.queue].quota, cycle.book.usage[gang.queue],
+                        name)
     return CheckpointWait(name, max(gang.total.units(name), below), ratio, cycle.now)
 
 

@@ -33,14 +33,18 @@ def scarcest(total: Resources) -> str | None:
     return min(total, key=scarcity_key, default=None)
 
 
+def below_quota(quota: Resources, usage: Resources, name: str) -> int:
+    """A queue's units of `name` below its quota (negative: beyond it)."""
+    return quota.units(name) - usage.units(name)
+
+
 def waiting_cost(gang: PendingGang, quota: Resources, usage: Resources, now: float) -> float:
     """Unit-seconds the gang's queue has gone without: the gang's pending seconds times
     its queue's units below its quota (0 when not below it, or not pending)."""
     name = scarcest(gang.total)
     if name is None or gang.pending_since is None:
         return 0.0
-    below = quota.units(name) - usage.units(name)
-    return max(0.0, now - gang.pending_since) * max(0, below)
+    return max(0.0, now - gang.pending_since) * max(0, below_quota(quota, usage, name))
 
 
 def stop_loss(victims: Iterable[PlacedGang], name: str | None, now: float) -> float:
