@@ -34,7 +34,7 @@ from raygang.core.gang import PendingGang
 from raygang.core.placement import EverFits, place
 from raygang.core.plan import Growth, Plan, Positions, WaitCode, Waiting, Waitings
 from raygang.core.preemption.pool import Candidates, Pool
-from raygang.core.preemption.trade import CheckpointWait, Trade
+from raygang.core.preemption.trade import Gate, Refusal
 from raygang.core.reserve import Hold, elect
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
@@ -99,13 +99,11 @@ class Cycle:
         # gang id -> the gang like it (core/cycle.py `_pass`) it was set aside behind
         self.aside: dict[str, PendingGang] = {}
         self._pools: dict[str, Pool] = {}  # action -> the gangs it may stop
-        # search key -> the most a gang's wait cost when the victims found were not worth
-        # it (core.preemption.trade); forgotten when what searches see changes
-        self._unworthy: dict[tuple[object, ...], float] = {}
-        # gang id -> when the victims its reclaim found reach their next checkpoint
-        # (core.preemption.trade.CheckpointWait), as its reason says; by search key
-        self.saving: dict[str, float] = {}
-        self._saving: dict[tuple[object, ...], float] = {}
+        # (search key, gate name) -> the gate's refusal of the victims that search found
+        # (core.preemption.trade `Gate`); forgotten when what searches see changes
+        self._refused: dict[tuple[object, ...], Refusal] = {}
+        # gang id -> (action, the refusal) of a gate that lifts at a time (its reason says)
+        self.gated: dict[str, tuple[str, Refusal]] = {}
         self._stoppable: list[PlacedGang] | None = None
         self._lowest: float | None = None  # the lowest priority of `_stoppable`
         self._empty_pool: Pool | None = None
@@ -275,13 +273,13 @@ class Cycle:
         mark = self.statement.checkpoint()
         self.statement.unhold(hold)
         self._pools.clear()
-        self._unworthy.clear()
+        self._refused.clear()
         if attempt(hold.gang):
             self.statement.commit(mark)
             self.hold = None
             return True
         self.statement.rollback(mark)  # held again (a failed attempt moved nothing else)
-        self._unworthy.clear()
+        self._refused.clear()
         return False
 
     # What actions use ---------------------------------------------------------------------
@@ -337,29 +335,24 @@ class Cycle:
             self._empty_pool = Pool([], self.capacity, self.taken)
         return self._empty_pool
 
-    def search(self, gang: PendingGang, pool: Pool, candidates: Candidates,
-               action: str, amounts: Amounts | None = None, trade: Trade | None = None,
-               wait: CheckpointWait | None = None) -> bool:
+    def search(self, gang: PendingGang, pool: Pool, candidates: Candidates, action: str,
+               amounts: Amounts | None = None, gates: Sequence[Gate] = ()) -> bool:
         """Admit `gang` by stopping some of `candidates` (whole gangs, as few and as
         unimportant as it takes), if that makes room; else remember it tried. With
         `amounts` (reclaim), no more than those per queue: where the victims found take
         more, or none were found, the search by amount looks among the amounts' own
-        candidates (core.preemption.excess). With `trade`, the action's delay does not
-        hold it back; instead the victims found must be worth it (`Trade.worth`). With
-        `wait`, a gang whose victims found lose less by a wait for their next checkpoint
-        waits for it (`CheckpointWait`)."""
-        if self.held_back(gang, action, trade):
+        candidates (core.preemption.excess). The victims found must pass the action's
+        gates (`Action.gates`) and `gates` (core.preemption.trade `Gate`)."""
+        gates = [*self._gates(gang, action), *gates]
+        if self.held_back(gang, action, delay=not any(g.instead_of_delay for g in gates)):
             return False
         key: tuple[object, ...] = (action, gang.shape, gang.priority, gang.queue,
-                                   gang.preemptible)
-        if trade is not None:  # a search of its own pool; what it found not worth it is
-            key += ("trade",)  # not worth it for a gang whose wait costs no more
-            if trade.cost <= self._unworthy.get(key, -1.0):
-                return False
+                                   gang.preemptible, *(g.name for g in gates))
+        for gate in gates:  # what a gang of its kind was refused, it is too
+            refused = self._refused.get((key, gate.name))
+            if refused is not None and gate.again(refused):
+                return self._refused_by(gang, action, refused)
         found, search = None, None
-        if key in self._saving and key in self.failed:  # its victims wait (below)
-            self.saving[gang.gang_id] = self._saving[key]
-            return False
         if key not in self.failed:
             search = preemption.VictimSearch(gang, self.capacity, self.book, pool)
             found = search.run(candidates)
@@ -373,34 +366,40 @@ class Cycle:
                     found = search.run(among)
         if found is None:
             self.failed.add(key)
-            self._saving.pop(key, None)  # no room at all now, whatever it waited for
             self.clock.searched(self.actions[action])
-            if trade is None:
+            if not any(g.instead_of_delay for g in gates):  # (a second try says nothing)
                 self.tried.setdefault(gang.gang_id, []).append((action, candidates))
             return False
-        if wait is not None and (until := [wait.until(v) for v in found[1] if not wait(v)]):
-            assert search is not None  # the victims found lose less at a checkpoint
-            search.undo()
-            self.failed.add(key)
-            self.saving[gang.gang_id] = self._saving[key] = min(until)
-            self.clock.changes_at(min(until))
-            self.clock.searched(self.actions[action])  # others may be ready before
-            return False
-        if trade is not None and not trade.worth(found[1]):
-            assert search is not None
-            search.undo()
-            self._unworthy[key] = trade.cost
-            return False
         nodes, victims = found
+        for gate in gates:
+            refused = gate.refuse(victims)
+            if refused is not None:
+                assert search is not None
+                search.undo()
+                self._refused[key, gate.name] = refused
+                if refused.until is not None:  # others may be ready before
+                    self.clock.changes_at(refused.until)
+                    self.clock.searched(self.actions[action])
+                return self._refused_by(gang, action, refused)
         why = self.actions[action].why
         assert why is not None, f"action {action} stops gangs but says no why"
         self.statement.stop(gang, victims, action, why, self._units_of)
         self.admit(gang, nodes, action if victims else "allocate", victims)
         return True
 
-    def held_back(self, gang: PendingGang, action: str, trade: Trade | None = None) -> bool:
+    def _gates(self, gang: PendingGang, action: str) -> list[Gate]:
+        """The gates `action` declares for `gang` (`Action.gates`), those its config sets."""
+        return [gate for rule in self.actions[action].gates
+                if (gate := rule(self, gang)) is not None]
+
+    def _refused_by(self, gang: PendingGang, action: str, refused: Refusal) -> bool:
+        if refused.until is not None:
+            self.gated[gang.gang_id] = (action, refused)
+        return False
+
+    def held_back(self, gang: PendingGang, action: str, delay: bool = True) -> bool:
         """Whether `gang` may stop nobody for `action` now, whoever runs (and its reason
-        says why): a borrow cap, or (without `trade`) the action's delay. An action may
+        says why): a borrow cap, or (with `delay`) the action's delay. An action may
         ask before it builds its pool: in a busy cluster the gangs reclaim would search
         for are often all in their delay, and its pool costs every stoppable gang sorted
         and each queue's share walked; a pool is read only by searches, so when it is
@@ -409,14 +408,14 @@ class Cycle:
         if problem:  # stopping others (always preemptible gangs) never changes this
             self.limited[gang.gang_id] = problem
             return True
-        left = 0.0 if trade is not None else self.delay_left(gang, action)
+        left = self.delay_left(gang, action) if delay else 0.0
         if left > 0:
             self.delay(gang, action, left)
             return True  # KAI's preemptionDelay: what frees meanwhile may do
         return False
 
     def _stopped(self, victim: PlacedGang) -> None:
-        self._unworthy.clear()
+        self._refused.clear()
         for pool in self._pools.values():
             pool.taken(victim)
 

@@ -117,11 +117,12 @@ class Reasons:
             f"; it may {action} once pending {self.cycle.actions[action].delay_key} {delay:g} s "
             f"(in {left:.0f} s)"
             for action, delay, left in self.cycle.delayed.get(gang.gang_id, ()))
-        at = self.cycle.saving.get(gang.gang_id)
-        if at is not None:
-            notes += ("; the gangs it would reclaim lose less at their next checkpoint than "
-                      f"now (reclaim_checkpoint_ratio): it may reclaim in "
-                      f"{max(0.0, at - self.cycle.now):.0f} s")
+        gated = self.cycle.gated.get(gang.gang_id)
+        if gated is not None:
+            action, refused = gated
+            assert refused.until is not None
+            notes += (f"; {refused.why}: it may {action} in "
+                      f"{max(0.0, refused.until - self.cycle.now):.0f} s")
         return Waiting(gang.gang_id, WaitCode.NO_FIT, by_shape[gang.shape] + notes
                        + self._hold_note(gang))
 

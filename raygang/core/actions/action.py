@@ -15,7 +15,7 @@ from raygang.core.gang import PendingGang
 from raygang.core.plan import Growth
 from raygang.core.plan import Preemption as Stop
 from raygang.core.preemption.pool import Candidates, Pool
-from raygang.core.preemption.trade import CheckpointWait, Trade
+from raygang.core.preemption.trade import Gate
 from raygang.core.queues import QueueTree
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
@@ -72,15 +72,13 @@ class CycleState(Protocol):
              key: str | None = None, young: bool = False) -> Pool: ...
 
     def search(self, gang: PendingGang, pool: Pool, candidates: Candidates, action: str,
-               amounts: Amounts | None = None, trade: Trade | None = None,
-               wait: CheckpointWait | None = None) -> bool: ...
+               amounts: Amounts | None = None, gates: Sequence[Gate] = ()) -> bool: ...
 
     def lowest_priority(self) -> float: ...
 
     def empty_pool(self) -> Pool: ...
 
-    def held_back(self, gang: PendingGang, action: str, trade: Trade | None = None
-                  ) -> bool: ...
+    def held_back(self, gang: PendingGang, action: str, delay: bool = True) -> bool: ...
 
     def delay_left(self, gang: PendingGang, action: str) -> float: ...
 
@@ -133,15 +131,18 @@ class GrowingCycle(CycleState, Protocol):
 # action's victim order) this action may stop: reclaim's gangs beyond their queue's share,
 # shrink's surplus members.
 VictimFilter = Callable[[CycleState, list[PlacedGang]], list[PlacedGang]]
+# A rule on the victims each search of the action finds, for one pending gang, as its
+# config sets it (None: not set): reclaim's checkpoint wait (`core.preemption.trade`).
+GateRule = Callable[[CycleState, PendingGang], Gate | None]
 
 
 @dataclass(frozen=True)
 class Action:
     """One action, declared: how it tries a pending gang, and for one that stops running
     gangs, its rules as data (a baseline's variant is an `Action` with other values, see
-    `raygang.sim.baselines`): its verb, its victim order and filter, and the
-    `PolicyConfig.preemption` settings (`PreemptionPolicy`) that give its delay, minimum
-    runtime and order."""
+    `raygang.sim.baselines`): its verb, its victim order and filter, the gates on the
+    victims its searches find, and the `PolicyConfig.preemption` settings
+    (`PreemptionPolicy`) that give its delay, minimum runtime and order."""
 
     name: str
     attempt: Callable[[CycleState, PendingGang], bool] | None
@@ -162,6 +163,7 @@ class Action:
     victim_order: str = "newest"
     order_key: str | None = None
     victim_filter: VictimFilter | None = None
+    gates: tuple[GateRule, ...] = ()
     # The settings that give how long a gang must be pending before the action stops
     # others for it, and how long a gang must have run before the action may stop it.
     delay_key: str | None = None

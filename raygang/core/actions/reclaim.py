@@ -11,9 +11,10 @@ raygang's own keeps what runs within a queue's quota or its fair share
 
 With `preemption.reclaim_trade_ratio` set, a gang the delay holds back, or that finds no
 room among gangs past the minimum runtime, searches again among those too; what it finds
-is taken only if its wait is worth what the stop loses (`core.preemption.trade`). With
-`preemption.reclaim_checkpoint_ratio` set, a gang whose victims found lose less at their
-next checkpoint waits for it (`CheckpointWait`)."""
+is taken only if its wait is worth what the stop loses (`core.preemption.trade`: a gate on
+that search). With `preemption.reclaim_checkpoint_ratio` set, a gang whose victims found
+lose less at their next checkpoint waits for it (`CheckpointWait`, a gate the action
+declares)."""
 
 from __future__ import annotations
 
@@ -79,7 +80,7 @@ def _attempt(cycle: CycleState, gang: PendingGang, key: str, deal: Trade | None 
     amounts = Amounts(*_amounts(cycle, pool, key), cycle.taken_from, cycle.frees,
                       any_of_theirs)
     return cycle.search(gang, pool, pool.candidates(other_than=[gang.queue]), "reclaim",
-                        amounts, deal, _checkpoint_wait(cycle, gang))
+                        amounts, () if deal is None else (deal,))
 
 
 def _checkpoint_wait(cycle: CycleState, gang: PendingGang) -> CheckpointWait | None:
@@ -212,7 +213,8 @@ ACTION = Action(
         "some": "; reclaiming what other queues borrowed beyond their quota and fair share "
                 "would not make room",
     }, why=why, verb="reclaimed", order_key="reclaim_victim_order",
-    victim_filter=beyond(quota_or_fair_share), delay_key="reclaim_delay_s",
+    victim_filter=beyond(quota_or_fair_share), gates=(_checkpoint_wait,),
+    delay_key="reclaim_delay_s",
     min_runtime_key="reclaim_min_runtime_s")
 
 

@@ -16,12 +16,18 @@ the cycle's state at the search, and `now`.
 The other way round (`PreemptionPolicy.reclaim_checkpoint_ratio`, `CheckpointWait`): a
 reclaim past those protections waits for its victims' next checkpoint when the work it
 would throw away now is more than the ratio times what that wait costs.
+
+Both are gates (`Gate`): rules on the victims a search found, the cheapest, that may refuse
+them. A gate does not filter the candidates: the search would then take other gangs, which
+may lose more. An action declares the gates of all its searches (`Action.gates`: the
+checkpoint wait); a search may add its own (reclaim's trade, on its second search).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import ClassVar, Protocol
 
 from raygang.core.gang import PendingGang
 from raygang.core.resources import Resources, scarcity_key
@@ -56,18 +62,57 @@ def stop_loss(victims: Iterable[PlacedGang], name: str | None, now: float) -> fl
 
 
 @dataclass(frozen=True)
+class Refusal:
+    """A gate's no to the victims found. `cost`: what the refused gang's wait cost (a
+    gang of its kind whose wait costs no more is refused alike, `Gate.again`); `until`:
+    when the victims may go by the clock alone (None: no such time), and `why`, what the
+    waiting gang's reason says of it."""
+
+    cost: float = 0.0
+    until: float | None = None
+    why: str = ""
+
+
+class Gate(Protocol):
+    """A rule on the victims a search found (see the module)."""
+
+    @property
+    def name(self) -> str: ...  # keys what a search it gates remembers
+
+    @property
+    def instead_of_delay(self) -> bool: ...  # the action's delay does not hold it back
+
+    def refuse(self, victims: Iterable[PlacedGang]) -> Refusal | None: ...
+
+    def again(self, refused: Refusal) -> bool:
+        """Whether the gang is refused as a gang of its kind was, without a search (the
+        capacity and the running gangs as they were then)."""
+        ...
+
+
+@dataclass(frozen=True)
 class Trade:
-    """One pending gang's side of the trade, worked out before its victims are known."""
+    """One pending gang's side of the trade, worked out before its victims are known: a
+    gate on a search the action's delay and minimum runtime do not hold back (reclaim's
+    second), whose failure its first search's reason tells."""
 
     cost: float  # `waiting_cost`
     resource: str | None  # what the loss is counted in
     ratio: float  # `PreemptionPolicy.reclaim_trade_ratio`
     now: float
+    name: ClassVar[str] = "trade"
+    instead_of_delay: ClassVar[bool] = True
 
     def worth(self, victims: Iterable[PlacedGang]) -> bool:
         """Whether stopping `victims` costs less than the wait it ends."""
         return self.cost > 0 and self.cost >= self.ratio * stop_loss(victims, self.resource,
                                                                      self.now)
+
+    def refuse(self, victims: Iterable[PlacedGang]) -> Refusal | None:
+        return None if self.worth(victims) else Refusal(cost=self.cost)
+
+    def again(self, refused: Refusal) -> bool:
+        return self.cost <= refused.cost  # its wait is worth no more
 
 
 def trade(gang: PendingGang, quota: Resources, usage: Resources, ratio: float,
@@ -89,6 +134,8 @@ class CheckpointWait:
     claimant: int  # units of it a wait leaves unused (`core.actions.reclaim`)
     ratio: float
     now: float
+    name: ClassVar[str] = "checkpoint"
+    instead_of_delay: ClassVar[bool] = False
 
     def __call__(self, victim: PlacedGang) -> bool:
         every, name = victim.checkpoint_s, self.resource
@@ -102,3 +149,14 @@ class CheckpointWait:
         """When a victim refused now may go: at its next checkpoint."""
         every = victim.checkpoint_s or 0.0
         return self.now + every - victim.unsaved_s(self.now)
+
+    def refuse(self, victims: Iterable[PlacedGang]) -> Refusal | None:
+        until = [self.until(v) for v in victims if not self(v)]
+        return Refusal(until=min(until), why=CHECKPOINT_NOTE) if until else None
+
+    def again(self, refused: Refusal) -> bool:
+        return True  # the same victims, at the same checkpoints
+
+
+CHECKPOINT_NOTE = ("the gangs it would reclaim lose less at their next checkpoint than now "
+                   "(reclaim_checkpoint_ratio)")
