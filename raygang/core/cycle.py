@@ -99,9 +99,7 @@ class Cycle:
         # gang id -> the gang like it (core/cycle.py `_pass`) it was set aside behind
         self.aside: dict[str, PendingGang] = {}
         self._pools: dict[str, Pool] = {}  # action -> the gangs it may stop
-        # (search key, gate name) -> the gate's refusal of the victims that search found
-        # (core.preemption.trade `Gate`); forgotten when what searches see changes
-        self._refused: dict[tuple[object, ...], Refusal] = {}
+        self._refused = st.refused  # (search key, gate name) -> a gate's refusal
         # gang id -> (action, the refusal) of a gate that lifts at a time (its reason says)
         self.gated: dict[str, tuple[str, Refusal]] = {}
         self._stoppable: list[PlacedGang] | None = None
@@ -273,13 +271,11 @@ class Cycle:
         mark = self.statement.checkpoint()
         self.statement.unhold(hold)
         self._pools.clear()
-        self._refused.clear()
         if attempt(hold.gang):
             self.statement.commit(mark)
             self.hold = None
             return True
         self.statement.rollback(mark)  # held again (a failed attempt moved nothing else)
-        self._refused.clear()
         return False
 
     # What actions use ---------------------------------------------------------------------
@@ -343,15 +339,20 @@ class Cycle:
         more, or none were found, the search by amount looks among the amounts' own
         candidates (core.preemption.excess). The victims found must pass the action's
         gates (`Action.gates`) and `gates` (core.preemption.trade `Gate`)."""
-        gates = [*self._gates(gang, action), *gates]
-        if self.held_back(gang, action, delay=not any(g.instead_of_delay for g in gates)):
+        rules = self.actions[action].gates
+        if rules:  # (most searches have no gate: they pay for none)
+            gates = [*(g for rule in rules if (g := rule(self, gang)) is not None), *gates]
+        second = any(g.instead_of_delay for g in gates) if gates else False
+        if self.held_back(gang, action, delay=not second):
             return False
         key: tuple[object, ...] = (action, gang.shape, gang.priority, gang.queue,
-                                   gang.preemptible, *(g.name for g in gates))
-        for gate in gates:  # what a gang of its kind was refused, it is too
-            refused = self._refused.get((key, gate.name))
-            if refused is not None and gate.again(refused):
-                return self._refused_by(gang, action, refused)
+                                   gang.preemptible)
+        if gates:
+            key += tuple(g.name for g in gates)
+            for gate in gates:  # what a gang of its kind was refused, it is too
+                refused = self._refused.get((key, gate.name))
+                if refused is not None and gate.again(refused):
+                    return self._refused_by(gang, action, refused)
         found, search = None, None
         if key not in self.failed:
             search = preemption.VictimSearch(gang, self.capacity, self.book, pool)
@@ -367,7 +368,7 @@ class Cycle:
         if found is None:
             self.failed.add(key)
             self.clock.searched(self.actions[action])
-            if not any(g.instead_of_delay for g in gates):  # (a second try says nothing)
+            if not second:  # (a second try, past the delay, says nothing)
                 self.tried.setdefault(gang.gang_id, []).append((action, candidates))
             return False
         nodes, victims = found
@@ -386,11 +387,6 @@ class Cycle:
         self.statement.stop(gang, victims, action, why, self._units_of)
         self.admit(gang, nodes, action if victims else "allocate", victims)
         return True
-
-    def _gates(self, gang: PendingGang, action: str) -> list[Gate]:
-        """The gates `action` declares for `gang` (`Action.gates`), those its config sets."""
-        return [gate for rule in self.actions[action].gates
-                if (gate := rule(self, gang)) is not None]
 
     def _refused_by(self, gang: PendingGang, action: str, refused: Refusal) -> bool:
         if refused.until is not None:
@@ -415,7 +411,6 @@ class Cycle:
         return False
 
     def _stopped(self, victim: PlacedGang) -> None:
-        self._refused.clear()
         for pool in self._pools.values():
             pool.taken(victim)
 

@@ -6,8 +6,9 @@ job or evict a victim, the statement applies the move to the in-memory state at 
 records how to take it back, and the action then commits what it did or discards it, in
 reverse order. Here the state is a cycle's scratch capacity (`Capacity`), its queue book
 (`QueueBook`), the capacity its victims free (`Draining`) and the plan so far (admissions,
-stops, the gangs admitted and taken, what each queue's victims held), plus the shapes known
-not to fit on it (`failed`, a memo that capacity decides). Moves:
+stops, the gangs admitted and taken, what each queue's victims held), plus two memos that
+capacity decides: the shapes known not to fit on it (`failed`), and the victims a gate
+refused (`refused`, `core.preemption.trade.Gate`). Moves:
 
 - `admit`: a gang on its nodes (waiting for the victims whose capacity it takes);
 - `stop`: the victims a search found for a gang (the search leaves them freed on the
@@ -32,6 +33,7 @@ from raygang.core.elastic import AND, per_member, stops, with_remaining_units
 from raygang.core.fairshare import QueueBook
 from raygang.core.gang import PendingGang
 from raygang.core.plan import Admission, Preemption
+from raygang.core.preemption.trade import Refusal
 from raygang.core.reserve import Hold
 from raygang.core.resources import Resources
 from raygang.core.snapshot import PlacedGang
@@ -53,6 +55,8 @@ class Statement:
         self.taken_from: dict[str, Resources] = {}  # queue -> what its victims held
         # (action, shape...) keys that found no room: not tried again until a stop frees some
         self.failed: set[tuple[object, ...]] = set()
+        # (search key, gate name) -> the gate's refusal of the victims that search found
+        self.refused: dict[tuple[object, ...], Refusal] = {}
         # Told of each victim stopped (a cycle's pools: their bounds rise).
         self.on_stop: list[Callable[[PlacedGang], None]] = []
         self._journal: list[Undo] = []
@@ -103,7 +107,7 @@ class Statement:
         if journal:
             restore = self.draining.saved(n for v in victims for n, _ in v.bundles)
             before = {v.queue: self.taken_from.get(v.queue) for v in victims}
-            failed, n_stops = set(self.failed), len(self.preemptions)
+            n_stops = len(self.preemptions)
         self.draining.add(victims)
         for victim in victims:
             self.taken.add(victim.gang_id)
@@ -112,11 +116,13 @@ class Statement:
             for tell in self.on_stop:
                 tell(victim)
         self.preemptions.extend(stops(victims, gang, action, why))
-        self.failed.clear()  # freed leftovers may now fit shapes that failed before
+        remember = self._forget()  # freed leftovers may now fit shapes that failed before
         if journal:
+            assert remember is not None
+
             def undo() -> None:
                 del self.preemptions[n_stops:]
-                self.failed.update(failed)
+                remember()
                 for victim in victims:
                     self.taken.discard(victim.gang_id)
                 for queue, held in before.items():
@@ -146,13 +152,27 @@ class Statement:
         failed (they failed with less free). Its undo holds it again; shapes that failed
         before fail again then, and so do those that failed with the hold free."""
         hold.release()
-        failed = set(self.failed)
-        self.failed.clear()
-        if self._open:
+        remember = self._forget()
+        if remember is not None:
             def undo() -> None:
                 hold.apply()
-                self.failed.update(failed)
+                remember()
             self._journal.append(undo)
+
+    def _forget(self) -> Callable[[], None] | None:
+        """Forget the memos (more is free: what failed may fit, a gate may find other
+        victims); when recording, how to remember them again (adding what failed since)."""
+        failed, refused = (set(self.failed), dict(self.refused)) if self._open else (None, None)
+        self.failed.clear()
+        self.refused.clear()
+        if failed is None or refused is None:
+            return None
+
+        def remember() -> None:
+            self.failed.update(failed)
+            self.refused.clear()
+            self.refused.update(refused)
+        return remember
 
     # Transactions ----------------------------------------------------------------------
     def checkpoint(self) -> int:

@@ -7,6 +7,7 @@ from raygang.core import PolicyConfig
 from raygang.core.capacity import Capacity
 from raygang.core.draining import Draining
 from raygang.core.fairshare import QueueBook
+from raygang.core.preemption.trade import Refusal
 from raygang.core.reserve import Hold
 from raygang.core.statement import Statement
 
@@ -27,7 +28,7 @@ def state(st: Statement) -> tuple[object, ...]:
     return (free_map(st.capacity), dict(st.book.usage), dict(st.book.firm),
             {n: st.draining.settled(n) for n in ("w-1", "w-2")}, list(st.admissions),
             list(st.preemptions), set(st.admitted), set(st.taken), dict(st.taken_from),
-            set(st.failed))
+            set(st.failed), dict(st.refused))
 
 
 def stop_and_admit(st: Statement) -> None:
@@ -49,12 +50,15 @@ def stop_and_admit(st: Statement) -> None:
 def test_a_rollback_takes_back_every_move_since_its_checkpoint():
     st = statement()
     st.failed.add(("allocate", "some shape"))
+    st.refused[("reclaim", "some shape"), "checkpoint"] = Refusal(until=600.0)
     before = state(st)
     mark = st.checkpoint()
     stop_and_admit(st)
     assert [a.gang_id for a in st.admissions] == ["p", "q"]
     assert [p.victim for p in st.preemptions] == ["v"] and st.taken == {"v"}
-    assert not st.failed  # a stop frees capacity: what failed may fit now
+    # A stop frees capacity: what failed may fit now, and a gate may see other victims.
+    assert not st.failed and not st.refused
+    st.refused[("reclaim", "other shape"), "trade"] = Refusal(cost=5.0)  # (with more free)
     st.rollback(mark)
     assert state(st) == before
 
@@ -91,12 +95,17 @@ def test_unhold_offers_the_held_capacity_and_its_rollback_holds_it_again():
     hold = Hold.of(elected, st.capacity)
     assert hold is not None and hold.holds_any
     st.failed.add(("allocate", "before"))
+    before = {(("reclaim", "before"), "trade"): Refusal(cost=5.0)}
+    st.refused.update(before)
     held = free_map(st.capacity)
     mark = st.checkpoint()
     st.unhold(hold)
-    assert free_map(st.capacity) != held and not st.failed
+    assert free_map(st.capacity) != held and not st.failed and not st.refused
     st.failed.add(("allocate", "with the hold free"))
+    st.refused[("reclaim", "with the hold free"), "trade"] = Refusal(cost=9.0)
     st.rollback(mark)
     assert free_map(st.capacity) == held
-    # Shapes that failed with more free fail with less too: both are kept.
+    # Shapes that failed with more free fail with less too: both are kept. Not so the
+    # victims a gate refused: with less free, a search may find others.
     assert st.failed == {("allocate", "before"), ("allocate", "with the hold free")}
+    assert st.refused == before
