@@ -304,10 +304,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plot", type=Path, help="with --regret: the figure, as PNG")
     parser.add_argument("--candidates", default=",".join(CANDIDATES),
                         help="with --regret: the candidates for the default")
+    parser.add_argument("--waits", metavar="TENANT",
+                        help="only print, per slice of --slices, the mean wait of TENANT's "
+                             "jobs (all: every tenant's) by submission window, per policy")
+    parser.add_argument("--window-h", type=float, default=6.0, help="with --waits")
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error("--seeds: 1 or more")
     policies = args.policies.split(",")
+    if args.waits:  # where a slice's gap comes from, from what was replayed
+        for name in args.slices.split(","):
+            print(stress_report.waits(args.out, name, args.waits, policies, args.window_h))
+        return 0
     if args.regret:  # the whole set, whatever --slices names: what was not replayed is skipped
         regret(args.out, args.candidates.split(","), {n: copies(n, args.seeds) for n in SLICES},
                args.plot)

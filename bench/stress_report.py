@@ -1,7 +1,8 @@
 """The stress set's reports (`bench/stress.py --table` and `--regret`), read from the
 replays' `<out>/<slice>/<policy>.json`: the table of what was run, and the sweep that
 chooses the scheduler's default policy (each candidate's mean-JCT regret per slice, its
-worst case, the goals it misses, the noise margin and the choice).
+worst case, the goals it misses, the noise margin and the choice), and where on a slice a
+gap comes from (`waits`).
 
 The caller names the slices (`bench/stress.py` builds them) and groups each with its
 jittered copies (`Copies`; `--seeds K`). A policy's regret is measured on each copy
@@ -15,6 +16,7 @@ attributed in the table and the figure.
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import statistics
@@ -380,3 +382,39 @@ def plot(out: Path, path: Path, policies: list[str], copies: Copies) -> None:
              "shapes: Helios VC sizes (Hu et al., SC'21)", fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+# Where a gap comes from -----------------------------------------------------------------
+def waits(out: Path, name: str, tenant: str, policies: list[str], window_h: float) -> str:
+    """The mean wait of `tenant`'s jobs ("all": every tenant's) on the slice `name`, by
+    the window of their submission, under each policy; and the job-hours each policy's
+    waits add over the first's. A job's wait is its completion time (its report's
+    `jobs`) less its duration (the slice's `trace.csv`): its queueing and the work it
+    redid after a stop. Only jobs completed under every policy are counted."""
+    with open(out / name / "trace.csv", newline="") as f:
+        trace = {row["name"]: row for row in csv.DictReader(f)}
+    jobs = {p: json.loads((out / name / f"{p}.json").read_text())["jobs"] for p in policies}
+    rows: dict[int, list[float]] = {}  # window -> [jobs, the policies' summed waits (s)]
+    for job, (queue, _) in jobs[policies[0]].items():
+        done = [jobs[p].get(job, [None, None])[1] for p in policies]
+        if tenant not in ("all", queue) or None in done:
+            continue
+        row = trace[job]
+        cells = rows.setdefault(int(float(row["submit_s"]) // (window_h * 3600)),
+                                [0.0] * (1 + len(policies)))
+        cells[0] += 1
+        for i, jct in enumerate(done, 1):
+            cells[i] += jct - float(row["duration_s"])
+    who = "every tenant's" if tenant == "all" else f"tenant {tenant}'s"
+    lines = [f"{who} jobs on {name}: mean wait (h) by submission window of {window_h:g} h",
+             f"{'window':>12} {'jobs':>6} " + " ".join(f"{p:>10}" for p in policies)]
+    for window in sorted(rows):
+        cells = rows[window]
+        span = f"{window * window_h:g}-{(window + 1) * window_h:g} h"
+        lines.append(f"{span:>12} {cells[0]:6.0f} "
+                     + " ".join(f"{s / cells[0] / 3600:10.2f}" for s in cells[1:]))
+    total = [sum(cells[i] for cells in rows.values()) / 3600
+             for i in range(1, 1 + len(policies))]
+    lines.append(f"job-hours over {policies[0]}: "
+                 + ", ".join(f"{p} {t - total[0]:+,.0f}" for p, t in zip(policies, total)))
+    return "\n".join(lines)

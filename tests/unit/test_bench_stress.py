@@ -318,3 +318,30 @@ def test_with_copies_the_table_has_a_row_per_copy_after_its_slice(stress, tmp_pa
                         "--seeds", "2"]) == 0
     rows = [line.split()[0] for line in capsys.readouterr().out.splitlines()[2:-2]]
     assert rows == [first, f"{first}~2", list(stress.SLICES)[1], list(stress.PROBES)[0]]
+
+
+def test_waits_say_which_tenants_jobs_of_which_hours_make_a_gap(stress, report, tmp_path,
+                                                                 capsys):
+    # Three jobs of tenant a (two at hour 1, one at hour 7) and one of b; j4 never ended
+    # under kai: it is not counted for either policy.
+    where = tmp_path / "s"
+    where.mkdir()
+    (where / "trace.csv").write_text(
+        "submit_s,duration_s,shape,queue,priority,name\n"
+        "3600,1800,1x1,a,training,j1\n3700,1800,1x1,a,training,j2\n"
+        "25200,3600,1x8,a,training,j3\n3600,600,1x1,b,training,j4\n")
+    for policy, jcts in (("ahead4", (5400, 1800, 7200, 900)),
+                         ("kai", (1800, 1800, 14400, None))):
+        (where / f"{policy}.json").write_text(json.dumps({"policies": [{}], "jobs": {
+            f"j{i}": ["b" if i == 4 else "a", jct] for i, jct in enumerate(jcts, 1)}}))
+    lines = report.waits(tmp_path, "s", "a", ["ahead4", "kai"], 6.0).splitlines()
+    assert lines[0] == "tenant a's jobs on s: mean wait (h) by submission window of 6 h"
+    # hour 0-6: waits (3600 + 0) / 2 s under ahead4, 0 under kai; hour 6-12: 1 h and 3 h
+    assert lines[2].split() == ["0-6", "h", "2", "0.50", "0.00"]
+    assert lines[3].split() == ["6-12", "h", "1", "1.00", "3.00"]
+    assert lines[4] == "job-hours over ahead4: ahead4 +0, kai +1"  # -1 h, +2 h
+    assert "jobs on s" in report.waits(tmp_path, "s", "all", ["ahead4"], 6.0)
+    # The command line prints the same, per slice named
+    assert stress.main(["--out", str(tmp_path), "--slices", "s", "--policies", "ahead4,kai",
+                        "--waits", "a"]) == 0
+    assert capsys.readouterr().out.splitlines()[2].split() == lines[2].split()
