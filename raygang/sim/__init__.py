@@ -17,7 +17,8 @@ _API = {
     "simulate": "raygang.sim.api", "Comparison": "raygang.sim.api",
     "load_csv": "raygang.sim.trace", "Trace": "raygang.sim.trace",
     "TraceError": "raygang.sim.trace", "TraceJob": "raygang.sim.trace",
-    "load_philly": "raygang.sim.philly", "SimSettings": "raygang.sim.settings",
+    "load_philly": "raygang.sim.philly", "load_helios": "raygang.sim.helios",
+    "SimSettings": "raygang.sim.settings",
     "POLICIES": "raygang.sim.policies",
 }
 

@@ -39,14 +39,17 @@ def _policies(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
 @click.option("--policy", "policies", multiple=True, callback=_policies,
               help="Policies to compare, comma-separated or repeated: raygang, fifo, "
               "static, sjf, kueue, kai, kai-tbf, raygang-tbf, raygang-no-tbf [default: raygang].")
-@click.option("--start", help="Philly traces: first submission time kept "
+@click.option("--start", help="Philly and Helios traces: first submission time kept "
               "(YYYY-MM-DD[ HH:MM:SS]).")
-@click.option("--end", help="Philly traces: submissions before this time are kept.")
+@click.option("--end", help="Philly and Helios traces: submissions before this time are "
+              "kept.")
 @click.option("--days", type=click.FloatRange(0, min_open=True),
-              help="Philly traces: keep this many days from --start (instead of --end).")
+              help="Philly and Helios traces: keep this many days from --start (instead "
+              "of --end).")
 @click.option("--vc-nodes", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Philly traces: nodes per VC, for quotas [default: philly_vc_nodes.csv "
-              "beside the trace].")
+              help="The VC sizes, for quotas: Philly's nodes per VC [default: "
+              "philly_vc_nodes.csv beside the trace]; Helios's GPUs per VC per day [default: "
+              "cluster_gpu_number.csv beside the log].")
 @click.option("--checkpoint", "checkpoint_s", type=click.FloatRange(0), default=1800.0,
               show_default=True, help="Seconds of running between a job's checkpoints.")
 @click.option("--grace", "grace_s", type=click.FloatRange(0), default=30.0,
@@ -92,10 +95,11 @@ def sim(trace: str | None, cycle_file: Path | None, config_paths: tuple[Path, ..
     """Replay TRACE through raygang's scheduler in simulated time and compare policies.
 
     TRACE is a trace CSV (submit_s, duration_s, gpus or shape, queue, priority, name:
-    see raygang.sim.trace) or the Philly job file (philly_jobs_sep_oct.csv.gz), gzipped
-    or not; `philly-week` is the week of Philly shipped with raygang (Oct 2-9 2017,
-    CC BY 4.0, see raygang/sim/data/SOURCE.txt). Prints a table of JCT, queueing, allocation, preemptions and fairness per
-    policy; with --out also writes it as JSON and draws plots.
+    see raygang.sim.trace), the Philly job file (philly_jobs_sep_oct.csv.gz) or a Helios
+    job log (HeliosData's cluster_log.csv: raygang.sim.helios), gzipped or not;
+    `philly-week` is the week of Philly shipped with raygang (Oct 2-9 2017, CC BY 4.0,
+    see raygang/sim/data/SOURCE.txt). Prints a table of JCT, queueing, allocation,
+    preemptions and fairness per policy; with --out also writes it as JSON and draws plots.
     """
     if cycle_file is not None:
         if trace is not None:
@@ -159,25 +163,33 @@ def _config(paths: tuple[Path, ...]) -> Any:
     return SchedulerConfig.from_files(list(paths)) if paths else SchedulerConfig()
 
 
-def _is_philly(path: Path) -> bool:
+def _header(path: Path) -> list[str]:
     from raygang.sim.trace import open_text
 
     with open_text(path) as text:
-        header = next(csv.reader(text), [])
+        return next(csv.reader(text), [])
+
+
+def _is_philly(header: list[str]) -> bool:
     return "num_gpus" in header and "cluster" in header
 
 
 def _trace(path: Path, config: Any, nodes: int, gpus_per_node: int, start: str | None,
            end: str | None, days: float | None, vc_nodes: Path | None) -> Any:
+    from raygang.sim.helios import is_helios, load_helios
     from raygang.sim.philly import load_philly
     from raygang.sim.trace import load_csv
 
-    if _is_philly(path):
+    header = _header(path)
+    if _is_philly(header):
         return load_philly(path, vc_nodes, start=start, end=end, days=days, nodes=nodes,
                            gpus_per_node=gpus_per_node)
+    if is_helios(header):
+        return load_helios(path, vc_nodes, start=start, end=end, days=days, nodes=nodes,
+                           gpus_per_node=gpus_per_node)
     if start or end or days or vc_nodes:
-        raise SimUsageError("--start, --end, --days and --vc-nodes are for Philly traces; "
-                            "a trace CSV is replayed whole")
+        raise SimUsageError("--start, --end, --days and --vc-nodes are for Philly and Helios "
+                            "traces; a trace CSV is replayed whole")
     named = [q.name for q in config.queues if q.name != "default"]
     return load_csv(path, gpus_per_node, queues=(named + ["default"]) if named else None)
 

@@ -17,8 +17,9 @@ are dropped, as the file's SOURCE.txt allows; the count dropped is in the trace'
 from __future__ import annotations
 
 import csv
+import gzip
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -80,13 +81,7 @@ def load_philly(jobs_path: str | Path, vc_nodes_path: str | Path | None = None, 
     if vc_nodes_path is None and (jobs_path.parent / "philly_vc_nodes.csv").exists():
         vc_nodes_path = jobs_path.parent / "philly_vc_nodes.csv"
     vc_nodes = read_vc_nodes(vc_nodes_path) if vc_nodes_path is not None else None
-    begin = _when(start, "start") if start else None
-    if days is not None:
-        if begin is None:
-            raise ValueError("--days needs --start")
-        stop = begin + timedelta(days=days)
-    else:
-        stop = _when(end, "end") if end else None
+    begin, stop = window(start, end, days)
     rows, dropped = _read(jobs_path, begin, stop, vc_nodes, gpus_per_node)
     if not rows:
         raise TraceError(str(jobs_path), None, f"no jobs between {start} and {end or stop}")
@@ -105,6 +100,18 @@ def load_philly(jobs_path: str | Path, vc_nodes_path: str | Path | None = None, 
                  start=origin.strftime(TIME_FORMAT), notes=tuple(notes), quotas=quotas)
 
 
+def window(start: str | None, end: str | None, days: float | None
+           ) -> tuple[datetime | None, datetime | None]:
+    """The submissions kept, [begin, stop): from `start` (or the first), to `end` (or
+    `days` after `start`, or the last)."""
+    begin = _when(start, "start") if start else None
+    if days is not None:
+        if begin is None:
+            raise ValueError("--days needs --start")
+        return begin, begin + timedelta(days=days)
+    return begin, _when(end, "end") if end else None
+
+
 def _when(text: str, what: str) -> datetime:
     for fmt in (TIME_FORMAT, "%Y-%m-%d"):
         try:
@@ -114,43 +121,58 @@ def _when(text: str, what: str) -> datetime:
     raise ValueError(f"--{what}: expected YYYY-MM-DD[ HH:MM:SS], got {text!r}")
 
 
-def _read(path: Path, begin: datetime | None, stop: datetime | None,
-          vc_nodes: Mapping[str, int] | None, gpus_per_node: int
-          ) -> tuple[list[tuple[datetime, TraceJob]], int]:
-    rows: list[tuple[datetime, TraceJob]] = []
-    dropped = 0
+def log_rows(path: Path, columns: tuple[str, ...], time_column: str,
+             begin: datetime | None, stop: datetime | None
+             ) -> Iterator[tuple[int, datetime, dict[str, str]]]:
+    """(line, submission time, row) of each row of a job log submitted in [begin, stop):
+    a CSV whose `time_column` holds fixed-width times (Philly's, Helios's). A missing
+    column or a bad time is a `TraceError` with the line."""
     low = begin.strftime(TIME_FORMAT) if begin is not None else ""
     high = stop.strftime(TIME_FORMAT) if stop is not None else ""
     source = str(path)
     try:
         with open_text(path) as text:
             reader = csv.DictReader(text)
-            missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+            missing = [c for c in columns if c not in (reader.fieldnames or [])]
             if missing:
                 raise TraceError(source, 1, f"missing column(s): {', '.join(missing)}")
             for row in reader:
-                line = reader.line_num
-                stamp = row["timestamp"] or ""
-                # Fixed-width timestamps sort as text: skip rows outside without parsing.
+                stamp = row[time_column] or ""
+                # Fixed-width times sort as text: skip rows outside without parsing.
                 if (low and stamp < low) or (high and stamp >= high):
                     continue
                 try:
                     at = datetime.strptime(stamp, TIME_FORMAT)
-                    duration, gpus = float(row["duration"]), int(row["num_gpus"])
                 except (TypeError, ValueError) as error:
-                    raise TraceError(source, line, f"bad row: {error}") from None
-                vc = row["cluster"]
-                if vc_nodes is not None and vc not in vc_nodes:
-                    dropped += 1
-                    continue
-                if duration <= 0 or gpus < 1:
-                    raise TraceError(source, line, f"duration {duration:g} s and num_gpus "
-                                                   f"{gpus}: both must be positive")
-                members, each = gang_shape(gpus, gpus_per_node)
-                # The job's name is its line: a reader of the report can find the row.
-                rows.append((at, TraceJob(name=f"philly-{line:05d}", submit_s=0.0,
-                                          duration_s=duration, members=members,
-                                          gpus_per_member=each, queue=vc)))
+                    raise TraceError(source, reader.line_num, f"bad row: {error}") from None
+                yield reader.line_num, at, row
     except OSError as error:
         raise TraceError(source, None, f"cannot read: {error.strerror or error}") from None
+    except (UnicodeDecodeError, gzip.BadGzipFile, EOFError) as error:
+        raise TraceError(source, None, f"not a CSV text file ({error})") from None
+
+
+def _read(path: Path, begin: datetime | None, stop: datetime | None,
+          vc_nodes: Mapping[str, int] | None, gpus_per_node: int
+          ) -> tuple[list[tuple[datetime, TraceJob]], int]:
+    rows: list[tuple[datetime, TraceJob]] = []
+    dropped = 0
+    source = str(path)
+    for line, at, row in log_rows(path, COLUMNS, "timestamp", begin, stop):
+        try:
+            duration, gpus = float(row["duration"]), int(row["num_gpus"])
+        except (TypeError, ValueError) as error:
+            raise TraceError(source, line, f"bad row: {error}") from None
+        vc = row["cluster"]
+        if vc_nodes is not None and vc not in vc_nodes:
+            dropped += 1
+            continue
+        if duration <= 0 or gpus < 1:
+            raise TraceError(source, line, f"duration {duration:g} s and num_gpus "
+                                           f"{gpus}: both must be positive")
+        members, each = gang_shape(gpus, gpus_per_node)
+        # The job's name is its line: a reader of the report can find the row.
+        rows.append((at, TraceJob(name=f"philly-{line:05d}", submit_s=0.0,
+                                  duration_s=duration, members=members,
+                                  gpus_per_member=each, queue=vc)))
     return rows, dropped
