@@ -80,11 +80,10 @@ def load_helios(jobs_path: str | Path, vc_gpus_path: str | Path | None = None, *
     sizes = read_vc_gpus(vc_gpus_path) if vc_gpus_path is not None else None
     begin, stop = window(start, end, days)
     rows, skipped = _read(jobs_path, begin, stop, gpus_per_node)
-    origin = begin or (rows[0][0] if rows else None)
     notes = []
     quotas: dict[str, int] = {}
-    if sizes is not None and origin is not None:
-        day = _day(sizes, origin)
+    if sizes is not None and rows:
+        day = _day(sizes, begin or rows[0][0])
         kept = [(at, job) for at, job in rows if job.queue in sizes[day]]
         if len(kept) < len(rows):
             notes.append(f"{len(rows) - len(kept)} jobs of VCs without a size dropped")
@@ -92,6 +91,7 @@ def load_helios(jobs_path: str | Path, vc_gpus_path: str | Path | None = None, *
         quotas = {vc: n * gpus_per_node
                   for vc, n in proportional_nodes(sizes[day], nodes).items()}
         notes.append(f"quotas: the {len(quotas)} VCs' GPUs on {day} scaled to {nodes} nodes")
+    origin = begin or (rows[0][0] if rows else None)  # a dropped job does not start it
     if not rows or origin is None:
         raise TraceError(str(jobs_path), None,
                          f"no GPU jobs between {start or 'the start'} and "

@@ -75,6 +75,13 @@ def test_the_quotas_are_the_vc_sizes_on_the_day_the_replay_starts(tmp_path, star
     assert any(f"GPUs on {day}" in note for note in trace.notes)
 
 
+def test_without_a_start_the_first_job_kept_starts_the_replay(tmp_path):
+    log = HEADER + "1,uC,vcC,1,1,1,COMPLETED,2020-09-01 00:00:00,,,60,0\n" + LOG.split("\n", 1)[1]
+    trace = load_helios(write_log(tmp_path, log), nodes=4)
+    assert trace.start == "2020-09-01 00:00:10"  # vcC's job (no size) is dropped
+    assert trace.jobs[0].submit_s == 0.0
+
+
 def test_without_sizes_every_vc_is_kept_and_no_quota_is_set(tmp_path):
     trace = load_helios(write_log(tmp_path, sizes=None))
     assert trace.quotas == {}
