@@ -170,18 +170,14 @@ def _header(path: Path) -> list[str]:
         return next(csv.reader(text), [])
 
 
-def _is_philly(header: list[str]) -> bool:
-    return "num_gpus" in header and "cluster" in header
-
-
 def _trace(path: Path, config: Any, nodes: int, gpus_per_node: int, start: str | None,
            end: str | None, days: float | None, vc_nodes: Path | None) -> Any:
     from raygang.sim.helios import is_helios, load_helios
-    from raygang.sim.philly import load_philly
+    from raygang.sim.philly import is_philly, load_philly
     from raygang.sim.trace import load_csv
 
     header = _header(path)
-    if _is_philly(header):
+    if is_philly(header):
         return load_philly(path, vc_nodes, start=start, end=end, days=days, nodes=nodes,
                            gpus_per_node=gpus_per_node)
     if is_helios(header):

@@ -36,6 +36,11 @@ COLUMNS = ("timestamp", "duration", "num_gpus", "cluster")
 TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 
+def is_philly(header: list[str]) -> bool:
+    """Whether a CSV header is the Philly job file's."""
+    return "num_gpus" in header and "cluster" in header
+
+
 def read_vc_nodes(path: str | Path) -> dict[str, int]:
     """VC -> its node count (`philly_vc_nodes.csv`: header `vc,node num`)."""
     path = Path(path)
