@@ -138,6 +138,11 @@ def _replicas(members: int, settings: SimSettings) -> int | tuple[int, int]:
     return (max(1, math.ceil(members * share)), members)
 
 
+# Why a job of a tenant without a partition of its own (the `static` policy: a GPU quota
+# below one node, or none) is skipped; the report counts them (`metrics.summarize`).
+NO_PARTITION = "no partition holds queue"
+
+
 def gang_of(job: TraceJob, name: str, queue: str, priority: int | str,
             settings: SimSettings) -> GangSpec:
     """The gang a trace job is submitted as: its members, each with its GPUs."""
@@ -283,7 +288,7 @@ class _Replayer:
         job = log.job
         log.submitted_at = self.loop.time()
         if plane is None:
-            log.skipped = f"no partition holds queue {job.queue!r}"
+            log.skipped = f"{NO_PARTITION} {job.queue!r}"
             self._ended()
             return
         spec = gang_of(job, name, self.policy.queue(job), self.policy.priority(job),

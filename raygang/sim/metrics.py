@@ -21,9 +21,10 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 
-from raygang.sim.engine import Replay
+from raygang.sim.engine import NO_PARTITION, Replay
 from raygang.sim.inference import INFERENCE_QUEUE
 from raygang.sim.ledger import JobLog, jain
 
@@ -58,7 +59,11 @@ def summarize(replay: Replay, checkpoint_s: float) -> dict:
     return {
         "policy": replay.policy,
         "jobs": {"in_trace": len(logs), "completed": len(done),
-                 "skipped": sum(1 for log in logs if log.skipped is not None)},
+                 "skipped": sum(1 for log in logs if log.skipped is not None),
+                 # jobs no partition held, by queue (`static`: a queue without a quota)
+                 "no_partition": dict(sorted(Counter(
+                     log.job.queue for log in logs
+                     if log.skipped and log.skipped.startswith(NO_PARTITION)).items()))},
         "jct_h": _spread(jct),
         "queueing_h": _spread(queued),
         "first_start_h": _spread(first),

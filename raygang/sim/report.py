@@ -104,9 +104,23 @@ def text_table(trace: Trace, settings: SimSettings, summaries: Sequence[dict]) -
     for note in trace.notes:
         console.print(f"trace: {note}", soft_wrap=True)
     for summary in summaries:
+        for line in _no_partition(summary):
+            console.print(line, soft_wrap=True)
         if (summary.get("inference") or {}).get("note"):
             console.print(f"{summary['policy']}: {summary['inference']['note']}",
                           soft_wrap=True)
     if trace.attribution:
         console.print(f"data: {trace.attribution}", soft_wrap=True)
     return buffer.getvalue().rstrip()
+
+
+def _no_partition(summary: dict) -> list[str]:
+    """Why a policy of partitions (`static`) skipped jobs: their queues had none."""
+    counts = summary["jobs"].get("no_partition") or {}
+    if not counts:
+        return []
+    named = ", ".join(list(counts)[:4]) + (f" and {len(counts) - 4} more" if len(counts) > 4
+                                           else "")
+    return [f"{summary['policy']}: {sum(counts.values())} jobs skipped: no partition for "
+            f"queue(s) {named} (a partition is a queue's GPU quota in whole nodes: give "
+            f"quotas with --config, or the VCs' sizes with --vc-nodes)"]

@@ -130,3 +130,14 @@ def test_sim_replays_a_helios_log_and_reads_the_sizes_beside_it(tmp_path):
     result = CliRunner().invoke(sim, [str(csv_trace), "--days", "1", "-q"])
     assert result.exit_code == 2
     assert "are for Philly and Helios traces" in result.output
+
+
+def test_static_without_quotas_says_why_it_skipped_every_job(tmp_path):
+    # No sizes file: no VC has a quota, so `static` has no partition to run anything on
+    path = write_log(tmp_path, sizes=None)
+    result = CliRunner().invoke(sim, [str(path), "--nodes", "4", "--start", "2020-09-01",
+                                      "--days", "1", "--policy", "raygang,static", "-q"])
+    assert result.exit_code == 0, result.output
+    assert "static: 6 jobs skipped: no partition for queue(s) vcA, vcB, vcC (a partition" \
+        in result.output
+    assert "raygang: " not in result.output.replace("raygang sim", "")
