@@ -32,11 +32,9 @@ from raygang.core.workload_specs import DeploymentSpec, deployment_spec, job_spe
 from raygang.runtime.client import connection
 from raygang.runtime.names import NAMESPACE
 
-# Options of a whole gang, and options of one role (the rest of the decorator's keywords).
-_GANG_OPTIONS = {
-    "name", "queue", "priority", "strategy", "reservation_timeout_s", "startup_timeout_s",
-    "max_restarts", "preemption_grace_s", "resize", "checkpoint_interval_s", "fence_s", "ratio",
-}
+# Options of a whole gang (its spec's fields but the roles; a topology given to the
+# decorator is its role's), and options of one role (the rest of its keywords).
+_GANG_OPTIONS = set(GangSpec.model_fields) - {"roles", "topology"}
 _ROLE_OPTIONS = {
     "role", "replicas", "min_replicas", "resources", "num_cpus", "num_gpus", "memory", "after",
     "max_concurrency", "runtime_env", "topology",
@@ -60,7 +58,8 @@ def gang_task(_target: Any = None, /, **options: Any):
     `max_concurrency`, `runtime_env`, `topology` (a `raygang.Topology` or a dict such as
     `{"required": "rack"}`: where its members sit, by node label). Gang options: `name`,
     `queue`, `priority`, `strategy`, `reservation_timeout_s`, `startup_timeout_s`,
-    `max_restarts`, `preemption_grace_s`, `resize`, `checkpoint_interval_s`, `fence_s`, `ratio`.
+    `max_restarts`, `preemption_grace_s`, `resize`, `checkpoint_interval_s`, `fence_s`, `ratio`,
+    `max_runtime_s` (the longest a run may last; a short one may pass a blocked gang).
     """
     if _target is not None:
         return GangTask(_target, options)

@@ -126,7 +126,7 @@ class GangDriver:
         record, run = self.record, self.run
         try:
             if adopted:  # started by the previous scheduler process: pick up its run
-                results = await run.resume()
+                results = await self._limited(run.resume())
             else:
                 if waits_for:  # their resources are promised to this gang: wait until freed
                     await asyncio.wait(waits_for)
@@ -141,7 +141,7 @@ class GangDriver:
                 self.decide(Released())
                 # Stored before the release: a restarted scheduler then adopts the gang.
                 await run_to_completion(self._journal.write(record))
-                results = await run.run()
+                results = await self._limited(run.run())
             if not record.live.stopping:
                 record.live.result_refs = results
             self.decide(Finished())
@@ -157,6 +157,24 @@ class GangDriver:
             self._failed(GangError(error_type=type(error).__name__, message=str(error)))
         finally:
             await self._release()
+
+    async def _limited(self, running: Awaitable[Any]) -> Any:
+        """The run, cut at the gang's `max_runtime_s` since it started: then it ends as a
+        user's cancellation does (`plane.cancel`: the intent stored first), the limit its
+        reason. Slurm ends a job at its time limit; Kueue deactivates a Job past its
+        max-exec-time-seconds."""
+        limit, started = self.record.spec.max_runtime_s, self.record.started_at
+        if limit is None:
+            return await running
+        left = limit - (self._clock() - started) if started is not None else limit
+        try:
+            return await asyncio.wait_for(running, max(0.0, left))
+        except TimeoutError:
+            if self.record.cancel_reason is None:
+                self.record.cancel_reason = f"ran past its max_runtime_s ({limit:g} s)"
+                self._changed(self.record)
+                await run_to_completion(self._journal.write(self.record))
+            raise asyncio.CancelledError() from None  # ends the drive: Interrupted
 
     def _failed(self, error: GangError, final: bool = False) -> None:
         if final or not self.record.live.stopping:  # else it ends as part of its preemption

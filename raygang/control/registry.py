@@ -44,6 +44,8 @@ class Registry:
         # Indexes (see the module's docstring), and where each gang is in them.
         self._lines: dict[str, list[PendingGang]] = {}
         self._totals: dict[str, dict[Resources, int]] = {}
+        # queue -> how many of its line declare a max_runtime_s (core.backlog.Backlog)
+        self._declared: collections.Counter[str] = collections.Counter()
         self._backoff: list[tuple[float, int, str]] = []  # heap; stale entries skipped
         self._by_state: dict[GangState, _Ids] = {}
         self._by_queue: dict[str, _Ids] = {}
@@ -117,7 +119,8 @@ class Registry:
         self._due(now)
         lines = {q: list(line) for q, line in self._lines.items() if line}
         totals = {q: dict(self._totals[q]) for q in lines}
-        return Backlog(lines, totals, self._pending_view)
+        declared = {q: n for q, n in self._declared.items() if n}
+        return Backlog(lines, totals, self._pending_view, declared)
 
     def _pending_view(self, gang_id: str) -> PendingGang | None:
         record = self._gangs.get(gang_id)
@@ -265,6 +268,8 @@ class Registry:
         bisect.insort(line, gang, key=PendingGang.order_key)
         totals = self._totals.setdefault(gang.queue, {})
         totals[gang.total] = totals.get(gang.total, 0) + 1
+        if gang.spec.max_runtime_s is not None:
+            self._declared[gang.queue] += 1
         self._where[record.gang_id] = "line"
 
     def _unplace(self, record: GangRecord) -> None:
@@ -280,6 +285,8 @@ class Registry:
         totals[gang.total] -= 1
         if not totals[gang.total]:
             del totals[gang.total]
+        if gang.spec.max_runtime_s is not None:
+            self._declared[gang.queue] -= 1
 
     def forget_unsaved(self, record: GangRecord) -> None:
         """A submission the store did not take: as if it never came (it may be retried)."""

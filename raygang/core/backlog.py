@@ -25,11 +25,14 @@ class Backlog:
     """`lines`: queue -> its pending gangs sorted by `PendingGang.order_key` (the cycle
     reads them in place: hand it a copy if they change meanwhile); `totals`: queue ->
     the distinct totals its gangs ask for, with how many ask each (its demand, and which
-    gangs its limits turn away); `find`: a pending gang by id, for reading a line lazily."""
+    gangs its limits turn away); `find`: a pending gang by id, for reading a line lazily;
+    `declared`: queue -> how many of its gangs declare a `max_runtime_s` (absent: none),
+    so that a pass looks for those past a blocked head only where there are some."""
 
     lines: Mapping[str, Sequence[PendingGang]]
     totals: Mapping[str, Mapping[Resources, int]]
     find: Callable[[str], PendingGang | None] = field(default=lambda gang_id: None)
+    declared: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, pending: Iterable[PendingGang]) -> Backlog:
@@ -37,12 +40,15 @@ class Backlog:
         lines: dict[str, list[PendingGang]] = {}
         totals: dict[str, dict[Resources, int]] = {}
         by_id: dict[str, PendingGang] = {}
+        declared: dict[str, int] = {}
         for gang in sorted(pending, key=PendingGang.order_key):
             lines.setdefault(gang.queue, []).append(gang)
             counts = totals.setdefault(gang.queue, {})
             counts[gang.total] = counts.get(gang.total, 0) + 1
             by_id[gang.gang_id] = gang
-        return cls(lines, totals, by_id.get)
+            if gang.spec.max_runtime_s is not None:
+                declared[gang.queue] = declared.get(gang.queue, 0) + 1
+        return cls(lines, totals, by_id.get, declared)
 
     def __len__(self) -> int:
         return sum(len(line) for line in self.lines.values())

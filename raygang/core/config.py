@@ -214,6 +214,13 @@ class PolicyConfig(BaseModel):
         "the backlog); a gang of the shape and priority of one set aside is set aside "
         "without a try; 0: strict FIFO per queue",
     )
+    backfill_max_runtime_s: float = Field(
+        4 * 3600.0, ge=0,
+        description="without backfill: a gang that declares a max_runtime_s of at most this "
+        "is still tried past a queue's lookahead (or a strict line), as Slurm's backfill "
+        "starts jobs whose time limit lets them; gangs that declare none wait as before. "
+        "0: none is",
+    )
     priority_classes: tuple[PriorityClass, ...] = DEFAULT_PRIORITY_CLASSES
     queues: tuple[QueueSpec, ...] = (QueueSpec(name=DEFAULT_QUEUE),)
     actions: tuple[ActionName, ...] = Field(

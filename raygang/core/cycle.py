@@ -41,6 +41,7 @@ from raygang.core.snapshot import ClusterSnapshot, PlacedGang
 from raygang.core.reasons import Reasons
 from raygang.core.statement import Statement
 from raygang.core.usage import time_share
+from raygang.core.walk import walk
 from raygang.core import preemption
 from raygang.core.preemption.victims import victim_key
 
@@ -98,6 +99,9 @@ class Cycle:
         self.waiting: dict[str, Waiting] = {}
         # gang id -> the gang like it (core/cycle.py `_pass`) it was set aside behind
         self.aside: dict[str, PendingGang] = {}
+        # gangs a pass went past (beyond a lookahead, for the declared short): they wait
+        # behind their queue's blocked gang (`core.reasons`)
+        self.passed_over: set[str] = set()
         self._pools: dict[str, Pool] = {}  # action -> the gangs it may stop
         self._refused = st.refused  # (search key, gate name) -> a gate's refusal
         # gang id -> (action, the refusal) of a gate that lifts at a time (its reason says)
@@ -124,6 +128,8 @@ class Cycle:
         self.backlog = backlog
         lines = self._lines(backlog)
         self.left = {queue: Line(line) for queue, line in lines.items() if line}
+        # queue -> gangs of its line that declare a max_runtime_s, less those admitted
+        self.declared = {q: n for q, n in backlog.declared.items() if n and q in self.left}
         self.book.share_out_demand(self.snapshot.alive_nodes, {
             queue: demand(self._good_totals(queue, backlog.totals.get(queue, {})))
             for queue in lines})
@@ -134,7 +140,7 @@ class Cycle:
             action = self.actions[name]
             began = time.perf_counter()
             if action.attempt is not None and not (passed and action.idle and action.idle(self)):
-                self._pass(functools.partial(action.attempt, self))
+                walk(self, functools.partial(action.attempt, self))
                 passed = True
             if action.finish is not None:  # a pass over the running gangs (grow)
                 action.finish(self)
@@ -187,53 +193,12 @@ class Cycle:
                 if self.tree.problem_of(queue, total) is None}
         return good
 
-    def _pass(self, attempt: Callable[[PendingGang], bool]) -> None:
-        """Offer each queue's gangs, in fair-share order, to `attempt`. Without backfill a
-        queue stops once more than `backfill_lookahead` of its gangs were not admitted
-        (0: at the first). A gang like one not admitted earlier in its line this pass
-        (its shape, priority and class) is set aside without a try: it would fail alike,
-        and the cost of a pass stays in what it admits and in the distinct kinds it meets
-        (unless it waited longer: a delay or a trade may let it do what the other could not)."""
-        order = QueueOrder(self.book, [q for q, gangs in self.left.items() if gangs])
-        at = dict.fromkeys(self.left, 0)
-        passed = dict.fromkeys(self.left, 0)
-        lookaheads = {queue: self.lookahead(queue) for queue in self.left}  # once a pass
-        # queue -> kind -> the first gang of that kind this pass set aside (unlike
-        # `self.failed`: the shapes whose victim search failed, a memo the statement keeps
-        # while capacity stays as it was)
-        first_aside: dict[str, dict[tuple[object, ...], PendingGang]] = {}
-        # Each line's length, once: lines change only after the pass (`Line.drop`)
-        sizes = {queue: len(gangs) for queue, gangs in self.left.items()}
-        while (queue := order.pick()) is not None:
-            i = at[queue]
-            gang = self.left[queue][i]
-            at[queue] = i = i + 1
-            if i >= sizes[queue]:
-                order.done(queue)
-            if not self.ever.fits(gang):
-                continue  # never fits here: it blocks nobody
-            kind = (gang.shape, gang.priority, gang.preemptible)
-            aside = first_aside.get(queue)
-            like = None if aside is None else aside.get(kind)
-            if like is not None and _waited_no_longer(gang, like):
-                self.aside[gang.gang_id] = like
-                admitted = False
-            elif self.hold is not None and gang is self.hold.gang:
-                self.aside.pop(gang.gang_id, None)
-                admitted = self._held_attempt(attempt)
-            else:
-                self.aside.pop(gang.gang_id, None)
-                admitted = attempt(gang)
-            if admitted:
-                order.touched(queue)
-                continue
-            first_aside.setdefault(queue, {}).setdefault(kind, gang)
-            passed[queue] += 1
-            lookahead = lookaheads[queue]
-            if lookahead is not None and passed[queue] > lookahead:
-                order.done(queue)
-        for queue, gangs in self.left.items():
-            gangs.drop(at[queue], self.admitted)
+    def short_runtime(self, queue: str) -> float:
+        """The longest declared run of a gang that `queue`'s line lets past its lookahead
+        (the queue's own setting, else the policy's); 0: none."""
+        spec = self.tree.specs.get(queue)
+        own = None if spec is None else spec.backfill_max_runtime_s
+        return self.config.backfill_max_runtime_s if own is None else own
 
     def lookahead(self, queue: str) -> int | None:
         """How many more gangs of `queue`'s line a pass may set aside past its first (the
@@ -259,7 +224,7 @@ class Cycle:
         gang = elect(heads, self.now, sla, lambda g: self.book.admission_problem(g) is None)
         return None if gang is None else Hold.of(gang, self.capacity, self.draining.settled)
 
-    def _held_attempt(self, attempt: Callable[[PendingGang], bool]) -> bool:
+    def held_attempt(self, attempt: Callable[[PendingGang], bool]) -> bool:
         """Offer the elected gang what is held for it too. Shapes that failed without the
         hold fail with it; pools are rebuilt, as their bounds assumed less free."""
         hold = self.hold
@@ -433,11 +398,3 @@ class Cycle:
     ) -> None:
         self.statement.admit(gang, nodes, action, victims)
         self.limited.pop(gang.gang_id, None)
-
-
-def _waited_no_longer(gang: PendingGang, than: PendingGang) -> bool:
-    """Whether `gang` has been pending no longer than `than` (one pending since no known
-    time waited no delay: `Clock.delay_left`)."""
-    if than.pending_since is None:
-        return True
-    return gang.pending_since is not None and gang.pending_since >= than.pending_since

@@ -182,13 +182,16 @@ class CycleDump(_Model):
         lines: dict[str, Sequence[PendingGang]] = {}
         totals: dict[str, dict[Resources, int]] = {}
         by_id: dict[str, PendingGang] = {}
+        declared: dict[str, int] = {}
         for queue, line in self.backlog.items():
             gangs = lines[queue] = [g.gang() for g in line]
             counts = totals[queue] = {}
             for gang in gangs:
                 counts[gang.total] = counts.get(gang.total, 0) + 1
                 by_id[gang.gang_id] = gang
-        return Backlog(lines, totals, by_id.get)
+                if gang.spec.max_runtime_s is not None:
+                    declared[queue] = declared.get(queue, 0) + 1
+        return Backlog(lines, totals, by_id.get, declared)
 
     def replay(self) -> Plan:
         """Decide the cycle again (`core.schedule`, as the scheduler does)."""

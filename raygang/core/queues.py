@@ -36,6 +36,9 @@ class QueueSpec(BaseModel):
         None, ge=0, description="this queue's own PolicyConfig.backfill_lookahead (as Kueue "
         "sets a queueing strategy per ClusterQueue): 0 keeps its line strictly in order; "
         "None: the policy's")
+    backfill_max_runtime_s: float | None = Field(
+        None, ge=0, description="this queue's own PolicyConfig.backfill_max_runtime_s: 0 "
+        "lets none of its gangs pass for a declared max_runtime_s; None: the policy's")
 
     @model_validator(mode="after")
     def _quota_within_limit(self) -> QueueSpec:

@@ -57,8 +57,9 @@ class Reasons:
                 if like is not None and like.gang_id in waiting:
                     waiting[gang.gang_id] = self._like(like, gang)
                 else:
+                    over = i >= looked or gang.gang_id in self.cycle.passed_over
                     waiting[gang.gang_id] = self._reason(
-                        gang, blocker if i >= looked else None, by_shape)
+                        gang, blocker if over else None, by_shape)
                 if blocker is None and self.cycle.ever.fits(gang) and not backfill:
                     blocker = gang
         return behind
@@ -83,9 +84,14 @@ class Reasons:
         )
 
     def _past(self, queue: str) -> str:
-        n = self.cycle.lookahead(queue)
-        return "backfill is off" if not n else \
+        n, short = self.cycle.lookahead(queue), self.cycle.short_runtime(queue)
+        assert self.cycle.backlog is not None  # (explained after a run)
+        if queue not in self.cycle.backlog.declared:
+            short = 0.0  # none of its gangs declares a run time: nothing to say
+        past = "backfill is off" if not n else \
             f"a cycle passes it and at most {n} more of its line that cannot start"
+        return past if not short else \
+            f"{past}, and gangs that declare a max_runtime_s of at most {short:g} s"
 
     def _never(self, gang: PendingGang, blocker: PendingGang | None) -> Waiting:
         """A gang that cannot fit even on the empty cluster; behind `blocker` in line if

@@ -200,6 +200,10 @@ class GangSpec(BaseModel):
         "reclaim and preempt then stop, of gangs alike, the one with the least work since "
         "its last save (unset: since its last start)",
     )
+    max_runtime_s: float | None = Field(
+        None, gt=0, description="the longest a run of the gang may last: it is cancelled "
+        "then (Slurm's time limit, Kueue's max-exec-time-seconds); at most PolicyConfig."
+        "backfill_max_runtime_s, it may pass a blocked gang of its queue. Unset: no limit")
     topology: Topology | None = Field(
         None, description="where the gang's members may sit, by node labels: all in one "
         "domain of a level (`required`), in as few as possible (`preferred`), or in "

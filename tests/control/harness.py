@@ -160,7 +160,8 @@ async def submit(plane: ControlPlane, name: str, shape: str, strategy: str = "PA
     preemption_grace_s...) are taken from `options`, the rest go to the program."""
     gang_fields = {k: options.pop(k) for k in list(options)
                    if k in ("priority", "queue", "max_restarts", "preemption_grace_s",
-                            "reservation_timeout_s", "startup_timeout_s", "topology")}
+                            "reservation_timeout_s", "startup_timeout_s", "topology",
+                            "max_runtime_s")}
     s = spec(name, shape, strategy, **gang_fields)
     program = RoleProgram(target=MemoryProgram(**options))
     return await plane.submit(s, {role.name: program for role in s.roles}, key)
