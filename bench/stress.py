@@ -122,6 +122,12 @@ VARIANTS.update({
                                {"preemption": {"reclaim_checkpoint_ratio": ratio}})
        for name, ratio in (("05", 0.5), ("1", 1.0), ("2", 2.0), ("4", 4.0))},
 })
+# Every job declares a max_runtime_s, K times its duration (`raygang sim --declared-runtime
+# K`; no trace here records time limits), on the default's line or on a strict one (issue
+# 30, 2026-12-02): variant -> (its config, K)
+DECLARED = {f"{line}-decl{k}": (line, float(k))
+            for line in ("ahead4", "strict") for k in (1, 2, 4)}
+VARIANTS.update({name: VARIANTS[line] for name, (line, _) in DECLARED.items()})
 
 
 @dataclass(frozen=True)
@@ -254,7 +260,8 @@ def run_one(args: tuple[str, str, str]) -> str:
     trace = load_csv(where / "trace.csv", 8,
                      queues=[q.name for q in config.queues if q.name != "default"]
                      + ["default"])  # as `raygang sim` reads it
-    settings = SimSettings(nodes=s.nodes, inference_gpus=s.inference)
+    settings = SimSettings(nodes=s.nodes, inference_gpus=s.inference,
+                           declared_runtime=DECLARED[policy][1] if policy in DECLARED else None)
     comparison = simulate(trace, ["raygang" if policy in VARIANTS else policy], settings,
                           config)
     comparison.summaries[0]["policy"] = policy

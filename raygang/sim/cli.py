@@ -77,6 +77,10 @@ def _policies(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]
               help="With --rack-nodes: what every job of more than one member asks of the "
               "racks: required (all in one rack), preferred (as few racks as it can) or "
               "segment:N (N members of consecutive ranks in one rack) [default: nothing].")
+@click.option("--declared-runtime", type=click.FloatRange(1),
+              help="Every job declares a max_runtime_s of this many times its duration "
+              "(rounded up to the next minute), as if its users gave time limits; none "
+              "of the traces records them [default: no job declares one].")
 @click.option("--one-cycle-per-instant", is_flag=True,
               help="One scheduling cycle per simulated instant, after all of its events "
               "(a quarter fewer cycles on a busy week; ties at an instant break otherwise, "
@@ -91,7 +95,7 @@ def sim(trace: str | None, cycle_file: Path | None, config_paths: tuple[Path, ..
         vc_nodes: Path | None, checkpoint_s: float, grace_s: float, inference_gpus: int,
         inference_gang_gpus: int, elastic_min: float | None, elastic_resize: str,
         elastic_restart_s: float, rack_nodes: int | None, topology: str | None,
-        one_cycle_per_instant: bool, out: Path | None, no_plots: bool, quiet: bool) -> None:
+        declared_runtime: float | None, one_cycle_per_instant: bool, out: Path | None, no_plots: bool, quiet: bool) -> None:
     """Replay TRACE through raygang's scheduler in simulated time and compare policies.
 
     TRACE is a trace CSV (submit_s, duration_s, gpus or shape, queue, priority, name:
@@ -130,7 +134,7 @@ def sim(trace: str | None, cycle_file: Path | None, config_paths: tuple[Path, ..
                                inference_gang_gpus=inference_gang_gpus,
                                elastic_min=elastic_min, elastic_resize=elastic_resize,
                                elastic_restart_s=elastic_restart_s, rack_nodes=rack_nodes,
-                               topology=topology,
+                               topology=topology, declared_runtime=declared_runtime,
                                one_cycle_per_instant=one_cycle_per_instant)
     except TraceError as error:
         raise SimUsageError(str(error)) from None

@@ -155,6 +155,7 @@ def gang_of(job: TraceJob, name: str, queue: str, priority: int | str,
         checkpoint_interval_s=settings.checkpoint_s or None,  # what the job declares
         resize=settings.elastic_resize,
         topology=settings.job_topology(job.members),
+        max_runtime_s=settings.job_max_runtime(job.duration_s),
     )
 
 

@@ -121,8 +121,9 @@ def tenant_quotas(trace: Trace, config: SchedulerConfig) -> dict[str, int]:
 # remember no usage (see above).
 _NO_HOLD = {"sla_waiting_time_s": None, "usage": {"enabled": False}}
 # FIFO, the static partitions and the KAI-style baseline keep a queue's line strictly in
-# order (a blocked head holds back the rest), whatever raygang's default lookahead is.
-_STRICT = {"backfill": False, "backfill_lookahead": 0}
+# order (a blocked head holds back the rest), whatever raygang's default lookahead is, and
+# whatever run time a job declares (`--declared-runtime`: none of them backfills by it).
+_STRICT = {"backfill": False, "backfill_lookahead": 0, "backfill_max_runtime_s": 0}
 
 POLICIES: dict[str, SimPolicy] = {p.name: p for p in (
     SimPolicy("raygang", "raygang's core.schedule: a queue per tenant, quota = guarantee"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -69,6 +70,11 @@ class SimSettings(BaseModel):
         "'required' (all in one rack), 'preferred' (as few racks as it can), 'segment:N' "
         "(members of consecutive ranks, N at a time, each N in one rack; a job whose "
         "members N does not divide asks for nothing). None: nothing")
+    declared_runtime: float | None = Field(
+        None, ge=1, description="every job declares a max_runtime_s of this many times "
+        "its duration, rounded up to the next whole minute (Slurm takes time limits in "
+        "minutes): what a line does with declared limits (PolicyConfig."
+        "backfill_max_runtime_s); no trace here records them. None: no job declares one")
     product_loop: bool = Field(
         False, description="keep the control plane loop's re-checks after a release, "
         "made for Ray's lagging view (slower; the same decisions: sim.loop)")
@@ -93,6 +99,12 @@ class SimSettings(BaseModel):
             raise ValueError("topology: not with elastic jobs (elastic_min): an elastic gang "
                              "cannot ask for a topology yet")
         return self
+
+    def job_max_runtime(self, duration_s: float) -> float | None:
+        """What a job that runs `duration_s` declares as its max_runtime_s."""
+        if self.declared_runtime is None:
+            return None
+        return (math.floor(duration_s * self.declared_runtime / 60) + 1) * 60.0
 
     def job_topology(self, members: int) -> Topology | None:
         """What a job of `members` members asks of the racks."""
