@@ -9,7 +9,7 @@ import pytest
 import ray
 
 import raygang
-from raygang import GangFailedError, GangState, UnschedulableError
+from raygang import GangCancelledError, GangFailedError, GangState, UnschedulableError
 from raygang.runtime.client.connection import scheduler
 from tests.integration.helpers import wait_state
 
@@ -93,6 +93,22 @@ def test_whole_gang_restarts_up_to_max_restarts(ray_cluster):
     admitted = [e for e in status.events if e.to_state is GangState.ADMITTED]
     assert admitted[1].at - requeues[0].at >= 1.0
     assert admitted[2].at - requeues[1].at >= 2.0
+
+
+@raygang.gang_task(replicas=2, num_cpus=1, max_runtime_s=3)
+def overruns():
+    time.sleep(120)
+    return "never"
+
+
+def test_a_run_past_its_max_runtime_is_cancelled_and_frees_everything(ray_cluster):
+    ref = overruns.remote()
+    with pytest.raises(GangCancelledError):
+        ref.result(timeout=60)
+    status = ref.status()
+    assert status.events[-1].reason == "ran past its max_runtime_s (3 s)"
+    running = next(e for e in status.events if e.to_state is GangState.RUNNING)
+    assert status.events[-1].at - running.at >= 3.0  # (the leak check follows the test)
 
 
 def test_gang_that_can_never_fit_is_rejected_at_submission(ray_cluster):
