@@ -138,6 +138,7 @@ class QueueStatus(BaseModel):
     pending: int
     running: int
     backfill_lookahead: int | None = None  # its own setting (QueueSpec); None: the policy's
+    backfill_max_runtime_s: float | None = None  # likewise
 
 
 class QueueSample(BaseModel):

@@ -80,3 +80,17 @@ def test_the_backlog_counts_the_declared_gangs_of_each_queue():
 def test_the_declared_runtime_is_validated():
     with pytest.raises(ValueError, match="max_runtime_s"):
         gang("g", "GPU=1", max_runtime_s=0)
+
+
+def test_a_queue_listing_carries_every_setting_of_its_spec():
+    # GET /v1/queues shows what PUT set (tests/e2e/test_api_schema.py checks it on Ray)
+    from raygang.control.status import QueueStatus
+    from raygang.control.views import queue_statuses
+    from raygang.core.snapshot import ClusterSnapshot
+
+    assert set(QueueSpec.model_fields) <= set(QueueStatus.model_fields)
+    own = QueueSpec(name="a", backfill_lookahead=0, backfill_max_runtime_s=HOUR)
+    policy = PolicyConfig(queues=(QueueSpec(name="default"), own))
+    (status,) = [q for q in queue_statuses(ClusterSnapshot((), ()), {}, policy)
+                 if q.name == "a"]
+    assert {k: getattr(status, k) for k in QueueSpec.model_fields} == own.model_dump()
