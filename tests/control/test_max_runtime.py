@@ -1,14 +1,18 @@
 """A gang's `max_runtime_s` on the in-memory cluster: a run that lasts that long is
 cancelled with the limit as its reason and frees what it held; the limit counts from the
 run's start (not from submission), and from the first process's start for a gang a
-restarted scheduler adopted."""
+restarted scheduler adopted; a cancel, a preemption or a resize just before, at or just
+after the limit ends the gang once and strands nothing."""
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from raygang.core.gang import GangState as S
 
+from tests.control.test_elastic_runs import elastic, size_of
 from tests.control.harness import make_cluster, make_plane, released, run, submit, wait_for
 from tests.control.test_recovery import crash_and_restart
 from tests.control.test_recovery import make_cluster as virtual_cluster
@@ -66,3 +70,40 @@ def test_an_adopted_run_keeps_the_limit_from_its_first_start():
         assert cluster.booked == {} and cluster.members == {}
 
     crash_and_restart(cluster, before, after)
+
+
+# Around the instant the limit fires (the helpers look every 5 ms of virtual time)
+LIMIT = 0.5
+OFFSETS = [-0.03, -0.01, 0.0, 0.01, 0.03]
+
+
+async def at_the_limit(action: str, offset: float) -> None:
+    cluster = make_cluster("n0: GPU=4")
+    plane = make_plane(cluster)
+    if action == "resize":  # grows to 4 members; the urgent gang shrinks it back to 2
+        limited = await elastic(plane, "limited", 2, 4, max_runtime_s=LIMIT)
+    else:
+        limited = await submit(plane, "limited", "2xGPU=1", seconds=None,
+                               max_runtime_s=LIMIT, preemption_grace_s=0.05)
+    await wait_for(plane, limited, S.RUNNING)
+    if action == "resize":
+        await size_of(plane, limited, 4)
+    await asyncio.sleep(LIMIT + offset)
+    if action == "cancel":
+        await plane.cancel(limited)
+    else:
+        shape = "4xGPU=1" if action == "preempt" else "2xGPU=1"
+        urgent = await submit(plane, "urgent", shape, priority=500, seconds=0.05)
+        assert (await plane.wait(urgent, timeout=10)).state is S.SUCCEEDED  # (the 4 GPUs were all the limited gang's: it shrank or ended)
+    # Whichever came first, it ends cancelled (a gang preempted before its limit runs
+    # again and meets the limit of its new run), and holds nothing
+    status = await wait_for(plane, limited, S.CANCELLED, timeout=10)
+    assert status.events[-1].reason in ("cancelled by user", "ran past its max_runtime_s (0.5 s)")
+    await released(plane)
+    assert cluster.booked == {} and cluster.members == {}
+
+
+@pytest.mark.parametrize("action", ["cancel", "preempt", "resize"])
+def test_a_stop_at_any_point_around_the_limit_ends_the_gang_once_and_strands_nothing(action):
+    for k, offset in enumerate(OFFSETS):
+        run(lambda: at_the_limit(action, offset), seed=k)
