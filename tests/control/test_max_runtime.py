@@ -94,7 +94,8 @@ async def at_the_limit(action: str, offset: float) -> None:
     else:
         shape = "4xGPU=1" if action == "preempt" else "2xGPU=1"
         urgent = await submit(plane, "urgent", shape, priority=500, seconds=0.05)
-        assert (await plane.wait(urgent, timeout=10)).state is S.SUCCEEDED  # (the 4 GPUs were all the limited gang's: it shrank or ended)
+        # (the limited gang held all 4 GPUs: it shrank, was stopped, or ended)
+        assert (await plane.wait(urgent, timeout=10)).state is S.SUCCEEDED
     # Whichever came first, it ends cancelled (a gang preempted before its limit runs
     # again and meets the limit of its new run), and holds nothing
     status = await wait_for(plane, limited, S.CANCELLED, timeout=10)
