@@ -23,9 +23,8 @@ def queue_statuses(snapshot: ClusterSnapshot, pending: Mapping[str, Mapping[Reso
             quota=r.quota.to_dict(), limit=None if r.limit is None else r.limit.to_dict(),
             usage=r.usage.to_dict(), fair_share=r.fair_share,
             share_ratio=min(r.share_ratio, 1e9), pending=r.pending, running=r.running,
-            backfill_lookahead=specs[r.name].backfill_lookahead if r.name in specs else None,
-            backfill_max_runtime_s=(specs[r.name].backfill_max_runtime_s if r.name in specs
-                                    else None),
+            **{own: getattr(specs[r.name], own) if r.name in specs else None
+               for own in ("backfill_lookahead", "backfill_max_runtime_s")},
         )
         for r in queue_report(snapshot, pending, policy)
     ]

@@ -18,6 +18,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
+from typing import Any
 
 from raygang.core.actions import ACTIONS
 from raygang.core.actions.action import Action, VictimFilter
@@ -196,18 +197,18 @@ class Cycle:
     def short_runtime(self, queue: str) -> float:
         """The longest declared run of a gang that `queue`'s line lets past its lookahead
         (the queue's own setting, else the policy's); 0: none."""
-        spec = self.tree.specs.get(queue)
-        own = None if spec is None else spec.backfill_max_runtime_s
-        return self.config.backfill_max_runtime_s if own is None else own
+        return float(self._line_setting(queue, "backfill_max_runtime_s"))
 
     def lookahead(self, queue: str) -> int | None:
         """How many more gangs of `queue`'s line a pass may set aside past its first (the
         queue's own setting, else the policy's); None: no bound (backfill)."""
-        if self.config.backfill:
-            return None
+        return None if self.config.backfill else self._line_setting(queue, "backfill_lookahead")
+
+    def _line_setting(self, queue: str, name: str) -> Any:
+        """A setting of a queue's line: the queue's own (`QueueSpec`), else the policy's."""
         spec = self.tree.specs.get(queue)
-        own = None if spec is None else spec.backfill_lookahead
-        return self.config.backfill_lookahead if own is None else own
+        own = None if spec is None else getattr(spec, name)
+        return getattr(self.config, name) if own is None else own
 
     def _elect(self) -> Hold | None:
         """The hold for the queue head pending longest beyond `sla_waiting_time_s`."""
