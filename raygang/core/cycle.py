@@ -200,9 +200,15 @@ class Cycle:
         return float(self._line_setting(queue, "backfill_max_runtime_s"))
 
     def lookahead(self, queue: str) -> int | None:
-        """How many more gangs of `queue`'s line a pass may set aside past its first (the
-        queue's own setting, else the policy's); None: no bound (backfill)."""
-        return None if self.config.backfill else self._line_setting(queue, "backfill_lookahead")
+        """How many more gangs of `queue`'s line a pass may set aside past its first: the
+        queue's own `backfill_lookahead`, else none with the policy's `backfill` (None: no
+        bound), else the policy's `backfill_lookahead`. A queue's own setting wins, as a
+        ClusterQueue's queueing strategy does in Kueue."""
+        spec = self.tree.specs.get(queue)
+        own = None if spec is None else spec.backfill_lookahead
+        if own is not None:
+            return own
+        return None if self.config.backfill else self.config.backfill_lookahead
 
     def _line_setting(self, queue: str, name: str) -> Any:
         """A setting of a queue's line: the queue's own (`QueueSpec`), else the policy's."""

@@ -34,8 +34,8 @@ class QueueSpec(BaseModel):
     weight: float = Field(1.0, gt=0, description="share of the capacity left over after quotas")
     backfill_lookahead: int | None = Field(
         None, ge=0, description="this queue's own PolicyConfig.backfill_lookahead (as Kueue "
-        "sets a queueing strategy per ClusterQueue): 0 keeps its line strictly in order; "
-        "None: the policy's")
+        "sets a queueing strategy per ClusterQueue), also where the policy's backfill is "
+        "on: 0 keeps its line strictly in order; None: the policy's")
     backfill_max_runtime_s: float | None = Field(
         None, ge=0, description="this queue's own PolicyConfig.backfill_max_runtime_s: 0 "
         "lets none of its gangs pass for a declared max_runtime_s; None: the policy's")

@@ -42,9 +42,10 @@ class Reasons:
         behind it: unless `eager`, their reasons are worked out when asked (`Behind`)."""
         by_shape: dict[Shape, str] = {}
         behind: dict[str, Behind] = {}
-        backfill, waiting = self.cycle.config.backfill, self.cycle.waiting
+        waiting = self.cycle.waiting
         for queue, gangs in self.cycle.left.items():
             blocker: PendingGang | None = None
+            backfill = self.cycle.lookahead(queue) is None  # a best-effort line blocks none
             looked = len(gangs.head)  # the gangs a pass looked at (tried or set aside)
             for i, gang in enumerate(gangs):
                 if blocker is not None and not eager and i >= looked:

@@ -172,3 +172,21 @@ def test_a_queue_may_keep_its_line_strict_while_others_go_on():
     assert plan.waiting["a-small"].code is WaitCode.BEHIND
     assert "backfill is off" in plan.waiting["a-small"].message
     assert plan.waiting["b-big"].code is WaitCode.NO_FIT
+
+
+@pytest.mark.parametrize("own", [0, 1])
+def test_a_queues_own_line_wins_over_the_policys_backfill(own):
+    # Before, `backfill: true` made every line unbounded and a queue's own
+    # backfill_lookahead was ignored: a queue set strict was not. Two blocked heads in each
+    # queue: a strict line stops at the first; a lookahead of 1 at the second; b goes on.
+    config = PolicyConfig(backfill=True, queues=[QueueSpec(name="a", backfill_lookahead=own),
+                                                 queue("b")])
+    pending = [gang(f"{q}-big{i}", "4xGPU=1", "STRICT_PACK", queue=q, priority=100, seq=k)
+               for k, (q, i) in enumerate((q, i) for q in "ab" for i in range(2))]
+    pending += [gang("a-small", "GPU=1", queue="a", seq=4),
+                gang("b-small", "GPU=1", queue="b", seq=5)]
+    plan = schedule(busy("w-1: GPU=4 free GPU=2", "w-2: GPU=2"), pending, config, 0.0)
+    assert plan.admitted_ids == ["b-small"]
+    assert plan.waiting["a-small"].code is WaitCode.BEHIND
+    assert plan.waiting["a-small"].behind == "a-big0"
+    assert plan.waiting["b-big1"].code is WaitCode.NO_FIT

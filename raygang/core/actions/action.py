@@ -85,11 +85,6 @@ class CycleState(Protocol):
     def delay(self, gang: PendingGang, action: str, left: float) -> None: ...
 
 
-class GrowPolicy(Policy, Protocol):
-    @property
-    def backfill(self) -> bool: ...
-
-
 class QueueTurns(Protocol):
     """Queues taking turns in fair-share order (`core.cycle`)."""
 
@@ -109,7 +104,7 @@ class GrowingCycle(CycleState, Protocol):
     the pending gangs were offered."""
 
     @property
-    def config(self) -> GrowPolicy: ...
+    def config(self) -> Policy: ...
 
     preemptions: list[Stop]
     grow_waits: dict[str, str]
@@ -125,6 +120,8 @@ class GrowingCycle(CycleState, Protocol):
     def ever(self) -> EverFits: ...
 
     def queue_order(self, queues: Sequence[str]) -> QueueTurns: ...
+
+    def lookahead(self, queue: str) -> int | None: ...
 
 
 # Which of the gangs any action may stop (preemptible, not draining, not protected, in the

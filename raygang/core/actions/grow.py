@@ -77,7 +77,7 @@ def grow(cycle: GrowingCycle) -> None:
 
 
 def _first_waiting(cycle: GrowingCycle, queue: str) -> str | None:
-    if cycle.config.backfill:
+    if cycle.lookahead(queue) is None:  # a best-effort line: growth waits for no gang
         return None
     for gang in cycle.left.get(queue, ()):
         if gang.gang_id not in cycle.admitted and cycle.ever.fits(gang):
