@@ -7,6 +7,7 @@
     python bench/stress.py --out stress --regret --candidates raygang-no-tbf,backfill,trade1
     python bench/stress.py --out stress --seeds 3             # and two jittered copies each
     python bench/stress.py --out stress --regret --seeds 3    # a slice's figure: their mean
+    python bench/stress.py --out stress --regret --held-out   # with the held-out slices
 
 Built from ../shared/traces: the Philly job file (Microsoft, CC BY 4.0; see its
 SOURCE.txt) and the Helios virtual-cluster sizes (SenseTime, SC'21; see its SOURCE.txt).
@@ -37,6 +38,10 @@ Noise probes (`PROBES`, not part of the set): a slice of the set with every subm
 moved by up to `jitter_s` either way (seeded). A policy's figures on a probe against the
 slice's say how far its result moves for reasons nobody would call a policy's: a
 difference between two policies smaller than that is not a difference (`--regret`).
+
+Held-out slices (`HELD_OUT`, not part of the set the default was chosen on): other weeks
+and loads of the same trace, replayed by name (`--slices philly-oct23-48n,...`) and swept
+with the set by `--regret --held-out`. They check a default on days it was not tuned on.
 
 Copies (`--seeds K`): one copy of each slice chooses a default partly by chance (a minute's
 jitter moved one slice's gap between two policies by 16 points), so with K > 1 each slice
@@ -121,6 +126,12 @@ VARIANTS.update({
     **{f"a4-ck{name}": overlay(VARIANTS["ahead4"],
                                {"preemption": {"reclaim_checkpoint_ratio": ratio}})
        for name, ratio in (("05", 0.5), ("1", 1.0), ("2", 2.0), ("4", 4.0))},
+    # best-effort lines with no hold, the trade at 0.5, or both (issue 30, 2026-12-02: the
+    # held-out slices)
+    "bf-nohold": overlay(VARIANTS["backfill"], {"sla_waiting_time_s": None}),
+    "bf-trade05": overlay(VARIANTS["backfill"], {"preemption": {"reclaim_trade_ratio": 0.5}}),
+    "bf-nohold-trade05": overlay(VARIANTS["backfill"], {
+        "sla_waiting_time_s": None, "preemption": {"reclaim_trade_ratio": 0.5}}),
 })
 # Every job declares a max_runtime_s, K times its duration (`raygang sim --declared-runtime
 # K`; no trace here records time limits), on the default's line or on a strict one (issue
@@ -161,14 +172,27 @@ PROBES = {s.name: s for s in (
     Slice("helios-oct09-40n-inf-j60", "2017-10-09", 40, quotas="helios", inference=64,
           jitter_s=60.0),
 )}
-ALL = {**SLICES, **PROBES}
+# Slices the default was not chosen on (issue 30's held-out check, 2026-12-02): other weeks
+# and loads of the same trace, and the quota shapes on other weeks. `--regret --held-out`
+# sweeps them with the set.
+HELD_OUT = {s.name: s for s in (
+    Slice("philly-oct23-48n", "2017-10-23", 48),
+    Slice("philly-oct09-32n", "2017-10-09", 32),
+    Slice("philly-oct16-x2-40n", "2017-10-16", 40, days=2.0, compress=2.0),
+    Slice("helios-oct23-48n-inf", "2017-10-23", 48, quotas="helios", inference=64),
+    Slice("demand-oct02-48n-inf", "2017-10-02", 48, quotas="demand", inference=64),
+    Slice("skewed-sep25-32n", "2017-09-25", 32, quotas="skewed"),
+    Slice("helios-oct16-x2-40n", "2017-10-16", 40, days=2.0, compress=2.0, quotas="helios"),
+)}
+BASES = {**SLICES, **HELD_OUT}  # the slices that have jittered copies
+ALL = {**SLICES, **PROBES, **HELD_OUT}
 JITTER_S = 60.0  # a copy's (`--seeds`): as the probes'
 
 
 def copies(name: str, seeds: int) -> list[str]:
     """A slice's name and its K - 1 jittered copies' (`--seeds K`): `<slice>`, `<slice>~2`
     ... `<slice>~K`. A probe has none: it is a jittered copy already."""
-    if name not in SLICES:
+    if name not in BASES:
         return [name]
     return [name] + [f"{name}~{k}" for k in range(2, seeds + 1)]
 
@@ -181,7 +205,7 @@ def named(name: str) -> Slice:
     base, _, k = name.partition("~")
     if not k.isdigit() or name not in copies(base, int(k)):  # as `copies` names them
         raise KeyError(name)
-    return replace(SLICES[base], name=name, jitter_s=JITTER_S)
+    return replace(BASES[base], name=name, jitter_s=JITTER_S)
 
 
 def build(s: Slice, gpus_per_node: int = 8) -> tuple[Trace, dict[str, int]]:
@@ -309,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--regret", action="store_true",
                         help="only print the sweep that chose the default (markdown)")
     parser.add_argument("--plot", type=Path, help="with --regret: the figure, as PNG")
+    parser.add_argument("--held-out", action="store_true",
+                        help="with --regret: the held-out slices (HELD_OUT) with the set's")
     parser.add_argument("--candidates", default=",".join(CANDIDATES),
                         help="with --regret: the candidates for the default")
     parser.add_argument("--waits", metavar="TENANT",
@@ -324,7 +350,8 @@ def main(argv: list[str] | None = None) -> int:
             print(stress_report.waits(args.out, name, args.waits, policies, args.window_h))
         return 0
     if args.regret:  # the whole set, whatever --slices names: what was not replayed is skipped
-        regret(args.out, args.candidates.split(","), {n: copies(n, args.seeds) for n in SLICES},
+        swept = BASES if args.held_out else SLICES
+        regret(args.out, args.candidates.split(","), {n: copies(n, args.seeds) for n in swept},
                args.plot)
         return 0
     if not args.table:

@@ -345,3 +345,20 @@ def test_waits_say_which_tenants_jobs_of_which_hours_make_a_gap(stress, report, 
     assert stress.main(["--out", str(tmp_path), "--slices", "s", "--policies", "ahead4,kai",
                         "--waits", "a"]) == 0
     assert capsys.readouterr().out.splitlines()[2].split() == lines[2].split()
+
+
+def test_held_out_slices_are_swept_only_when_asked_and_have_copies(stress, tmp_path, capsys):
+    first, held = list(stress.SLICES)[0], list(stress.HELD_OUT)[0]
+    assert held not in stress.SLICES and held in stress.ALL
+    for name, jct in ((first, 3.6), (held, 6.6)):
+        _report(tmp_path, name, NO_TBF, jct)
+        _report(tmp_path, name, "kueue", 4.2)
+    for flag, swept in (([], False), (["--held-out"], True)):
+        assert stress.main(["--out", str(tmp_path), "--regret", "--candidates", NO_TBF,
+                            *flag]) == 0
+        header, row = [line for line in capsys.readouterr().out.splitlines()
+                       if line.startswith("| ")][:2]
+        assert (held in header) is swept
+        assert ("**57.1**" in row) is swept  # its regret, 6.6 h against 4.2, is the worst
+    copy = stress.named(f"{held}~2")
+    assert copy.jitter_s == stress.JITTER_S and copy.start == stress.HELD_OUT[held].start
