@@ -197,24 +197,23 @@ class Cycle:
     def short_runtime(self, queue: str) -> float:
         """The longest declared run of a gang that `queue`'s line lets past its lookahead
         (the queue's own setting, else the policy's); 0: none."""
-        return float(self._line_setting(queue, "backfill_max_runtime_s"))
+        own = self._own(queue, "backfill_max_runtime_s")
+        return float(self.config.backfill_max_runtime_s if own is None else own)
 
     def lookahead(self, queue: str) -> int | None:
         """How many more gangs of `queue`'s line a pass may set aside past its first: the
         queue's own `backfill_lookahead`, else none with the policy's `backfill` (None: no
         bound), else the policy's `backfill_lookahead`. A queue's own setting wins, as a
         ClusterQueue's queueing strategy does in Kueue."""
-        spec = self.tree.specs.get(queue)
-        own = None if spec is None else spec.backfill_lookahead
+        own: int | None = self._own(queue, "backfill_lookahead")
         if own is not None:
             return own
         return None if self.config.backfill else self.config.backfill_lookahead
 
-    def _line_setting(self, queue: str, name: str) -> Any:
-        """A setting of a queue's line: the queue's own (`QueueSpec`), else the policy's."""
+    def _own(self, queue: str, name: str) -> Any:
+        """A queue's own setting of its line (`QueueSpec`); None: it has none."""
         spec = self.tree.specs.get(queue)
-        own = None if spec is None else getattr(spec, name)
-        return getattr(self.config, name) if own is None else own
+        return None if spec is None else getattr(spec, name)
 
     def _elect(self) -> Hold | None:
         """The hold for the queue head pending longest beyond `sla_waiting_time_s`."""

@@ -181,8 +181,8 @@ def test_a_queues_own_line_wins_over_the_policys_backfill(own):
     # queue: a strict line stops at the first; a lookahead of 1 at the second; b goes on.
     config = PolicyConfig(backfill=True, queues=[QueueSpec(name="a", backfill_lookahead=own),
                                                  queue("b")])
-    pending = [gang(f"{q}-big{i}", "4xGPU=1", "STRICT_PACK", queue=q, priority=100, seq=k)
-               for k, (q, i) in enumerate((q, i) for q in "ab" for i in range(2))]
+    pending = [gang(name, "4xGPU=1", "STRICT_PACK", queue=name[0], priority=100, seq=k)
+               for k, name in enumerate(("a-big0", "a-big1", "b-big0", "b-big1"))]
     pending += [gang("a-small", "GPU=1", queue="a", seq=4),
                 gang("b-small", "GPU=1", queue="b", seq=5)]
     plan = schedule(busy("w-1: GPU=4 free GPU=2", "w-2: GPU=2"), pending, config, 0.0)
