@@ -11,6 +11,10 @@ two). The target (issue 30 point 5) is a week of about 12,000 jobs in 60 s or le
 policy. `--save` writes, per policy, the summary (less its speed) and every job's ledger
 (submitted, started, finished, running time, attempts, stops); `--check` replays again and
 exits 1 at the first job or figure that differs: a speed-up must not change a decision.
+`--walk-baseline` replays each policy a second time with every run of a line cut to one
+gang (the walk gang by gang, before `core.backlog.Line.run_end`), side by side: the
+ratio, and whether the two decided the same. `--config` sets the policy as `raygang sim
+--config` does (`backfill: true`: best-effort lines, where the runs matter).
 The trace is the week of the Microsoft Philly trace shipped in raygang/sim/data (Oct 2-9
 2017, CC BY 4.0, see its SOURCE.txt) unless `--trace` names another.
 """
@@ -28,6 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout
 
+from raygang.control.config import SchedulerConfig  # noqa: E402
+from raygang.core.backlog import Line  # noqa: E402
 from raygang.sim.api import simulate  # noqa: E402
 from raygang.sim.philly import load_philly  # noqa: E402
 from raygang.sim.settings import SimSettings  # noqa: E402
@@ -121,6 +127,27 @@ class Sampler:
                 print(f"    {100 * count / total:5.1f}%  {where}")
 
 
+def walk_baseline(trace: object, name: str, settings: SimSettings,
+                  config: SchedulerConfig | None, outcome_: dict, wall: float,
+                  cpu: float) -> bool:
+    """Replay `name` again walking every line gang by gang; print the times side by side.
+    Whether it decided the same as the replay that jumped over runs."""
+    run_end = Line.run_end
+    Line.run_end = lambda line, i: i + 1  # type: ignore[method-assign]
+    try:
+        base_wall, base_cpu = time.perf_counter(), time.process_time()
+        comparison = simulate(trace, [name], settings, config)  # type: ignore[arg-type]
+        base_wall, base_cpu = time.perf_counter() - base_wall, time.process_time() - base_cpu
+    finally:
+        Line.run_end = run_end  # type: ignore[method-assign]
+    diff = first_difference({k: v for k, v in outcome(comparison, 0).items() if k != "cycles"},
+                            {k: v for k, v in outcome_.items() if k != "cycles"})
+    print(f"{'':>8}  gang by gang: {base_wall:7.1f} s wall, {base_cpu:7.1f} s CPU; runs "
+          f"jumped: {base_cpu / cpu:.2f}x less CPU, "
+          + ("same outcome" if diff is None else f"DIFFERS at {diff}"), flush=True)
+    return diff is None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trace", type=Path, default=SHIPPED)
@@ -136,7 +163,12 @@ def main(argv: list[str] | None = None) -> int:
                         "5 ms of CPU (cheap, unlike cProfile, which inflates small calls)")
     parser.add_argument("--one-cycle-per-instant", action="store_true",
                         help="SimSettings.one_cycle_per_instant (decides otherwise at ties)")
+    parser.add_argument("--config", type=Path, action="append", default=[],
+                        help="a scheduler config file over the defaults (as `raygang sim`)")
+    parser.add_argument("--walk-baseline", action="store_true",
+                        help="replay each policy again walking its lines gang by gang")
     args = parser.parse_args(argv)
+    config = SchedulerConfig.from_files(args.config) if args.config else None
     trace = load_philly(args.trace, start=args.start, days=args.days, nodes=args.nodes)
     settings = SimSettings(nodes=args.nodes, one_cycle_per_instant=args.one_cycle_per_instant)
     reference = json.loads(args.check.read_text()) if args.check else {}
@@ -150,14 +182,14 @@ def main(argv: list[str] | None = None) -> int:
             import cProfile
 
             profiler = cProfile.Profile()
-            comparison = profiler.runcall(simulate, trace, [name], settings)
+            comparison = profiler.runcall(simulate, trace, [name], settings, config)
             profiler.dump_stats(f"{args.profile}.{name}")
         elif args.sample:
             with Sampler() as sampler:
-                comparison = simulate(trace, [name], settings)
+                comparison = simulate(trace, [name], settings, config)
             sampler.report(args.sample)
         else:
-            comparison = simulate(trace, [name], settings)
+            comparison = simulate(trace, [name], settings, config)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         verdict = "ok" if wall <= TARGET_WALL_S else "SLOW"
         line = (f"{name:>8}: {wall:7.1f} s wall, {cpu:7.1f} s CPU, "
@@ -171,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
             line += "  same outcome" if diff is None else f"  DIFFERS at {diff}"
             failed |= diff is not None
         print(line, flush=True)
+        if args.walk_baseline:
+            failed |= not walk_baseline(trace, name, settings, config, saved[name], wall, cpu)
     if args.save:
         args.save.write_text(json.dumps(saved, sort_keys=True) + "\n")
     return 1 if failed else 0

@@ -130,8 +130,9 @@ VARIANTS.update({
     # held-out slices)
     "bf-nohold": overlay(VARIANTS["backfill"], {"sla_waiting_time_s": None}),
     "bf-trade05": overlay(VARIANTS["backfill"], {"preemption": {"reclaim_trade_ratio": 0.5}}),
-    "bf-nohold-trade05": overlay(VARIANTS["backfill"], {
-        "sla_waiting_time_s": None, "preemption": {"reclaim_trade_ratio": 0.5}}),
+    **{f"bf-nohold-trade{name}": overlay(VARIANTS["backfill"], {
+        "sla_waiting_time_s": None, "preemption": {"reclaim_trade_ratio": ratio}})
+       for name, ratio in (("025", 0.25), ("05", 0.5), ("1", 1.0))},
 })
 # Every job declares a max_runtime_s, K times its duration (`raygang sim --declared-runtime
 # K`; no trace here records time limits), on the default's line or on a strict one (issue

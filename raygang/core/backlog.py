@@ -13,8 +13,10 @@ go (`control.registry`); `Backlog.of` sorts a plain list of gangs.
 from __future__ import annotations
 
 import bisect
+import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import compress, islice
 
 from raygang.core.gang import PendingGang
 from raygang.core.resources import Resources
@@ -105,12 +107,14 @@ class Line:
     did not admit) then `tail[start:]` (the line as given, not looked at yet), so that a
     pass over a few gangs at the front never copies the rest."""
 
-    __slots__ = ("head", "tail", "start")
+    __slots__ = ("head", "tail", "start", "_view", "_starts")
 
     def __init__(self, tail: Sequence[PendingGang]):
         self.head: list[PendingGang] = []
         self.tail = tail
         self.start = 0
+        self._view: list[PendingGang] | None = None  # the line as one list, when asked
+        self._starts: list[int] | None = None  # where its runs start (`run_end`)
 
     def __len__(self) -> int:
         return len(self.head) + len(self.tail) - self.start
@@ -124,17 +128,61 @@ class Line:
         for i in range(self.start, len(self.tail)):
             yield self.tail[i]
 
+    def between(self, begin: int, end: int) -> list[PendingGang]:
+        """Gangs `begin` to `end` (excluded), as a list."""
+        return self._whole()[begin:end]
+
+    def run_end(self, i: int) -> int:
+        """Where the run of gang `i` ends (excluded): the gangs after it up to there are of
+        its kind (shape, priority, class) and each pending no longer than the one before,
+        so a pass that set gang `i` aside, or set others aside behind it, sets them all
+        aside alike (`core.walk`). Worked out for the whole line when a pass first asks,
+        in C (a line changes only after a pass): a jump costs a bisect, not a visit."""
+        starts = self._starts
+        if starts is None:
+            starts = self._starts = run_starts(self._whole())
+        return starts[bisect.bisect_right(starts, i)]
+
+    def _whole(self) -> list[PendingGang]:
+        if self._view is None:
+            self._view = [*self.head, *self.tail[self.start:]]
+        return self._view
+
     def drop(self, looked: int, admitted: set[str]) -> None:
-        """After a pass that looked at the first `looked` gangs: forget the admitted."""
+        """After a pass that looked at the first `looked` gangs: forget the admitted.
+        (Copies and filters in C: a best-effort line is looked at whole in every pass.)"""
         head = self.head
         if looked <= len(head):  # (a gang of the head not looked at stays in it)
-            kept = [g for g in head[:looked] if g.gang_id not in admitted] + head[looked:]
+            part, rest = head[:looked], head[looked:]
         else:
             end = self.start + looked - len(head)
-            kept = [g for part in (head, self.tail[self.start:end]) for g in part
-                    if g.gang_id not in admitted]
+            part, rest = [*head, *self.tail[self.start:end]], []
             self.start = end
-        self.head = kept
+        if admitted:
+            part = list(compress(part, map(operator.not_, map(
+                admitted.__contains__, map(_GANG_ID, part)))))
+        self.head = part + rest
+        self._view = self._starts = None
+
+
+_GANG_ID = operator.attrgetter("gang_id")
+_KIND = operator.attrgetter("spec.shape", "priority", "preemptible")  # as `walk` compares
+_SINCE = operator.attrgetter("pending_since")
+
+
+def run_starts(gangs: list[PendingGang]) -> list[int]:
+    """Where each run of `gangs` starts after the first, then `len(gangs)`: a run is gangs
+    of one kind, each pending since no earlier than the one before. Equal shapes are
+    mostly one object (`GangSpec.shape`), so the comparisons stay in C. A gang pending
+    since no known time (`_waited_no_longer`) makes every gang a run of its own."""
+    n = len(gangs)
+    since = list(map(_SINCE, gangs))
+    if None in since:
+        return list(range(1, n + 1))
+    kinds = list(map(_KIND, gangs))
+    breaks = map(operator.or_, map(operator.ne, kinds, islice(kinds, 1, None)),
+                 map(operator.gt, since, islice(since, 1, None)))
+    return [*compress(range(1, n), breaks), n]
 
 
 def demand(totals: Mapping[Resources, int]) -> Resources:

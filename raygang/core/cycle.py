@@ -42,7 +42,7 @@ from raygang.core.snapshot import ClusterSnapshot, PlacedGang
 from raygang.core.reasons import Reasons
 from raygang.core.statement import Statement
 from raygang.core.usage import time_share
-from raygang.core.walk import walk
+from raygang.core.walk import Aside, walk
 from raygang.core import preemption
 from raygang.core.preemption.victims import victim_key
 
@@ -98,8 +98,7 @@ class Cycle:
         self.limited: dict[str, str] = {}  # gang id -> the limit it hit last
         self.memo: dict[str, object] = {}  # what an action works out once per cycle
         self.waiting: dict[str, Waiting] = {}
-        # gang id -> the gang like it (core/cycle.py `_pass`) it was set aside behind
-        self.aside: dict[str, PendingGang] = {}
+        self.aside = Aside()  # gang id -> the gang of its kind it was set aside behind
         # gangs a pass went past (beyond a lookahead, for the declared short): they wait
         # behind their queue's blocked gang (`core.reasons`)
         self.passed_over: set[str] = set()

@@ -20,7 +20,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
-from raygang.core.hashed import HashedTuple
+from raygang.core.hashed import HashedTuple, one_of
 from raygang.core.ratio import growth_units, ratio_problem
 from raygang.core.resources import Resources
 from raygang.core.startup_order import find_cycle
@@ -340,9 +340,9 @@ class GangSpec(BaseModel):
     @cached_property
     def shape(self) -> tuple[Strategy, tuple[Resources, ...], Layout | None]:
         """What placement reads of the minimum (`core.gang.Shape`): gangs of one shape fit
-        or do not fit together. Hashed once (a cycle looks shapes up in its memos for
-        every gang it offers; a tuple hashes its strategy and each bundle every time)."""
-        return HashedTuple((self.strategy, self.min_bundles, self.layout))
+        or do not fit together. Hashed once (a cycle looks shapes up for every gang it
+        offers), one object for equal shapes (`hashed.one_of`: lines compare them)."""
+        return one_of(HashedTuple((self.strategy, self.min_bundles, self.layout)))
 
     @cached_property
     def min_total(self) -> Resources:

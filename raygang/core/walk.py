@@ -9,7 +9,8 @@ time limit lets them), and the rest wait behind the line's first blocked gang.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from raygang.core.fairshare import QueueOrder
@@ -22,22 +23,26 @@ if TYPE_CHECKING:  # the cycle runs the passes
 def walk(cycle: Cycle, attempt: Callable[[PendingGang], bool]) -> None:
     """Offer each queue's gangs, in fair-share order, to `attempt`. Without backfill a
     queue stops once more than `backfill_lookahead` of its gangs were not admitted
-    (0: at the first). A gang like one not admitted earlier in its line this pass
-    (its shape, priority and class) is set aside without a try: it would fail alike,
-    and the cost of a pass stays in what it admits and in the distinct kinds it meets
-    (unless it waited longer: a delay or a trade may let it do what the other could not).
+    (0: at the first). A gang like the last one tried and not admitted earlier in its
+    line this pass (its shape, priority and class) is set aside without a try: it would
+    fail alike, and the cost of a pass stays in what it admits and in the distinct kinds
+    it meets (unless it waited longer: a delay or a trade may let it do what the other
+    could not; then it is tried, and those behind it are compared with it).
     Past the lookahead, a line whose gangs declare run times goes on for those that
     declare at most its `backfill_max_runtime_s`, until the last declared one; the rest
-    are passed over (`Cycle.passed_over`: they wait behind the first blocked gang)."""
+    are passed over (`Cycle.passed_over`: they wait behind the first blocked gang).
+    A best-effort line (no lookahead) jumps over the rest of a run (`Line.run_end`) once
+    one of it is not admitted: a pass over a line of thousands costs the runs it meets,
+    not the gangs in them."""
     order = QueueOrder(cycle.book, [q for q, gangs in cycle.left.items() if gangs])
     at = dict.fromkeys(cycle.left, 0)
     passed = dict.fromkeys(cycle.left, 0)
     seen = dict.fromkeys(cycle.declared, 0)  # declared gangs this pass looked at
     lookaheads = {queue: cycle.lookahead(queue) for queue in cycle.left}  # once a pass
-    # queue -> kind -> the first gang of that kind this pass set aside (unlike
-    # `cycle.failed`: the shapes whose victim search failed, a memo the statement keeps
-    # while capacity stays as it was)
-    first_aside: dict[str, dict[tuple[object, ...], PendingGang]] = {}
+    # queue -> kind -> the last gang of that kind this pass tried and did not admit
+    # (unlike `cycle.failed`: the shapes whose victim search failed, a memo the statement
+    # keeps while capacity stays as it was)
+    behind_of: dict[str, dict[tuple[object, ...], PendingGang]] = {}
     # Each line's length, once: lines change only after the pass (`Line.drop`)
     sizes = {queue: len(gangs) for queue, gangs in cycle.left.items()}
     # Past its lookahead a queue's line goes on for the gangs that declare a run of at
@@ -62,16 +67,17 @@ def walk(cycle: Cycle, attempt: Callable[[PendingGang], bool]) -> None:
         if not cycle.ever.fits(gang):
             continue  # never fits here: it blocks nobody
         kind = (gang.shape, gang.priority, gang.preemptible)
-        aside = first_aside.get(queue)
+        aside = behind_of.get(queue)
         like = None if aside is None else aside.get(kind)
+        behind = gang  # what the gangs of its run behind it are set aside behind
         if like is not None and _waited_no_longer(gang, like):
-            cycle.aside[gang.gang_id] = like
-            admitted = False
+            cycle.aside.put(gang.gang_id, like)
+            admitted, behind = False, like
         elif cycle.hold is not None and gang is cycle.hold.gang:
-            cycle.aside.pop(gang.gang_id, None)
+            cycle.aside.forget(gang.gang_id)
             admitted = cycle.held_attempt(attempt)
         else:
-            cycle.aside.pop(gang.gang_id, None)
+            cycle.aside.forget(gang.gang_id)
             admitted = attempt(gang)
         if admitted:
             order.touched(queue)
@@ -79,12 +85,24 @@ def walk(cycle: Cycle, attempt: Callable[[PendingGang], bool]) -> None:
                 declared[queue] -= 1  # (the pass has seen it: the count stays right)
                 seen[queue] -= 1
             continue
-        first_aside.setdefault(queue, {}).setdefault(kind, gang)
+        if behind is gang:  # tried in vain: it waited longer than the one before it (else
+            behind_of.setdefault(queue, {})[kind] = gang  # set aside): gangs go behind it
+        lookahead = lookaheads[queue]
+        if lookahead is None:
+            # The rest of its run would be set aside one by one behind `behind`: each is
+            # of its kind and pending no longer (`seen` is not kept: only a bounded line
+            # reads it)
+            line = cycle.left[queue]
+            if (end := line.run_end(i - 1)) > i:
+                cycle.aside.put_run(line.between(i, end), behind)
+                at[queue] = end
+                if end >= sizes[queue]:
+                    order.done(queue)
+            continue
         if queue in beyond:
             continue
         passed[queue] += 1
-        lookahead = lookaheads[queue]
-        if lookahead is not None and passed[queue] > lookahead:
+        if passed[queue] > lookahead:
             bound = cycle.short_runtime(queue)
             if bound and seen.get(queue, 0) < declared.get(queue, 0):
                 beyond[queue] = bound
@@ -95,8 +113,47 @@ def walk(cycle: Cycle, attempt: Callable[[PendingGang], bool]) -> None:
 
 
 def _waited_no_longer(gang: PendingGang, than: PendingGang) -> bool:
-    """Whether `gang` has been pending no longer than `than` (one pending since no known
-    time waited no delay: `Clock.delay_left`)."""
-    if than.pending_since is None:
-        return True
-    return gang.pending_since is not None and gang.pending_since >= than.pending_since
+    """Whether `gang` has been pending no longer than `than`. One pending since no known
+    time is like only another such: it waits no delay (`Clock.delay_left`) but its wait
+    weighs nothing in a trade (`trade.waiting_cost`), so neither way is it ahead."""
+    if than.pending_since is None or gang.pending_since is None:
+        return than.pending_since is None and gang.pending_since is None
+    return gang.pending_since >= than.pending_since
+
+
+class Aside:
+    """Gang id -> the gang of its kind earlier in its line that a pass set it aside behind
+    (`walk`; the reasons read it); the last pass's word wins. A run set aside at once is
+    kept whole, and read gang by gang only when a reason is asked (a replay asks none)."""
+
+    __slots__ = ("_one", "_runs", "_ticks", "_read")
+
+    def __init__(self) -> None:
+        # gang id -> (when, the gang it is behind; None: tried since)
+        self._one: dict[str, tuple[int, PendingGang | None]] = {}
+        self._runs: list[tuple[int, PendingGang, Sequence[PendingGang]]] = []
+        self._ticks = 0
+        self._read: dict[str, tuple[int, PendingGang | None]] | None = None  # the runs'
+
+    def put(self, gang_id: str, like: PendingGang) -> None:
+        self._ticks += 1
+        self._one[gang_id] = (self._ticks, like)
+
+    def put_run(self, gangs: Sequence[PendingGang], like: PendingGang) -> None:
+        self._ticks += 1
+        self._runs.append((self._ticks, like, gangs))
+        self._read = None
+
+    def forget(self, gang_id: str) -> None:
+        """The gang was tried: it is behind none now."""
+        if self._one or self._runs:
+            self._ticks += 1
+            self._one[gang_id] = (self._ticks, None)
+
+    def get(self, gang_id: str) -> PendingGang | None:
+        read = self._read
+        if read is None:
+            read = self._read = {g.gang_id: (tick, like) for tick, like, gangs in self._runs
+                                 for g in gangs}
+        said = [w for w in (self._one.get(gang_id), read.get(gang_id)) if w is not None]
+        return max(said, key=itemgetter(0))[1] if said else None

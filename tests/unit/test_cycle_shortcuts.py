@@ -7,16 +7,19 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import sys
 
 import pytest
 
 from raygang.core import PolicyConfig, Scheduler, reasons, schedule
 from raygang.core.actions import ACTIONS
-from raygang.core.backlog import Backlog
+from raygang.core.backlog import Backlog, Line, run_starts
 from raygang.core.cycle import Cycle
 from raygang.core.domain_reasons import why_not_placed
 from raygang.core.fairshare import QueueBook
 from raygang.core.resources import Sums
+from raygang.core import walk as walk_module
+from raygang.core.walk import Aside
 
 from tests.unit.builders import busy, cluster, gang, queue, res, running
 
@@ -320,3 +323,116 @@ def test_a_backlogs_reasons_are_worked_out_once_when_first_read(monkeypatch):
     listed = schedule(_borrowed(), pending, teams, 1100.0)  # a list: explained at once
     assert calls == [False, True]
     assert listed == plan
+
+
+# A best-effort line jumps over runs of one kind ------------------------------------------
+KINDS = [("1xGPU=1", "PACK", "training"), ("2xGPU=1", "PACK", "training"),
+         ("4xGPU=1", "STRICT_PACK", "training"), ("8xGPU=1", "SPREAD", "training"),
+         ("1xGPU=1", "PACK", "inference"), ("4xGPU=1", "STRICT_PACK", "inference")]
+
+
+def _lines_with_runs(seed: int) -> tuple[object, list[object], PolicyConfig]:
+    """`_random_cycle`'s cluster with longer lines of best-effort queues: mostly a gang of
+    the kind before it, pending since mostly no earlier (a requeued one: earlier), now and
+    then one pending since no known time; reclaim by what it trades, or not."""
+    rng = random.Random(seed)
+    snapshot, _, config = _random_cycle(seed)
+    pending, kind, since = [], rng.choice(KINDS), 0.0
+    for i in range(rng.randint(5, 40)):
+        kind = kind if rng.random() < 0.7 else rng.choice(KINDS)
+        since = max(0.0, since + rng.choice([0.0, 0.0, 300.0, 300.0, -900.0]))
+        shape, strategy, priority = kind
+        pending.append(gang(f"p-{i}", shape, strategy, priority=priority,
+                            queue=rng.choice("aab"), seq=i,
+                            since=None if rng.random() < 0.02 else since))
+    own = rng.choice([None, 0, 2])  # team b's own line, over the policy's best effort
+    b = config.queues[1].model_copy(update={"backfill_lookahead": own})
+    trade = config.preemption.model_copy(
+        update={"reclaim_trade_ratio": rng.choice([None, None, 0.5, 2.0])})
+    return snapshot, pending, config.model_copy(
+        update={"backfill": True, "queues": [config.queues[0], b], "preemption": trade})
+
+
+def test_jumping_over_runs_decides_as_the_walk_gang_by_gang(monkeypatch):
+    """Plans equal, every reason and who waits as whom included, with the jumps and with
+    every run cut to one gang; the cases jump, and reach every action."""
+    jumps, outcomes = [], set()
+    run_end = Line.run_end
+
+    def counted(line: Line, i: int) -> int:
+        end = run_end(line, i)
+        jumps.append(end - i - 1)
+        return end
+
+    for seed in range(300):
+        snapshot, pending, config = _lines_with_runs(seed)
+        monkeypatch.setattr(Line, "run_end", counted)
+        plan = schedule(snapshot, pending, config, 4000.0)
+        monkeypatch.setattr(Line, "run_end", lambda line, i: i + 1)
+        assert plan == schedule(snapshot, pending, config, 4000.0), seed
+        outcomes.update({p.action for p in plan.preemptions} | {bool(plan.admissions)})
+    assert sum(jumps) > 1000 and outcomes >= {True, False, "reclaim", "preempt"}
+    assert any("waiting as gang" in w.message for w in plan.waiting.values())
+
+
+def test_setting_gangs_aside_behind_the_last_of_their_kind_tried_decides_as_trying_all(
+        monkeypatch):
+    """The premise of setting aside: a gang of the kind of one tried in vain that has
+    waited no longer would fail alike (every gate on a gang's wait opens with the wait).
+    The same admissions and stops when every gang is tried."""
+    plans = [schedule(*_lines_with_runs(seed), 4000.0) for seed in range(300)]
+    monkeypatch.setattr(walk_module, "_waited_no_longer", lambda gang, than: False)
+    for seed, plan in enumerate(plans):
+        tried = schedule(*_lines_with_runs(seed), 4000.0)
+        assert (plan.admissions, plan.preemptions) == (tried.admissions, tried.preemptions), seed
+    assert sum(len(p.admissions) for p in plans) > 300
+
+
+def test_runs_break_at_a_new_kind_an_earlier_pending_since_or_an_unknown_one():
+    a = [gang(f"a{i}", "2xGPU=1", since=s) for i, s in enumerate([5.0, 5.0, 7.0, 6.0])]
+    b = gang("b", "2xGPU=1", "SPREAD", since=9.0)
+    c = gang("c", "2xGPU=1", priority="inference", since=9.0)
+    assert a[0].spec.shape is a[1].spec.shape  # equal shapes: one object (hashed.one_of)
+    assert run_starts([*a, b, c, a[3]]) == [3, 4, 5, 6, 7]
+    assert run_starts(a[:3]) == [3]
+    unknown = gang("u", "2xGPU=1", since=None)
+    assert run_starts([*a[:3], unknown]) == [1, 2, 3, 4]
+
+
+def test_a_gang_tried_after_its_run_was_set_aside_is_behind_none():
+    first, *rest = [gang(f"g{i}", "1xGPU=1") for i in range(4)]
+    aside = Aside()
+    aside.put_run(rest, first)
+    aside.forget("g2")
+    assert [aside.get(g.gang_id) for g in rest] == [first, None, first]
+    aside.put_run(rest[1:], rest[0])  # a later pass: its word wins
+    assert [aside.get(g.gang_id) for g in rest] == [first, rest[0], rest[0]]
+
+
+def _walked_lines(waiting: int) -> int:
+    """Lines of `core.walk` run in a cycle over one best-effort line of `waiting` gangs of
+    one kind that none fits now (and one that does, in another queue)."""
+    pending = [gang(f"a{i}", "4xGPU=1", "STRICT_PACK", queue="team-a", since=float(i), seq=i)
+               for i in range(waiting)] + [gang("b", "1xGPU=1", queue="team-b", seq=waiting)]
+    config = _teams().model_copy(update={"backfill": True})
+    walked = []
+
+    def trace(frame, event, arg):
+        if frame.f_code.co_filename.endswith("core/walk.py"):
+            return lambda frame, event, arg: walked.append(event) if event == "line" else None
+        return None
+
+    backlog = Backlog.of(pending)
+    sys.settrace(trace)
+    try:
+        plan = schedule(busy(*TWO_NODES, placed=[running("r", "w-1: GPU=2"),
+                                                 running("s", "w-2: GPU=2")]), backlog,
+                        config, 100.0)
+    finally:
+        sys.settrace(None)
+    assert [a.gang_id for a in plan.admissions] == ["b"]
+    return len(walked)
+
+
+def test_a_best_effort_line_costs_its_runs_not_its_gangs():
+    assert _walked_lines(2000) == _walked_lines(20)
