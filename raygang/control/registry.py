@@ -356,11 +356,12 @@ class Registry:
                 at = record.pending_view().pending_since
                 if at is not None:
                     since[key[0]] = min(at, since.get(key[0], at))
-        # The gangs behind a blocked queue head are counted, not walked: BEHIND is what
-        # almost all of them say (one that could never fit says UNSCHEDULABLE when asked).
+        # The gangs behind a blocked queue head, and the runs set aside whole, are counted,
+        # not walked: BEHIND is what almost all of the former say (one that could never
+        # fit says UNSCHEDULABLE when asked), and a run says what the gang it waits as says.
         if isinstance(plan.waiting, Waitings):
-            for queue, line in plan.waiting.behind.items():
-                key = (queue, WaitCode.BEHIND.value)
+            for queue, line in plan.waiting.groups():
+                key = (queue, line.code.value)
                 waits[key] = waits.get(key, 0) + len(line.line) - line.start
         return waits, since
 

@@ -151,7 +151,7 @@ class Cycle:
         return Plan(
             admissions=tuple(self.admissions),
             waiting=Waitings(self.waiting, explain(), locate) if eager
-            else Waitings(self.waiting, {}, locate, later=explain),
+            else Waitings(self.waiting, ({}, {}), locate, later=explain),
             at=self.now,
             preemptions=tuple(self.preemptions),
             positions=Positions(lines, locate),

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 import enum
+import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -115,25 +117,34 @@ Locate = Callable[[str], "tuple[str, int, PendingGang] | None"]
 
 @dataclass(frozen=True)
 class Behind:
-    """The gangs of a line from `start` on all wait behind `blocker` (backfill off); each
-    one's reason is `reason(gang)` (it may be another: a gang that can never fit)."""
+    """Gangs that wait as one gang does, read when asked: those of a line from `start` on,
+    behind its blocked head `blocker` (backfill off), or a run that a pass set aside whole
+    behind `blocker`, a gang of its kind (`core.walk`; `start` 0, `line` the run). Each
+    one's reason is `reason(gang)` (it may be another: a gang that can never fit); `code`
+    is what they say (counted, not walked: `control.registry`)."""
 
     line: Sequence[PendingGang]
     start: int
     reason: Callable[[PendingGang], Waiting]
-    blocker: str  # the blocked head's id
+    blocker: str  # the blocked head's id, or the gang the run waits as
+    code: WaitCode = WaitCode.BEHIND
+
+
+# Each queue's gangs behind its blocked head, and the runs set aside whole in its line
+Lazy = tuple[Mapping[str, Behind], Mapping[str, Sequence[Behind]]]
 
 
 class Waitings(Mapping[str, Waiting]):
     """Why each undecided gang waits: those the cycle looked at (`explicit`), and, read
-    when asked, those behind a blocked queue head."""
+    when asked, those behind a blocked queue head and those set aside in runs."""
 
-    def __init__(self, explicit: dict[str, Waiting], behind: Mapping[str, Behind],
-                 locate: Locate, later: Callable[[], Mapping[str, Behind]] | None = None):
-        """`later`: what works out the reasons of the gangs looked at (into `explicit`)
-        and returns those behind blocked heads, run when a reason is first read (a
-        replay reads none: `control.loop`'s `explains`)."""
-        self._explicit, self._behind, self._later = explicit, behind, later
+    def __init__(self, explicit: dict[str, Waiting], lazy: Lazy, locate: Locate,
+                 later: Callable[[], Lazy] | None = None):
+        """`lazy`: the gangs behind blocked heads and the runs set aside (`Behind`);
+        `later`: what works out the reasons of the gangs looked at (into `explicit`) and
+        returns those, run when a reason is first read (a replay reads none:
+        `control.loop`'s `explains`)."""
+        self._explicit, (self._behind, self._runs), self._later = explicit, lazy, later
         self._locate = locate
 
     @property
@@ -146,13 +157,22 @@ class Waitings(Mapping[str, Waiting]):
         self.work_out()
         return self._behind
 
+    def groups(self) -> Iterator[tuple[str, Behind]]:
+        """(queue, gangs that wait alike) for every line behind a blocked head and every
+        run set aside."""
+        self.work_out()
+        yield from self._behind.items()
+        for queue, runs in self._runs.items():
+            for run in runs:
+                yield queue, run
+
     def work_out(self) -> None:
         """Work the reasons out now, if not yet (in the thread that decided). Marked done
         only once they are: a reader meanwhile works them out too (alike), never reads
         half of them."""
         later = self._later
         if later is not None:
-            self._behind = later()
+            self._behind, self._runs = later()
             self._later = None
 
     def __getitem__(self, gang_id: str) -> Waiting:
@@ -165,28 +185,37 @@ class Waitings(Mapping[str, Waiting]):
             line = self.behind.get(queue)
             if line is not None and i >= line.start:
                 return line.reason(gang)
+            runs = self._runs.get(queue, ())
+            # The runs are in line order: the last one starting at or before the gang
+            key = gang.order_key()
+            k = bisect.bisect_right(runs, key, key=_first_key) - 1
+            if k >= 0:
+                run = runs[k].line
+                j = bisect.bisect_left(run, key, key=_ORDER)
+                if j < len(run) and run[j].gang_id == gang_id:
+                    return runs[k].reason(gang)
         raise KeyError(gang_id)
 
     def __iter__(self) -> Iterator[str]:
         yield from self.explicit
-        for line in self.behind.values():
+        for _, line in self.groups():
             for i in range(line.start, len(line.line)):
                 yield line.line[i].gang_id
 
     def __len__(self) -> int:
-        return len(self.explicit) + sum(len(b.line) - b.start for b in self.behind.values())
+        return len(self.explicit) + sum(len(b.line) - b.start for _, b in self.groups())
 
     def __repr__(self) -> str:
         if self._later is not None:
             return "Waitings(not worked out yet)"
         lazy = len(self) - len(self.explicit)
-        return f"Waitings({len(self.explicit)} looked at, {lazy} behind blocked queue heads)"
+        return f"Waitings({len(self.explicit)} looked at, {lazy} behind others)"
 
     def materialized(self) -> dict[str, Waiting]:
-        """Every reason, those behind a blocked head worked out now (for a dump, asked
-        for once: a cycle never walks them)."""
+        """Every reason, those behind a blocked head or in a run worked out now (for a
+        dump, asked for once: a cycle never walks them)."""
         out = dict(self.explicit)
-        for line in self.behind.values():
+        for _, line in self.groups():
             for i in range(line.start, len(line.line)):
                 gang = line.line[i]
                 out.setdefault(gang.gang_id, line.reason(gang))
@@ -195,7 +224,15 @@ class Waitings(Mapping[str, Waiting]):
     def signature(self) -> tuple[object, ...]:
         """What changes when the set of waiting gangs changes (without walking them)."""
         return (frozenset(self.explicit), len(self),
-                frozenset((q, b.start, len(b.line)) for q, b in self.behind.items()))
+                frozenset((q, b.start, len(b.line), b.line[b.start].gang_id)
+                          for q, b in self.groups() if b.start < len(b.line)))
+
+
+_ORDER = operator.methodcaller("order_key")
+
+
+def _first_key(run: Behind) -> tuple[int, int, str]:
+    return run.line[0].order_key()
 
 
 class Positions(Mapping[str, int]):

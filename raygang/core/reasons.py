@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from raygang.core.domain_reasons import why_not_placed
 from raygang.core.gang import PendingGang, Shape
-from raygang.core.plan import Behind, WaitCode, Waiting
+from raygang.core.plan import Behind, Lazy, WaitCode, Waiting
 from raygang.core.preemption.pool import Candidates
 
 if TYPE_CHECKING:  # the cycle makes its reasons
@@ -35,25 +35,41 @@ class Reasons:
         # node labels too, and are worked out each cycle.
         self._shapes: tuple[tuple[object, ...], Mapping[Shape, str]] | None = None
 
-    def explain(self, eager: bool) -> dict[str, Behind]:
+    def explain(self, eager: bool) -> Lazy:
         """A reason with numbers for every gang left pending, against the capacity left
         after this cycle's decisions (what users see next); computed once per shape.
         Without backfill, the gangs behind a queue's first gang that could ever fit wait
-        behind it: unless `eager`, their reasons are worked out when asked (`Behind`)."""
+        behind it; in a best-effort line, the runs the last pass set aside whole wait as
+        the gang they were set aside behind: unless `eager`, the reasons of both are
+        worked out when asked (`Behind`)."""
         by_shape: dict[Shape, str] = {}
         behind: dict[str, Behind] = {}
-        waiting = self.cycle.waiting
+        alike: dict[str, list[Behind]] = {}
+        waiting, runs = self.cycle.waiting, self.cycle.aside.runs
         for queue, gangs in self.cycle.left.items():
             blocker: PendingGang | None = None
             backfill = self.cycle.lookahead(queue) is None  # a best-effort line blocks none
             looked = len(gangs.head)  # the gangs a pass looked at (tried or set aside)
-            for i, gang in enumerate(gangs):
+            i = 0
+            while i < len(gangs):
+                gang = gangs[i]
                 if blocker is not None and not eager and i >= looked:
                     first = waiting[blocker.gang_id].message
                     behind[queue] = Behind(gangs.tail, gangs.start + i - looked,
                                            functools.partial(self._behind, blocker, first),
                                            blocker.gang_id)
                     break
+                run = runs.get(gang.gang_id) if backfill and i < looked else None
+                if run is not None:  # (its gangs follow each other in the line)
+                    ahead, members = run
+                    said = functools.partial(self._like, ahead)
+                    if eager:
+                        waiting.update((g.gang_id, said(g)) for g in members)
+                    else:
+                        alike.setdefault(queue, []).append(Behind(
+                            members, 0, said, ahead.gang_id, waiting[ahead.gang_id].code))
+                    i += len(members)
+                    continue
                 like = self.cycle.aside.get(gang.gang_id) if i < looked else None
                 if like is not None and like.gang_id in waiting:
                     waiting[gang.gang_id] = self._like(like, gang)
@@ -63,10 +79,11 @@ class Reasons:
                         gang, blocker if over else None, by_shape)
                 if blocker is None and self.cycle.ever.fits(gang) and not backfill:
                     blocker = gang
-        return behind
+                i += 1
+        return behind, alike
 
     def _like(self, like: PendingGang, gang: PendingGang) -> Waiting:
-        """A gang set aside behind one of its kind (`Cycle._pass`): it waits as that one."""
+        """A gang set aside behind one of its kind (`core.walk`): it waits as that one."""
         first = self.cycle.waiting[like.gang_id]
         return Waiting(
             gang.gang_id, first.code,

@@ -109,7 +109,8 @@ def scale_candidates(
     that are still pending (`find`: a pending gang by id, None if it is not one any more),
     not held by a quota or limit, nor waiting behind a queue head that is (it waits for
     the limit too), and not rejected for a queue problem no node can fix. A line behind a
-    head that a limit holds is skipped whole: its gangs are not walked."""
+    head that a limit holds, or a run set aside behind such a gang, is skipped whole: its
+    gangs are not walked."""
     waiting = plan.waiting
 
     def wanted(gang: PendingGang, w: Waiting) -> bool:
@@ -120,7 +121,7 @@ def scale_candidates(
 
     out = [gang for gang_id, w in plan.looked_at.items()
            if (gang := find(gang_id)) is not None and wanted(gang, w)]
-    for line in waiting.behind.values() if isinstance(waiting, Waitings) else ():
+    for _, line in waiting.groups() if isinstance(waiting, Waitings) else ():
         head = waiting.get(line.blocker)
         if head is not None and head.code is WaitCode.LIMIT:
             continue

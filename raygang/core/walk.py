@@ -10,7 +10,6 @@ time limit lets them), and the rest wait behind the line's first blocked gang.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from raygang.core.fairshare import QueueOrder
@@ -35,6 +34,7 @@ def walk(cycle: Cycle, attempt: Callable[[PendingGang], bool]) -> None:
     one of it is not admitted: a pass over a line of thousands costs the runs it meets,
     not the gangs in them."""
     order = QueueOrder(cycle.book, [q for q, gangs in cycle.left.items() if gangs])
+    cycle.aside.new_pass()
     at = dict.fromkeys(cycle.left, 0)
     passed = dict.fromkeys(cycle.left, 0)
     seen = dict.fromkeys(cycle.declared, 0)  # declared gangs this pass looked at
@@ -123,37 +123,30 @@ def _waited_no_longer(gang: PendingGang, than: PendingGang) -> bool:
 
 class Aside:
     """Gang id -> the gang of its kind earlier in its line that a pass set it aside behind
-    (`walk`; the reasons read it); the last pass's word wins. A run set aside at once is
-    kept whole, and read gang by gang only when a reason is asked (a replay asks none)."""
+    (`walk`; the reasons read it), and the runs the last pass set aside whole: their first
+    gang's id -> (the gang they wait as, the run). A best-effort line is walked to its
+    end in every pass, so the last pass's runs are what its reasons say; they are read
+    gang by gang only when asked (`plan.Behind`)."""
 
-    __slots__ = ("_one", "_runs", "_ticks", "_read")
+    __slots__ = ("_one", "runs")
 
     def __init__(self) -> None:
-        # gang id -> (when, the gang it is behind; None: tried since)
-        self._one: dict[str, tuple[int, PendingGang | None]] = {}
-        self._runs: list[tuple[int, PendingGang, Sequence[PendingGang]]] = []
-        self._ticks = 0
-        self._read: dict[str, tuple[int, PendingGang | None]] | None = None  # the runs'
+        self._one: dict[str, PendingGang] = {}
+        self.runs: dict[str, tuple[PendingGang, Sequence[PendingGang]]] = {}
+
+    def new_pass(self) -> None:
+        self.runs = {}
 
     def put(self, gang_id: str, like: PendingGang) -> None:
-        self._ticks += 1
-        self._one[gang_id] = (self._ticks, like)
+        self._one[gang_id] = like
 
     def put_run(self, gangs: Sequence[PendingGang], like: PendingGang) -> None:
-        self._ticks += 1
-        self._runs.append((self._ticks, like, gangs))
-        self._read = None
+        self.runs[gangs[0].gang_id] = (like, gangs)
 
     def forget(self, gang_id: str) -> None:
         """The gang was tried: it is behind none now."""
-        if self._one or self._runs:
-            self._ticks += 1
-            self._one[gang_id] = (self._ticks, None)
+        self._one.pop(gang_id, None)
 
     def get(self, gang_id: str) -> PendingGang | None:
-        read = self._read
-        if read is None:
-            read = self._read = {g.gang_id: (tick, like) for tick, like, gangs in self._runs
-                                 for g in gangs}
-        said = [w for w in (self._one.get(gang_id), read.get(gang_id)) if w is not None]
-        return max(said, key=itemgetter(0))[1] if said else None
+        """The gang it was set aside behind on its own (not in a run)."""
+        return self._one.get(gang_id)

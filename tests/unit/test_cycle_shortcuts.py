@@ -17,9 +17,9 @@ from raygang.core.backlog import Backlog, Line, run_starts
 from raygang.core.cycle import Cycle
 from raygang.core.domain_reasons import why_not_placed
 from raygang.core.fairshare import QueueBook
+from raygang.core.plan import WaitCode
 from raygang.core.resources import Sums
 from raygang.core import walk as walk_module
-from raygang.core.walk import Aside
 
 from tests.unit.builders import busy, cluster, gang, queue, res, running
 
@@ -399,14 +399,25 @@ def test_runs_break_at_a_new_kind_an_earlier_pending_since_or_an_unknown_one():
     assert run_starts([*a[:3], unknown]) == [1, 2, 3, 4]
 
 
-def test_a_gang_tried_after_its_run_was_set_aside_is_behind_none():
-    first, *rest = [gang(f"g{i}", "1xGPU=1") for i in range(4)]
-    aside = Aside()
-    aside.put_run(rest, first)
-    aside.forget("g2")
-    assert [aside.get(g.gang_id) for g in rest] == [first, None, first]
-    aside.put_run(rest[1:], rest[0])  # a later pass: its word wins
-    assert [aside.get(g.gang_id) for g in rest] == [first, rest[0], rest[0]]
+def test_a_run_set_aside_whole_is_explained_when_asked_as_the_gang_it_waits_as():
+    """A backlog's cycle keeps the runs its last pass set aside as groups (`plan.Behind`):
+    each gang of one is found, says what the gang it waits as says, and is counted under
+    its code; read in full, the reasons are those of the cycle that explains at once."""
+    def line(queue: str, shape: str, n: int, seq: int) -> list[object]:
+        return [gang(f"{queue}{i}", shape, "STRICT_PACK", queue=f"team-{queue}",
+                     since=float(i), seq=seq + i) for i in range(n)]
+
+    pending = line("a", "4xGPU=1", 30, 0) + line("b", "3xGPU=1", 20, 100)
+    config = _teams().model_copy(update={"backfill": True})
+    snapshot = busy(*TWO_NODES, placed=[running("r", "w-1: GPU=2"), running("s", "w-2: GPU=2")])
+    plan = schedule(snapshot, Backlog.of(pending), config, 100.0)
+    assert plan.admissions == () and len(plan.looked_at) == 2
+    groups = list(plan.waiting.groups())
+    assert [(q, len(g.line), g.blocker, g.code) for q, g in groups] == [
+        ("team-a", 29, "a0", WaitCode.NO_FIT), ("team-b", 19, "b0", WaitCode.NO_FIT)]
+    assert plan.waiting["a17"].message.startswith("waiting as gang a0 does")
+    assert plan.waiting["b19"].behind == "b0" and "b20" not in plan.waiting
+    assert len(plan.waiting) == 50 and plan == schedule(snapshot, pending, config, 100.0)
 
 
 def _walked_lines(waiting: int) -> int:
