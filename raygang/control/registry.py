@@ -26,7 +26,7 @@ from raygang.control.idempotency import IdempotencyKeys
 from raygang.control.records import GangRecord
 from raygang.core.backlog import Backlog, index_in
 from raygang.core.gang import GangState, PendingGang
-from raygang.core.plan import Plan, WaitCode, Waitings
+from raygang.core.plan import Plan, Waitings
 from raygang.core.resources import Resources
 
 _Ids = list[tuple[int, str]]  # (seq, gang id), sorted: submission order
