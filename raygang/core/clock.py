@@ -9,9 +9,12 @@ cycle's decisions, and a later cycle on the same cluster and backlog decides ali
 (`Plan.steady_until`; a replay's loop then need not look: `control.loop`). A wait for
 the SLA hold (`core.reserve`) is counted by the cycle in the same way.
 
-Rules that move with the clock throughout leave no such time: the cost of a wait that
-a trade weighs (`core.preemption.trade`), usage that decays (`core.usage`), and the order
-of victims by their work since a checkpoint, where a search in it found no room (`searched`).
+Rules that move with the clock throughout leave no such time: usage that decays
+(`core.usage`), the cost of a wait that a trade weighed and refused (`core.preemption.trade`:
+the wait's cost and the stop's loss both grow), and the order of victims by their work
+since a checkpoint, where a search in it found no room (`searched`). A cycle in which no
+trade refused victims it found is steady as one without trades: a search that found no
+room at all finds none later either, by the clock alone.
 """
 
 from __future__ import annotations
@@ -30,8 +33,7 @@ class Clock:
 
     def __init__(self, config: PolicyConfig, actions: Mapping[str, Action], now: float):
         self.config, self.actions, self.now = config, actions, now
-        moves = config.preemption.reclaim_trade_ratio is not None or config.usage.enabled
-        self.steady_until = now if moves else math.inf
+        self.steady_until = now if config.usage.enabled else math.inf
         # gang id -> (action, its delay, seconds left), as its reason says
         self.delayed: dict[str, list[tuple[str, float, float]]] = {}
 

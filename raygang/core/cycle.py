@@ -351,6 +351,8 @@ class Cycle:
                 if refused.until is not None:  # others may be ready before
                     self.clock.changes_at(refused.until)
                     self.clock.searched(self.actions[action])
+                else:  # a trade: its sides grow with the clock
+                    self.clock.changes_at(self.now)
                 return self._refused_by(gang, action, refused)
         why = self.actions[action].why
         assert why is not None, f"action {action} stops gangs but says no why"

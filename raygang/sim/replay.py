@@ -78,10 +78,16 @@ def _heading(dump: CycleDump) -> str:
 
 
 def _backfill(config: PolicyConfig) -> str:
-    if config.backfill:
-        return "on"
-    n = config.backfill_lookahead
-    return "off" if n == 0 else f"up to {n} gang{'s' if n > 1 else ''} set aside per queue"
+    """The policy's line, then the queues' own (`Cycle.lookahead`: a queue's own wins)."""
+    policy = _line(None if config.backfill else config.backfill_lookahead)
+    own = [f"{q.name}: {_line(q.backfill_lookahead)}" for q in config.queues
+           if q.backfill_lookahead is not None]
+    return f"{policy} per queue" + (f" (own lines: {'; '.join(own)})" if own else "")
+
+
+def _line(n: int | None) -> str:
+    return "on" if n is None else "off" if n == 0 else \
+        f"up to {n} gang{'s' if n > 1 else ''} set aside"
 
 
 def render_plan(data: dict[str, Any], dump: CycleDump) -> list[str]:

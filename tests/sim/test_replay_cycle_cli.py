@@ -46,7 +46,7 @@ def test_a_replay_prints_the_plan_and_says_it_is_the_one_recorded(tmp_path, caps
     assert out.splitlines() == [
         "cycle at 1970-01-01 00:01:40 UTC (now=100.000): 3 nodes (3 alive), 2 gangs holding "
         "capacity, 3 gangs pending in 2 queues; actions allocate, shrink, reclaim, preempt, "
-        "grow, backfill off",
+        "grow, backfill off per queue",
         "admitted (1):",
         "  serve by preempt on w-1 x4, w-2 x4; stopping low",
         "preempted (1):",

@@ -299,6 +299,9 @@ def test_a_plan_is_not_steady_where_a_trade_weighs_the_wait():
 def test_a_plan_with_nothing_held_back_by_the_clock_is_steady_until_a_change():
     plan = schedule(_borrowed(), [], _teams(), 500.0)
     assert plan.steady_until == math.inf
+    # Trades on, but none weighed: nothing moves with the clock
+    assert schedule(_borrowed(), [], _teams(reclaim_trade_ratio=1.0), 500.0).steady_until \
+        == math.inf
     teams = _teams(reclaim_min_runtime_s=0, reclaim_delay_s=0)
     late = schedule(_borrowed(), [_b("b-1", since=0.0, seq=0)], teams, 500.0)
     assert late.preemptions and late.steady_until == 14_400.0  # its wait may reach the SLA
