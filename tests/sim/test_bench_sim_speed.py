@@ -34,3 +34,14 @@ def test_sim_speed_saves_every_outcome_and_a_second_run_decides_the_same(tmp_pat
     done = subprocess.run([sys.executable, "bench/sim_speed.py", *SLICE, "--check", str(saved)],
                           cwd=ROOT, capture_output=True, text=True, timeout=240)
     assert done.returncode == 1 and f"DIFFERS at /jobs/{name}/" in done.stdout, done.stdout
+
+
+def test_the_walk_baseline_replays_gang_by_gang_side_by_side_and_decides_the_same(tmp_path):
+    """Best-effort lines (`backfill: true`), where the walk jumps over runs: the replay
+    again with every run cut to one gang prints its times, the ratio, and the same outcome."""
+    config = tmp_path / "best-effort.yaml"
+    config.write_text("backfill: true\n")
+    out = run_script("bench/sim_speed.py", "--days", "0.1", "--nodes", "8", "--policies",
+                     "raygang", "--config", str(config), "--walk-baseline", timeout=240)
+    assert re.search(r"gang by gang: +[\d.]+ s wall, +[\d.]+ s CPU; runs jumped: [\d.]+x "
+                     r"less CPU, same outcome", out), out
