@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import bisect
 import enum
-import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING
+
+from raygang.core.backlog import index_in
 
 if TYPE_CHECKING:
     from raygang.core.gang import PendingGang
@@ -189,11 +190,8 @@ class Waitings(Mapping[str, Waiting]):
             # The runs are in line order: the last one starting at or before the gang
             key = gang.order_key()
             k = bisect.bisect_right(runs, key, key=_first_key) - 1
-            if k >= 0:
-                run = runs[k].line
-                j = bisect.bisect_left(run, key, key=_ORDER)
-                if j < len(run) and run[j].gang_id == gang_id:
-                    return runs[k].reason(gang)
+            if k >= 0 and index_in(runs[k].line, gang) is not None:
+                return runs[k].reason(gang)
         raise KeyError(gang_id)
 
     def __iter__(self) -> Iterator[str]:
@@ -226,9 +224,6 @@ class Waitings(Mapping[str, Waiting]):
         return (frozenset(self.explicit), len(self),
                 frozenset((q, b.start, len(b.line), b.line[b.start].gang_id)
                           for q, b in self.groups() if b.start < len(b.line)))
-
-
-_ORDER = operator.methodcaller("order_key")
 
 
 def _first_key(run: Behind) -> tuple[int, int, str]:
