@@ -80,24 +80,33 @@ CANDIDATES = ("raygang-no-tbf", "raygang-tbf", "tbf-share", "tbf-order", "tbf-hl
 # raygang with other settings (config overlays, merged into the slice's config), as
 # `raygang sim` replays them: `--config <slice>/queues.yaml --config <out>/<variant>.yaml
 # --policy raygang`.
+# The rules the default had before issue 30's switch (2026-12-02): the SLA hold at 4 h and
+# reclaim by its fixed delay and minimum runtime alone. The variants measured against them
+# keep them, so that their figures in docs/simulator.md replay as they were made.
+FIXED = {"sla_waiting_time_s": 14400.0}
+FIXED_RECLAIM = {"reclaim_trade_ratio": None}
 VARIANTS = {
     # time-based fair share (`usage:`)
     "tbf-share": {"usage": {"enabled": True, "order_by_usage": False}},  # KAI's rule alone
     "tbf-order": {"usage": {"enabled": True, "k_value": 0.0}},  # Kueue's order and penalty
     "tbf-hl12h": {"usage": {"enabled": True, "half_life_s": 12 * 3600.0}},  # halves in 12 h
     # a queue's line goes on past a head that waits (Kueue's BestEffortFIFO), usage off
-    "backfill": {"backfill": True, "usage": {"enabled": False}},
+    "backfill": {"backfill": True, **FIXED, "preemption": FIXED_RECLAIM,
+                 "usage": {"enabled": False}},
     # reclaim by what it trades (core.preemption.trade): before the delay and minimum
     # runtime when the wait costs at least as much as the work lost
-    "trade1": {"preemption": {"reclaim_trade_ratio": 1.0}, "usage": {"enabled": False}},
-    "backfill-trade1": {"backfill": True, "preemption": {"reclaim_trade_ratio": 1.0},
+    "trade1": {"backfill_lookahead": 4, **FIXED, "preemption": {"reclaim_trade_ratio": 1.0},
+               "usage": {"enabled": False}},
+    "backfill-trade1": {"backfill": True, **FIXED, "preemption": {"reclaim_trade_ratio": 1.0},
                         "usage": {"enabled": False}},
     # the same, bounded: a pass sets aside at most N + 1 gangs of a queue's line, and a gang
     # like one set aside without a try (core/cycle.py `_pass`); `strict`: none (strict
     # FIFO per queue, the default before issue 30's sweep chose `ahead4`)
-    **{f"ahead{n}": {"backfill": False, "backfill_lookahead": n, "usage": {"enabled": False}}
+    **{f"ahead{n}": {"backfill": False, "backfill_lookahead": n, **FIXED,
+                     "preemption": FIXED_RECLAIM, "usage": {"enabled": False}}
        for n in (1, 4, 16, 64)},
-    "strict": {"backfill": False, "backfill_lookahead": 0, "usage": {"enabled": False}},
+    "strict": {"backfill": False, "backfill_lookahead": 0, **FIXED,
+               "preemption": FIXED_RECLAIM, "usage": {"enabled": False}},
 }
 
 

@@ -1,13 +1,14 @@
 """The pending gangs one cycle decides on, as lines: one per queue, in admission order.
 
-A cycle looks at each queue's line from its head and, without backfill, stops once it has
+A cycle looks at each queue's line from its head and, on a bounded line, stops once it has
 set aside `backfill_lookahead` + 1 gangs it cannot admit (the first, with 0): everything
-behind them waits behind the first. So a cycle costs
-what it looks at, not what waits: the lines are read in place (never copied or sorted
-per cycle), what a queue's pending gangs ask for in all comes with them, and the reasons
-and queue positions of the gangs behind a blocked head are worked out when asked for
-(`plan.Waitings`, `plan.Positions`). The runtime keeps its lines sorted as gangs come and
-go (`control.registry`); `Backlog.of` sorts a plain list of gangs.
+behind them waits behind the first. A best-effort line (no bound, the default) is walked to
+its end, but run by run: a run of alike gangs set aside is passed over whole
+(`Line.run_end`). So a cycle costs what it looks at, not what waits: the lines are read in
+place (never copied or sorted per cycle), what a queue's pending gangs ask for in all comes
+with them, and the reasons and queue positions of the gangs behind a blocked head are
+worked out when asked for (`plan.Waitings`, `plan.Positions`). The runtime keeps its lines
+sorted as gangs come and go (`control.registry`); `Backlog.of` sorts a plain list of gangs.
 """
 
 from __future__ import annotations

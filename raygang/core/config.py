@@ -130,8 +130,9 @@ class PreemptionPolicy(BaseModel):
     the next victim. They add to a priority class's own `min_runtime_s`, which guards
     against both actions. The defaults were measured on the Philly week (README).
     `reclaim_trade_ratio` weighs reclaim's delay and minimum runtime against what a
-    reclaim trades instead (`core.preemption.trade`); off by default, as the stress set
-    measured it (docs/simulator.md)."""
+    reclaim trades instead (`core.preemption.trade`): on by default at 0.5, as three copies
+    of the stress set chose it with best-effort lines (docs/simulator.md); null keeps the
+    fixed rules alone."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -159,7 +160,7 @@ class PreemptionPolicy(BaseModel):
         "'newest' the one started last (Kueue's candidatesOrdering, KAI's); 'cheapest' the "
         "one whose stop loses the least work, as reclaim_victim_order")
     reclaim_trade_ratio: float | None = Field(
-        None, description="reclaim by what it trades (core.preemption.trade): a gang may "
+        0.5, description="reclaim by what it trades (core.preemption.trade): a gang may "
         "reclaim before reclaim_delay_s, and stop gangs that have not run "
         "reclaim_min_runtime_s, when what its wait costs is at least this many times what "
         "the stop loses. The cost: the gang's pending seconds times the GPUs (its scarcest "
@@ -204,22 +205,24 @@ class PolicyConfig(BaseModel):
 
     backfill: bool = Field(
         False,
-        description="let a gang that fits jump ahead of a blocked gang earlier in the order",
+        description="every queue's line best-effort (a gang that fits goes ahead of blocked "
+        "gangs earlier in its line), whatever backfill_lookahead says; a queue's own "
+        "backfill_lookahead still wins",
     )
-    backfill_lookahead: int = Field(
-        4, ge=0,
-        description="without backfill: how many more gangs of a queue's line that cannot "
-        "start a pass may set aside past the first one before the rest waits behind that "
-        "first one (Kueue's BestEffortFIFO, bounded so that a cycle's cost stays flat in "
-        "the backlog); a gang of the shape and priority of one set aside is set aside "
-        "without a try; 0: strict FIFO per queue",
+    backfill_lookahead: int | None = Field(
+        None, ge=0,
+        description="how many more gangs of a queue's line that cannot start a pass may set "
+        "aside past the first one before the rest waits behind that first one; null (the "
+        "default): no bound, a best-effort line (Kueue's BestEffortFIFO), which costs a "
+        "pass its runs of alike gangs, not its length; a gang of the shape and priority of "
+        "one set aside is set aside without a try; 0: strict FIFO per queue",
     )
     backfill_max_runtime_s: float = Field(
         4 * 3600.0, ge=0,
-        description="without backfill: a gang that declares a max_runtime_s of at most this "
-        "is still tried past a queue's lookahead (or a strict line), as Slurm's backfill "
-        "starts jobs whose time limit lets them; gangs that declare none wait as before. "
-        "0: none is",
+        description="on a bounded line (backfill_lookahead set): a gang that declares a "
+        "max_runtime_s of at most this is still tried past the queue's lookahead (or a "
+        "strict line), as Slurm's backfill starts jobs whose time limit lets them; gangs "
+        "that declare none wait as before. 0: none is",
     )
     priority_classes: tuple[PriorityClass, ...] = DEFAULT_PRIORITY_CLASSES
     queues: tuple[QueueSpec, ...] = (QueueSpec(name=DEFAULT_QUEUE),)
@@ -243,10 +246,10 @@ class PolicyConfig(BaseModel):
         default_factory=ScalePolicy, description="sizing the cluster to the queue"
     )
     sla_waiting_time_s: float | None = Field(
-        14400.0, gt=0, description="a gang pending this long (at the head of its queue) has "
+        None, gt=0, description="a gang pending this long (at the head of its queue) has "
         "the free capacity of the nodes closest to holding it held for it, so that what "
         "frees there adds up (Volcano's sla-waiting-time); one such gang at a time; "
-        "null: never")
+        "null (the default, as the stress set measured it): never")
     preemption: PreemptionPolicy = Field(
         default_factory=PreemptionPolicy,
         description="minimum runtimes before reclaim or preempt, and the victims' order")

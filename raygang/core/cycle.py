@@ -3,12 +3,13 @@
 A cycle runs the configured actions in order (`core.actions`: allocate, reclaim, preempt),
 each a pass over the pending gangs in fair-share order: the queue furthest below its fair
 share goes next (hierarchically, ancestors first), and inside a queue the total order
-(-priority, submission sequence, id). Every tentative move is made on a scratch copy of
-the free capacity and the queues' usage. A gang that cannot be admitted is set aside and
-its queue's line goes on (Kueue's BestEffortFIFO), but without backfill only until
-`backfill_lookahead` + 1 gangs of it were (ones that could fit on this cluster at all):
-the rest waits behind the first of them. With 0, the first gang not admitted holds back
-its queue (strict FIFO per queue, like Kueue's StrictFIFO); other queues go on.
+(-priority, submission sequence, id). Every tentative move is made on a scratch copy of the
+free capacity and the queues' usage. A gang that cannot be admitted is set aside and its
+queue's line goes on (Kueue's BestEffortFIFO, the default), but on a bounded line
+(`backfill_lookahead` set) only until `backfill_lookahead` + 1 gangs of it were (ones that
+could fit on this cluster at all): the rest waits behind the first of them. With 0, the
+first gang not admitted holds back its queue (strict FIFO per queue, like Kueue's
+StrictFIFO); other queues go on.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Worked out once the actions ran, against the capacity they left (what users see next):
 the gang that cannot fit even on the empty cluster, the one waiting behind its queue's
-blocked first gang (backfill off; past `backfill_lookahead` gangs set aside), the one
+blocked first gang (a bounded line: past `backfill_lookahead` gangs set aside), the one
 set aside behind one of its kind, the one at its queue's limit, and the one with no room,
 with what each action that tried for it found (nobody to stop, or not enough), what its
 minimum runtime protects and until when, its delay, and the capacity held for another.

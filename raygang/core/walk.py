@@ -1,10 +1,10 @@
 """One pass of a cycle's action over the queues' lines (`Cycle.run` makes one per action).
 
 The queues take turns in fair-share order (`fairshare.QueueOrder`); each offers its line
-from the head. Without backfill a line stops after `backfill_lookahead` + 1 gangs it
-could not admit; past that only gangs that declare a `max_runtime_s` of at most
-`backfill_max_runtime_s` are still offered (as Slurm's backfill starts the jobs whose
-time limit lets them), and the rest wait behind the line's first blocked gang.
+from the head. A bounded line (`backfill_lookahead` set) stops after `backfill_lookahead` +
+1 gangs it could not admit; past that only gangs that declare a `max_runtime_s` of at most
+`backfill_max_runtime_s` are still offered (as Slurm's backfill starts the jobs whose time
+limit lets them), and the rest wait behind the line's first blocked gang.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # the cycle runs the passes
 
 
 def walk(cycle: Cycle, attempt: Callable[[PendingGang], bool]) -> None:
-    """Offer each queue's gangs, in fair-share order, to `attempt`. Without backfill a
+    """Offer each queue's gangs, in fair-share order, to `attempt`. On a bounded line a
     queue stops once more than `backfill_lookahead` of its gangs were not admitted
     (0: at the first). A gang like the last one tried and not admitted earlier in its
     line this pass (its shape, priority and class) is set aside without a try: it would

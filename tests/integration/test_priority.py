@@ -46,9 +46,11 @@ def test_higher_priority_admitted_first_when_capacity_frees(ray_cluster):
     assert (high_status.priority, low_status.priority) == (500, 10)
 
 
-def test_a_smaller_gang_goes_past_blocked_ones_up_to_the_lookahead(ray_cluster):
-    """The default `backfill_lookahead` (4): a gang that fits starts past a blocked one of
-    its queue; once 5 are set aside, the rest of the line waits behind the first."""
+def test_a_smaller_gang_goes_past_every_blocked_one_of_its_line(ray_cluster):
+    """The default line is best-effort (`backfill_lookahead` null, Kueue's BestEffortFIFO):
+    a gang that fits starts past every blocked gang of its queue, however many; the
+    blocked ones of one kind wait as the first of them does. (A bounded line, where the
+    rest waits behind the first, is tested without Ray: tests/unit/test_schedule.py.)"""
     blocker = Fill.options(replicas=1).remote()  # 4 of 8 GPUs
     refs = [blocker]
     try:
@@ -59,13 +61,13 @@ def test_a_smaller_gang_goes_past_blocked_ones_up_to_the_lookahead(ray_cluster):
         assert small.result(timeout=60) == [small.gang_id]
         assert big.status().state is GangState.PENDING
         assert "needs {GPU: 8}" in _wait_reason(big, "free in the cluster is GPU 4")
-        more = [whole_cluster.options(name=f"big-{i}").remote() for i in range(4)]
+        more = [whole_cluster.options(name=f"big-{i}").remote() for i in range(5)]
         late = whole_cluster.options(name="late", replicas=1, num_gpus=1).remote()
         refs += [*more, late]
-        reason = _wait_reason(late, f"waiting behind gang {big.gang_id}")
-        assert "a cycle passes it and at most 4 more of its line" in reason
-        assert f"waiting as gang {big.gang_id} does" in more[0].status().reason
-        assert late.status().state is GangState.PENDING
+        assert late.result(timeout=60) == [late.gang_id]  # past all six
+        assert f"waiting as gang {big.gang_id} does" in \
+            _wait_reason(more[-1], f"waiting as gang {big.gang_id} does")
+        assert all(m.status().state is GangState.PENDING for m in more)
     finally:
         for ref in reversed(refs):
             ref.cancel()

@@ -278,11 +278,12 @@ def test_an_interval_that_ends_with_nothing_to_let_through_makes_no_look(monkeyp
     t = trace(job("a1", at=0, run=86_400, gpus=8, queue="t1"),
               job("a2", at=0, run=86_400, gpus=8, queue="t1"),
               job("b", at=600, run=3600, gpus=8, queue="t2"), quotas={"t1": 8, "t2": 8})
-    skipping = replay_of(t, "raygang", nodes=2)
+    fixed = {"preemption": {"reclaim_trade_ratio": None}}  # the delay and runtime alone
+    skipping = replay_of(t, "raygang", nodes=2, config=fixed)
     skipped = list(looks)
     looks.clear()
     monkeypatch.setattr(engine, "Ticks", lambda quiet: None)  # a look at every interval
-    every = replay_of(t, "raygang", nodes=2)
+    every = replay_of(t, "raygang", nodes=2, config=fixed)
     assert outcome(skipping) == outcome(every)
     # Reclaimed at 900 s, once both passed: a2 ends its grace period (30 s), b starts.
     assert [s.at for s in skipping.jobs["j000001"].stops] == [930.0]

@@ -65,18 +65,28 @@ def test_raygang_reclaims_borrowed_nodes_and_the_victim_loses_the_work_since_its
 
 
 def test_raygang_reclaims_after_its_delay_and_takes_the_victim_that_saved_last():
-    # The defaults: c may reclaim once pending reclaim_delay_s (300 s), so from 1800 s;
+    # The fixed rule: c may reclaim once pending reclaim_delay_s (300 s), so from 1800 s;
     # of t1's two 8-GPU jobs, b (checkpoints every 600 s from 0 s) and d (from 400 s),
     # the one with the least work since its last checkpoint goes: b, 0-60 s after its
     # checkpoint at 1800 s, where d has 200 s unsaved.
     t = trace(job("b", 0, 7200, queue="t1"), job("d", 400, 7200, queue="t1"),
               job("c", 1500, 100, queue="t2"), quotas={"t1": 8, "t2": 8})
-    result = replay_of(t, "raygang", nodes=2, checkpoint_s=600, preemption_grace_s=30)
+    fixed = {"preemption": {"reclaim_trade_ratio": None}}
+    result = replay_of(t, "raygang", nodes=2, config=fixed, checkpoint_s=600,
+                       preemption_grace_s=30)
     by_name = {log.job.name: log for log in result.jobs.values()}
     assert 1800 + 30 <= by_name["c"].first_start <= 1800 + 60 + 30  # a resync notices
     (stop,) = by_name["b"].stops
     assert stop.action == "reclaim" and stop.lost_s <= 90
     assert by_name["d"].stops == []
+    # The default trades: once d has saved at 1600 s, its few unsaved seconds are worth
+    # less than c's wait (8 GPUs below its quota), so c need not wait out the delay.
+    result = replay_of(t, "raygang", nodes=2, checkpoint_s=600, preemption_grace_s=30)
+    by_name = {log.job.name: log for log in result.jobs.values()}
+    assert 1600 < by_name["c"].first_start < 1800
+    (stop,) = by_name["d"].stops
+    assert stop.action == "reclaim" and stop.lost_s <= 60
+    assert by_name["b"].stops == []
 
 
 def test_kueue_admits_past_a_head_that_does_not_fit_best_effort_fifo():
@@ -84,8 +94,8 @@ def test_kueue_admits_past_a_head_that_does_not_fit_best_effort_fifo():
     kueue = run(t, "kueue", nodes=2)
     assert kueue["c"] == (2, 52, 0)  # BestEffortFIFO: c passes the blocked 16-GPU gang
     assert kueue["wide"] == (100, 200, 0)
-    # raygang's default sets aside up to 4 gangs of a line (backfill_lookahead) likewise;
-    # with none, strict FIFO in its queue: c waits for the wide gang
+    # raygang's default line is best-effort likewise; with backfill_lookahead 0, strict
+    # FIFO in its queue: c waits for the wide gang
     assert run(t, "raygang", nodes=2)["c"] == (2, 52, 0)
     strict = {"backfill_lookahead": 0}
     assert run(t, "raygang", nodes=2, config=strict)["c"] == (200, 250, 0)

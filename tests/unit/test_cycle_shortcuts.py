@@ -27,8 +27,10 @@ TWO_NODES = ("w-1: GPU=4", "w-2: GPU=4")
 
 
 def _teams(**preemption: object) -> PolicyConfig:
+    """Two teams under reclaim's fixed rules (no trade unless asked for: the cases below
+    are about the delay and the minimum runtime themselves)."""
     return PolicyConfig(queues=[queue("team-a", quota="GPU=4"), queue("team-b", quota="GPU=4")],
-                        preemption=preemption)
+                        preemption={"reclaim_trade_ratio": None, **preemption})
 
 
 def _borrowed() -> object:
@@ -302,7 +304,8 @@ def test_a_plan_with_nothing_held_back_by_the_clock_is_steady_until_a_change():
     # Trades on, but none weighed: nothing moves with the clock
     assert schedule(_borrowed(), [], _teams(reclaim_trade_ratio=1.0), 500.0).steady_until \
         == math.inf
-    teams = _teams(reclaim_min_runtime_s=0, reclaim_delay_s=0)
+    teams = _teams(reclaim_min_runtime_s=0, reclaim_delay_s=0).model_copy(
+        update={"sla_waiting_time_s": 14_400.0})
     late = schedule(_borrowed(), [_b("b-1", since=0.0, seq=0)], teams, 500.0)
     assert late.preemptions and late.steady_until == 14_400.0  # its wait may reach the SLA
     teams = teams.model_copy(update={"sla_waiting_time_s": None})

@@ -113,9 +113,13 @@ def test_pending_work_of_its_queue_comes_before_growth():
     e = elastic("e", ["w-1", "w-1"], surplus=0, most=4)
     blocked = gang("big", "GPU=8", "STRICT_PACK")  # fits the cluster, not now
     snapshot = busy("w-1: GPU=4 CPU=8", "w-2: GPU=8 CPU=8 free GPU=6", placed=[e])
-    plan = schedule(snapshot, [blocked], PolicyConfig(), now=1.0)
+    plan = schedule(snapshot, [blocked], PolicyConfig(backfill_lookahead=4), now=1.0)
     assert plan.growths == ()
     assert "pending gangs of queue 'default' come first (gang big waits" in plan.grow_waits["e"]
+    # A best-effort line (the default) lets growth take what its blocked gang cannot use
+    # now; shrink gives it back once that gang fits (the test of taking back, below).
+    assert [g.gang_id for g in schedule(snapshot, [blocked], PolicyConfig(),
+                                        now=1.0).growths] == ["e"]
 
 
 def test_pending_work_of_another_queue_does_not_hold_growth_back():

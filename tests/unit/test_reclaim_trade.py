@@ -57,7 +57,7 @@ def test_the_loss_adds_up_over_victims_in_the_gangs_scarcest_resource():
 
 @pytest.mark.parametrize("field", ["reclaim_trade_ratio", "reclaim_checkpoint_ratio"])
 def test_the_ratio_is_positive_or_null_with_a_clear_error(field):
-    assert getattr(PreemptionPolicy(), field) is None
+    assert getattr(PreemptionPolicy(), field) == {"reclaim_trade_ratio": 0.5}.get(field)
     assert getattr(PreemptionPolicy(**{field: 2}), field) == 2.0
     for bad in (0, -1, float("inf"), float("nan")):
         with pytest.raises(ValidationError, match=f"{field} must be a positive number .* "
@@ -97,7 +97,7 @@ def _plan(snapshot, pending, config, now):
 def test_a_long_wait_reclaims_a_gang_younger_than_the_minimum_runtime():
     # b-1 has waited 1,300 s for the 4 GPUs of its quota (5,200 GPU-s); a-new, 300 s in,
     # would lose 1,200 GPU-s. The fixed rule waits 600 s more for a-new's 900 s.
-    fixed = _teams(reclaim_min_runtime_s=900, reclaim_delay_s=0)
+    fixed = _teams(reclaim_min_runtime_s=900, reclaim_delay_s=0, reclaim_trade_ratio=None)
     assert _plan(_borrowed(1000.0), _b1(0.0), fixed, 1300.0).preemptions == ()
     traded = _teams(reclaim_min_runtime_s=900, reclaim_delay_s=0, reclaim_trade_ratio=4)
     plan = _plan(_borrowed(1000.0), _b1(0.0), traded, 1300.0)
@@ -119,7 +119,7 @@ def test_a_short_wait_does_not_pay_for_the_young_gangs_work():
 def test_a_victim_that_just_saved_is_reclaimed_before_the_delay():
     # a-new saves every 600 s: at 1,300 s it would lose 100 s (400 GPU-s); b-1 pending
     # 100 s (400 GPU-s) is worth it at ratio 1 though the delay asks for 300 s.
-    fixed = _teams(reclaim_min_runtime_s=0, reclaim_delay_s=300)
+    fixed = _teams(reclaim_min_runtime_s=0, reclaim_delay_s=300, reclaim_trade_ratio=None)
     plan = _plan(_borrowed(0.0, checkpoint=600.0), _b1(1200.0), fixed, 1300.0)
     assert plan.preemptions == ()
     assert "reclaim_delay_s" in plan.waiting["b-1"].message

@@ -45,7 +45,7 @@ def grow(cycle: GrowingCycle) -> None:
             for gang in gangs:
                 cycle.grow_waits[gang.gang_id] = _runs(
                     gang, f"pending gangs of queue {queue!r} come first (gang {first} waits; "
-                          "backfill is off)")
+                          "its line is bounded, backfill_lookahead)")
             continue
         ready[queue] = sorted(gangs, key=lambda g: (
             -g.priority, g.running_since if g.running_since is not None else math.inf,

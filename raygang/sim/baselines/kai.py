@@ -46,7 +46,8 @@ from raygang.core.schedule import Scheduler
 # unset by default (v0.17); victims as raygang took them before its own policy changed
 # (most recently started first), so the baseline stays as measured.
 PREEMPTION = {"reclaim_min_runtime_s": 0.0, "preempt_min_runtime_s": 0.0,
-              "reclaim_delay_s": 0.0, "preempt_delay_s": 0.0, "reclaim_victim_order": "newest"}
+              "reclaim_delay_s": 0.0, "preempt_delay_s": 0.0, "reclaim_victim_order": "newest",
+              "reclaim_trade_ratio": None}
 
 
 # raygang's actions with KAI's reclaim protection: configuration, not a cycle of its own.
