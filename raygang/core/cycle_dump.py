@@ -250,6 +250,13 @@ def load_cycle(data: str | bytes | Mapping[str, Any]) -> CycleDump:
         # Dumped before the lookahead was a setting: that raygang kept lines strictly in
         # order, so the cycle is replayed as it decided, not with today's default.
         data = {**data, "config": {**config, "backfill_lookahead": 0}}
+        config = data["config"]
+    preemption = config.get("preemption") if isinstance(config, Mapping) else None
+    if isinstance(preemption, Mapping) and "reclaim_trade_ratio" not in preemption:
+        # Dumped before reclaim could trade: that raygang kept the fixed delay and minimum
+        # runtime alone (the default trades since 2026-12-02).
+        data = {**data, "config": {**config, "preemption": {**preemption,
+                                                             "reclaim_trade_ratio": None}}}
     try:
         return CycleDump.model_validate(data)
     except ValidationError as error:

@@ -65,9 +65,10 @@ def random_cycle(seed: int):
         queues=[QueueSpec(name="default"), QueueSpec(name="a", quota={"GPU": 2}),
                 QueueSpec(name="b", limit={"GPU": rng.choice([1, 2, 4])})],
         preemption={"reclaim_min_runtime_s": rng.choice([0, 0, 900]),
-                    "reclaim_delay_s": rng.choice([0, 300])},
+                    "reclaim_delay_s": rng.choice([0, 300]),
+                    "reclaim_trade_ratio": rng.choice([None, 0.5])},
         sla_waiting_time_s=rng.choice([None, 50.0]),
-        backfill_lookahead=rng.choice([0, 0, 1, 4]))
+        backfill_lookahead=rng.choice([0, 0, 1, 4, None]))
     return snapshot, Backlog.of(pending), config, float(seed)
 
 
@@ -213,4 +214,20 @@ def test_a_dump_from_before_the_lookahead_replays_with_strict_lines():
         del data["config"]["backfill_lookahead"]
         loaded = load_cycle(data)
         assert loaded.config.backfill_lookahead == 0, seed
+        assert loaded.difference(loaded.replay()) is None, seed
+
+
+def test_a_dump_from_before_trades_replays_with_the_fixed_reclaim_rules():
+    """A dump whose preemption has no `reclaim_trade_ratio` was written by a raygang that
+    reclaimed by the fixed delay and minimum runtime alone: it replays so, though today's
+    default trades."""
+    for seed in range(0, 120, 7):
+        snapshot, backlog, config, now = random_cycle(seed)
+        fixed = config.model_copy(update={"preemption": config.preemption.model_copy(
+            update={"reclaim_trade_ratio": None})})
+        plan = schedule(snapshot, backlog, fixed, now)
+        data = json.loads(through_json(dump_cycle(snapshot, backlog, fixed, now, plan)))
+        del data["config"]["preemption"]["reclaim_trade_ratio"]
+        loaded = load_cycle(data)
+        assert loaded.config.preemption.reclaim_trade_ratio is None, seed
         assert loaded.difference(loaded.replay()) is None, seed
