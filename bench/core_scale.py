@@ -266,6 +266,10 @@ def reference(nodes: int, seed: int, repeats: int) -> str:
     )
 
 
+def _line(lookahead: int | None) -> str:
+    return "best-effort lines" if lookahead is None else f"lines bounded at {lookahead}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, one repeat (tests)")
@@ -276,6 +280,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="cluster size for the side-by-side run of the plain search")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lookahead", type=int, default=None,
+                        help="bound each queue's line (backfill_lookahead); default: the "
+                        "policy's (best-effort lines)")
     args = parser.parse_args(argv)
     if args.quick:
         args.nodes, args.running, args.pending, args.repeats = 200, 800, 400, 1
@@ -289,12 +296,13 @@ def main(argv: list[str] | None = None) -> int:
         f"({used / (args.nodes * NODE['GPU']):.0%} of GPUs in use), {len(load)} leaf queues "
         f"({len(DEPARTMENTS)} departments x {len(TEAMS)} teams, "
         f"{over_quota(queues, snapshot)} over quota), {len(snapshot.placed)} running and "
-        f"{len(pending)} pending gangs, backfill off, median of {args.repeats}"
+        f"{len(pending)} pending gangs, {_line(args.lookahead)}, median of {args.repeats}"
     )
     print(f"{'actions':<25} {'cycle':>12} {'decisions':>12}")
     times, plans = [], []
     for actions in ACTION_ROWS:
-        config = PolicyConfig(queues=tuple(queues), priority_classes=CLASSES, actions=actions)
+        config = PolicyConfig(queues=tuple(queues), priority_classes=CLASSES, actions=actions,
+                              backfill_lookahead=args.lookahead)
         seconds, plan = median_of(args.repeats, lambda: schedule(snapshot, pending, config, NOW))
         check(plan, snapshot, pending, config)
         times.append(seconds)

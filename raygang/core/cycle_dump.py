@@ -252,7 +252,8 @@ def load_cycle(data: str | bytes | Mapping[str, Any]) -> CycleDump:
         data = {**data, "config": {**config, "backfill_lookahead": 0}}
         config = data["config"]
     preemption = config.get("preemption") if isinstance(config, Mapping) else None
-    if isinstance(preemption, Mapping) and "reclaim_trade_ratio" not in preemption:
+    if (isinstance(config, Mapping) and isinstance(preemption, Mapping)
+            and "reclaim_trade_ratio" not in preemption):
         # Dumped before reclaim could trade: that raygang kept the fixed delay and minimum
         # runtime alone (the default trades since 2026-12-02).
         data = {**data, "config": {**config, "preemption": {**preemption,
