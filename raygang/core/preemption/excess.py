@@ -85,9 +85,9 @@ class Amounts:
               ) -> Callable[[PlacedGang], bool] | None:
         """A filter of the candidates of `queues`: whether a gang alone is within what is
         left of its queue's amount; None where every one is (`largest`: per queue, the
-        most one of its gangs holds of what it counts). Read for thousands of candidates,
-        it looks only at the queues where some gang is not, and at a gang's own total
-        (without the surplus a gang stopped whole takes along: `allow` checks in full)."""
+        most one of its gangs holds of what it counts). It reads a gang's queue and own
+        total alone (without the surplus a gang stopped whole takes along: `allow` checks
+        in full), so that the search reads it once per kind (`Pool.admitted_positions`)."""
         checked: dict[str, object] = {}  # queue -> None (no amount), or what is left:
         for queue in queues:  # (resource, units) where it counts what its quota names
             if queue is None:
@@ -265,11 +265,13 @@ def _relevant(probe: Probe, candidates: Candidates, pool: Pool) -> Iterator[int]
     """Positions of the candidates that may change whether the gang fits, in order: those
     holding something it asks for and, once totals and limits hold (`Probe.quiet`),
     something on a node where a bundle could ever fit (`Pool.positions`)."""
-    gangs, below = candidates.gangs, candidates.below
-    at = (pool.positions(candidates, probe.names, probe.tests) if probe.quiet
-          else range(candidates.start, len(gangs)))
+    gangs, names = candidates.gangs, probe.names
+    if probe.quiet and gangs is pool.by_queue[None]:
+        at = pool.admitted_positions(candidates, names, probe.tests)
+    else:
+        at = candidates.admitted(pool.positions(candidates, names, probe.tests) if probe.quiet
+                                 else range(candidates.start, len(gangs)))
     for i in at:
-        victim = gangs[i]
-        if (below is None or victim.priority < below) and candidates.admits(victim) \
-                and any(victim.total.units(n) for n in probe.names):
+        units = gangs[i].total.units
+        if any(units(n) for n in names):
             yield i
