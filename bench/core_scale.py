@@ -8,20 +8,21 @@ in a two-level tree (4 departments x 5 teams; quotas that add up to the cluster,
 limits, different weights), running gangs of every priority class (some teams far over
 their quota, some under it; some gangs protected by a minimum runtime, some draining),
 and pending gangs of 1-8 GPUs (PACK, STRICT_PACK, SPREAD) including non-preemptible
-inference gangs, so that reclaim and preempt really search for victims. Backfill is off
-(the default). One row per set of actions, adding one at a time (median of a few runs);
-the first row, allocate only, is the baseline of the policy cost ratio. Decisions/s counts
+inference gangs, so that reclaim and preempt really search for victims. Lines are the
+default's (best-effort; `--lookahead N` bounds them). One row per set of actions, adding
+one at a time (median of a few runs); the first row, allocate only, is the baseline of
+the policy cost ratio. Decisions/s counts
 every pending gang the cycle decides (admitted, or waiting with its reason: a gang behind
 a blocked one in its queue is decided without a search); admitted/s only the admissions.
 
 Every plan is checked: no node oversubscribed once admissions are applied and victims
 removed, and no gang taking what a victim (or a gang already stopping) frees without
-waiting for it; every victim
-preemptible, not draining, not protected and, for preempt, of strictly lower priority
-than its preemptor (for reclaim, of another queue, and together no more of a queue than
-it runs beyond its quota and fair share); every pending gang decided exactly once. Side by side, on a smaller cluster of the same kind,
-the plain victim search (free every candidate on the capacity, place after each step,
-as raygang first did it) must reach the very same plan; the ratio is reported.
+waiting for it; every victim preemptible, not draining, not protected and, for preempt,
+of strictly lower priority than its preemptor (for reclaim, of another queue, and
+together no more of a queue than it runs beyond its quota and fair share); every pending
+gang decided exactly once. Side by side, on a smaller cluster of the same kind, the plain
+victim search (free every candidate on the capacity, place after each step, as raygang
+first did it) must reach the very same plan; the ratio is reported.
 """
 
 from __future__ import annotations
