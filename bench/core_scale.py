@@ -11,9 +11,9 @@ and pending gangs of 1-8 GPUs (PACK, STRICT_PACK, SPREAD) including non-preempti
 inference gangs, so that reclaim and preempt really search for victims. Lines are the
 default's (best-effort; `--lookahead N` bounds them). One row per set of actions, adding
 one at a time (median of a few runs); the first row, allocate only, is the baseline of
-the policy cost ratio. Decisions/s counts
-every pending gang the cycle decides (admitted, or waiting with its reason: a gang behind
-a blocked one in its queue is decided without a search); admitted/s only the admissions.
+the policy cost ratio. Decisions/s counts every pending gang the cycle decides (admitted,
+or waiting with its reason: a gang behind a blocked one in its queue is decided without a
+search); admitted/s only the admissions.
 
 Every plan is checked: no node oversubscribed once admissions are applied and victims
 removed, and no gang taking what a victim (or a gang already stopping) frees without
