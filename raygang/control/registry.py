@@ -44,6 +44,10 @@ class Registry:
         # Indexes (see the module's docstring), and where each gang is in them.
         self._lines: dict[str, list[PendingGang]] = {}
         self._totals: dict[str, dict[Resources, int]] = {}
+        # queue -> where the runs of its line start, once a cycle worked them out, and
+        # how often the line changed (a cycle's answer for an older line is not kept)
+        self._runs: dict[str, list[int]] = {}
+        self._changes: collections.Counter[str] = collections.Counter()
         # queue -> how many of its line declare a max_runtime_s (core.backlog.Backlog)
         self._declared: collections.Counter[str] = collections.Counter()
         self._backoff: list[tuple[float, int, str]] = []  # heap; stale entries skipped
@@ -120,7 +124,14 @@ class Registry:
         lines = {q: list(line) for q, line in self._lines.items() if line}
         totals = {q: dict(self._totals[q]) for q in lines}
         declared = {q: n for q, n in self._declared.items() if n}
-        return Backlog(lines, totals, self._pending_view, declared)
+        runs = {q: self._runs[q] for q in lines if q in self._runs}
+        seen = {q: self._changes[q] for q in lines}
+        return Backlog(lines, totals, self._pending_view, declared, runs,
+                       lambda queue, starts: self._keep_runs(queue, seen[queue], starts))
+
+    def _keep_runs(self, queue: str, changes: int, starts: list[int]) -> None:
+        if self._changes[queue] == changes:  # the line the cycle read is the line now
+            self._runs[queue] = starts
 
     def _pending_view(self, gang_id: str) -> PendingGang | None:
         record = self._gangs.get(gang_id)
@@ -266,6 +277,7 @@ class Registry:
         gang = record.pending_view()
         line = self._lines.setdefault(gang.queue, [])
         bisect.insort(line, gang, key=PendingGang.order_key)
+        self._changed_line(gang.queue)
         totals = self._totals.setdefault(gang.queue, {})
         totals[gang.total] = totals.get(gang.total, 0) + 1
         if gang.spec.max_runtime_s is not None:
@@ -281,12 +293,17 @@ class Registry:
         i = index_in(line, gang)
         assert i is not None, gang.gang_id  # placed in its line, so found there
         del line[i]
+        self._changed_line(gang.queue)
         totals = self._totals[gang.queue]
         totals[gang.total] -= 1
         if not totals[gang.total]:
             del totals[gang.total]
         if gang.spec.max_runtime_s is not None:
             self._declared[gang.queue] -= 1
+
+    def _changed_line(self, queue: str) -> None:
+        self._runs.pop(queue, None)
+        self._changes[queue] += 1
 
     def forget_unsaved(self, record: GangRecord) -> None:
         """A submission the store did not take: as if it never came (it may be retried)."""

@@ -30,12 +30,18 @@ class Backlog:
     the distinct totals its gangs ask for, with how many ask each (its demand, and which
     gangs its limits turn away); `find`: a pending gang by id, for reading a line lazily;
     `declared`: queue -> how many of its gangs declare a `max_runtime_s` (absent: none),
-    so that a pass looks for those past a blocked head only where there are some."""
+    so that a pass looks for those past a blocked head only where there are some;
+    `runs`: queue -> where the runs of its line start (`run_starts`), where its keeper
+    knows them from an earlier cycle, and `keep_runs(queue, starts)`: what a cycle that
+    worked them out for a line as given hands back (most lines do not change between
+    two cycles, and a best-effort line is read run by run in every pass)."""
 
     lines: Mapping[str, Sequence[PendingGang]]
     totals: Mapping[str, Mapping[Resources, int]]
     find: Callable[[str], PendingGang | None] = field(default=lambda gang_id: None)
     declared: Mapping[str, int] = field(default_factory=dict)
+    runs: Mapping[str, list[int]] = field(default_factory=dict)
+    keep_runs: Callable[[str, list[int]], None] = field(default=lambda queue, starts: None)
 
     @classmethod
     def of(cls, pending: Iterable[PendingGang]) -> Backlog:
@@ -108,14 +114,18 @@ class Line:
     did not admit) then `tail[start:]` (the line as given, not looked at yet), so that a
     pass over a few gangs at the front never copies the rest."""
 
-    __slots__ = ("head", "tail", "start", "_view", "_starts")
+    __slots__ = ("head", "tail", "start", "_view", "_starts", "_keep")
 
-    def __init__(self, tail: Sequence[PendingGang]):
+    def __init__(self, tail: Sequence[PendingGang], starts: list[int] | None = None,
+                 keep: Callable[[list[int]], None] | None = None):
+        """`starts`: where the runs of `tail` start, if known (`run_starts`); `keep`:
+        told them when worked out here for `tail` as given."""
         self.head: list[PendingGang] = []
         self.tail = tail
         self.start = 0
         self._view: list[PendingGang] | None = None  # the line as one list, when asked
-        self._starts: list[int] | None = None  # where its runs start (`run_end`)
+        self._starts = starts  # where its runs start (`run_end`); read, never changed
+        self._keep = keep  # None once a gang left the line (its runs are its own then)
 
     def __len__(self) -> int:
         return len(self.head) + len(self.tail) - self.start
@@ -142,6 +152,9 @@ class Line:
         starts = self._starts
         if starts is None:
             starts = self._starts = run_starts(self._whole())
+            if self._keep is not None:
+                self._keep(starts)
+                self._keep = None
         return starts[bisect.bisect_right(starts, i)]
 
     def _whole(self) -> list[PendingGang]:
@@ -159,11 +172,13 @@ class Line:
             end = self.start + looked - len(head)
             part, rest = [*head, *self.tail[self.start:end]], []
             self.start = end
+        kept = part
         if admitted:
-            part = list(compress(part, map(operator.not_, map(
+            kept = list(compress(part, map(operator.not_, map(
                 admitted.__contains__, map(_GANG_ID, part)))))
-        self.head = part + rest
-        self._view = self._starts = None
+        self.head = kept + rest
+        if len(kept) < len(part):  # else the line reads as before: its runs stand
+            self._view = self._starts = self._keep = None
 
 
 _GANG_ID = operator.attrgetter("gang_id")

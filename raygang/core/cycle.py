@@ -128,7 +128,8 @@ class Cycle:
         algorithm, as `schedule` runs it on a list of gangs)."""
         self.backlog = backlog
         lines = self._lines(backlog)
-        self.left = {queue: Line(line) for queue, line in lines.items() if line}
+        self.left = {queue: self._line(backlog, queue, line)
+                     for queue, line in lines.items() if line}
         # queue -> gangs of its line that declare a max_runtime_s, less those admitted
         self.declared = {q: n for q, n in backlog.declared.items() if n and q in self.left}
         self.book.share_out_demand(self.snapshot.alive_nodes, {
@@ -183,6 +184,14 @@ class Cycle:
                     kept.append(gang)
             lines[queue] = kept
         return lines
+
+    @staticmethod
+    def _line(backlog: Backlog, queue: str, line: Sequence[PendingGang]) -> Line:
+        """A line to walk; its runs as known from an earlier cycle where it is read in
+        place (a line less the gangs it can never admit has runs of its own)."""
+        if line is not backlog.lines[queue]:
+            return Line(line)
+        return Line(line, backlog.runs.get(queue), functools.partial(backlog.keep_runs, queue))
 
     def _good_totals(self, queue: str, totals: Mapping[Resources, int]
                      ) -> dict[Resources, int]:
@@ -246,7 +255,11 @@ class Cycle:
             self.statement.commit(mark)
             self.hold = None
             return True
-        self.statement.rollback(mark)  # held again (a failed attempt moved nothing else)
+        # Held again. A failed attempt stopped nobody (victims are stopped with the gang
+        # they make room for), so no pool's taken gangs change back. Pools it built stay:
+        # their bounds counted the hold as free, an over-estimate, which only prunes less
+        # (a search checks the capacity itself).
+        self.statement.rollback(mark)
         return False
 
     # What actions use ---------------------------------------------------------------------

@@ -8,6 +8,7 @@ import pytest
 
 from raygang.control.records import GangRecord
 from raygang.control.registry import Registry
+from raygang.core.backlog import run_starts
 from raygang.core.gang import GangState as S
 from raygang.core.lifecycle import Move, Outcome
 
@@ -104,3 +105,42 @@ def test_what_waits_per_queue_and_the_jobs_match_a_walk_over_every_gang(seed):
     for state in (None, S.PENDING, S.RUNNING, S.SUCCEEDED):
         assert [r.gang_id for r in registry.jobs(state)] == \
             [r.gang_id for r in brute(records, registry, state, None) if r.kind == "job"]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_runs_a_backlog_hands_out_are_those_of_its_lines_now(seed):
+    """A cycle hands back the runs it worked out for a line (`core.backlog.Backlog`); the
+    next backlog hands them out while that line is unchanged, and an answer for a line
+    that changed after its backlog was taken is not kept."""
+    registry, records = book(seed)
+    rng = random.Random(seed)
+    handed = 0
+    for step in range(40):
+        backlog = registry.backlog(1000.0)
+        for queue, starts in backlog.runs.items():
+            assert starts == run_starts(list(backlog.lines[queue])), (step, queue)
+            handed += 1
+        now, later = [], []
+        for queue in backlog.lines:
+            (now if rng.random() < 0.5 else later).append(queue)
+        for queue in now:  # answered before the lines change
+            backlog.keep_runs(queue, run_starts(list(backlog.lines[queue])))
+        for _ in range(rng.randint(0, 2)):  # gangs come and go meanwhile
+            waiting = [r for r in registry.pending() if r.live.saved]
+            if waiting and rng.random() < 0.6:
+                record = rng.choice(waiting)
+                record.apply(Outcome((Move(S.ADMITTED, "test"),)), 1000.0)
+                registry.changed(record)
+            else:
+                i = len(records)
+                record = GangRecord(f"g-{i:04d}", spec(f"g{i}", "GPU=1",
+                                                       queue=rng.choice(QUEUES)),
+                                    {}, priority=100, seq=registry.next_seq(),
+                                    submitted_at=float(i))
+                registry.add(record)
+                record.live.saved = True
+                registry.changed(record)
+                records.append(record)
+        for queue in later:  # answered after: kept only where the line did not change
+            backlog.keep_runs(queue, run_starts(list(backlog.lines[queue])))
+    assert handed > 40
