@@ -24,7 +24,7 @@ from raygang.control import kinds
 from raygang.control.errors import GangNotFoundError
 from raygang.control.idempotency import IdempotencyKeys
 from raygang.control.records import GangRecord
-from raygang.core.backlog import Backlog, index_in
+from raygang.core.backlog import Backlog, index_in, runs_after_insert, runs_after_removing
 from raygang.core.gang import GangState, PendingGang
 from raygang.core.plan import Plan, Waitings
 from raygang.core.resources import Resources
@@ -276,8 +276,9 @@ class Registry:
     def _line_add(self, record: GangRecord) -> None:
         gang = record.pending_view()
         line = self._lines.setdefault(gang.queue, [])
-        bisect.insort(line, gang, key=PendingGang.order_key)
-        self._changed_line(gang.queue)
+        i = bisect.bisect_right(line, gang.order_key(), key=PendingGang.order_key)
+        line.insert(i, gang)
+        self._changed_line(gang.queue, lambda starts: runs_after_insert(starts, line, i))
         totals = self._totals.setdefault(gang.queue, {})
         totals[gang.total] = totals.get(gang.total, 0) + 1
         if gang.spec.max_runtime_s is not None:
@@ -292,8 +293,8 @@ class Registry:
         line = self._lines[gang.queue]
         i = index_in(line, gang)
         assert i is not None, gang.gang_id  # placed in its line, so found there
+        self._changed_line(gang.queue, lambda starts: runs_after_removing(starts, line, [i]))
         del line[i]
-        self._changed_line(gang.queue)
         totals = self._totals[gang.queue]
         totals[gang.total] -= 1
         if not totals[gang.total]:
@@ -301,8 +302,14 @@ class Registry:
         if gang.spec.max_runtime_s is not None:
             self._declared[gang.queue] -= 1
 
-    def _changed_line(self, queue: str) -> None:
-        self._runs.pop(queue, None)
+    def _changed_line(self, queue: str,
+                      moved: Callable[[list[int]], list[int] | None]) -> None:
+        """A gang joins or leaves `queue`'s line: its runs, where known, follow."""
+        starts = self._runs.pop(queue, None)
+        if starts is not None:
+            starts = moved(starts)
+            if starts is not None:
+                self._runs[queue] = starts
         self._changes[queue] += 1
 
     def forget_unsaved(self, record: GangRecord) -> None:

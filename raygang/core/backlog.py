@@ -17,6 +17,7 @@ import bisect
 import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 from itertools import compress, islice
 
 from raygang.core.gang import PendingGang
@@ -163,22 +164,24 @@ class Line:
         return self._view
 
     def drop(self, looked: int, admitted: set[str]) -> None:
-        """After a pass that looked at the first `looked` gangs: forget the admitted.
+        """After a pass that looked at the first `looked` gangs: they are the head now,
+        less the admitted; the runs, where known, follow (`runs_after_removing`).
         (Copies and filters in C: a best-effort line is looked at whole in every pass.)"""
         head = self.head
         if looked <= len(head):  # (a gang of the head not looked at stays in it)
-            part, rest = head[:looked], head[looked:]
+            part, rest, end = head[:looked], head[looked:], self.start
         else:
             end = self.start + looked - len(head)
             part, rest = [*head, *self.tail[self.start:end]], []
-            self.start = end
-        kept = part
-        if admitted:
-            kept = list(compress(part, map(operator.not_, map(
-                admitted.__contains__, map(_GANG_ID, part)))))
-        self.head = kept + rest
-        if len(kept) < len(part):  # else the line reads as before: its runs stand
-            self._view = self._starts = self._keep = None
+        gone = list(map(admitted.__contains__, map(_GANG_ID, part))) if admitted else ()
+        if any(gone):  # else the line reads as before: its runs stand
+            starts = self._starts
+            if starts is not None:
+                self._starts = runs_after_removing(
+                    starts, self, list(compress(range(len(part)), gone)))
+            self._view = self._keep = None  # (runs of a line less a gang are its own)
+            part = list(compress(part, map(operator.not_, gone)))
+        self.head, self.start = part + rest, end
 
 
 _GANG_ID = operator.attrgetter("gang_id")
@@ -199,6 +202,63 @@ def run_starts(gangs: list[PendingGang]) -> list[int]:
     breaks = map(operator.or_, map(operator.ne, kinds, islice(kinds, 1, None)),
                  map(operator.gt, since, islice(since, 1, None)))
     return [*compress(range(1, n), breaks), n]
+
+
+def _breaks(before: PendingGang, after: PendingGang) -> bool:
+    """Whether a run breaks between two gangs next to each other (as `run_starts`)."""
+    return _KIND(before) != _KIND(after) or _SINCE(before) > _SINCE(after)
+
+
+def runs_after_insert(starts: list[int], line: Sequence[PendingGang], i: int) -> list[int] | None:
+    """`run_starts` of `line` (as it is now) once `line[i]` joined it, from `starts`, those
+    of the line before: only the breaks around the new gang are read, the others move.
+    None where that is not known so: the line reads as every gang a run of its own (which
+    a gang pending since no known time makes it), or the new gang is pending since none."""
+    if len(starts) == len(line) - 1 or line[i].pending_since is None:
+        return None
+    breaks = starts[:-1]
+    k = bisect.bisect_left(breaks, i)
+    out = breaks[:k]
+    if i > 0 and _breaks(line[i - 1], line[i]):
+        out.append(i)
+    if i + 1 < len(line) and _breaks(line[i], line[i + 1]):
+        out.append(i + 1)
+    # the break at i was between the gangs now on either side of the new one: read above
+    out.extend([s + 1 for s in breaks[k:] if s != i])
+    out.append(len(line))
+    return out
+
+
+class Gangs(Protocol):
+    """What the runs' helpers read of a line: a list, or a `Line` mid-pass."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: int) -> PendingGang: ...
+
+
+def runs_after_removing(starts: list[int], line: Gangs,
+                        removed: Sequence[int]) -> list[int] | None:
+    """`run_starts` of `line` less the gangs at the positions `removed` (sorted), from
+    `starts`, those of `line`: a break between two gangs both kept moves; across a gap
+    left by gangs removed it is read again (None as for `runs_after_insert`)."""
+    if len(starts) == len(line):
+        return None
+    gone = set(removed)
+    out = []
+    for s in starts[:-1]:  # a break between s - 1 and s
+        if s - 1 not in gone and s not in gone:
+            out.append(s - bisect.bisect_left(removed, s))
+    n = len(line)
+    for at, i in enumerate(removed):
+        if i + 1 not in gone and 0 < i + 1 < n:  # the end of a gap: `after` is kept
+            first = i
+            while first - 1 in gone:
+                first -= 1
+            if first > 0 and _breaks(line[first - 1], line[i + 1]):
+                out.append(i + 1 - (at + 1))
+    out.sort()
+    out.append(n - len(removed))
+    return out
 
 
 def demand(totals: Mapping[Resources, int]) -> Resources:
