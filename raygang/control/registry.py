@@ -45,9 +45,12 @@ class Registry:
         self._lines: dict[str, list[PendingGang]] = {}
         self._totals: dict[str, dict[Resources, int]] = {}
         # queue -> where the runs of its line start, once a cycle worked them out, and
-        # how often the line changed (a cycle's answer for an older line is not kept)
+        # how often the line changed (a cycle's answer for an older line is not kept).
+        # A cycle runs in a thread of its own: what it works out goes into the last
+        # backlog's `found`, and is taken in here, in the loop's thread, at the next.
         self._runs: dict[str, list[int]] = {}
         self._changes: collections.Counter[str] = collections.Counter()
+        self._found: tuple[dict[str, int], dict[str, list[int]]] | None = None
         # queue -> how many of its line declare a max_runtime_s (core.backlog.Backlog)
         self._declared: collections.Counter[str] = collections.Counter()
         self._backoff: list[tuple[float, int, str]] = []  # heap; stale entries skipped
@@ -121,17 +124,24 @@ class Registry:
         """The pending gangs a cycle at `now` decides on (not those in a restart backoff),
         as a copy: the cycle may run while gangs come and go."""
         self._due(now)
+        self._take_found()
         lines = {q: list(line) for q, line in self._lines.items() if line}
         totals = {q: dict(self._totals[q]) for q in lines}
         declared = {q: n for q, n in self._declared.items() if n}
         runs = {q: self._runs[q] for q in lines if q in self._runs}
-        seen = {q: self._changes[q] for q in lines}
-        return Backlog(lines, totals, self._pending_view, declared, runs,
-                       lambda queue, starts: self._keep_runs(queue, seen[queue], starts))
+        found: dict[str, list[int]] = {}
+        self._found = ({q: self._changes[q] for q in lines}, found)
+        return Backlog(lines, totals, self._pending_view, declared, runs, found.__setitem__)
 
-    def _keep_runs(self, queue: str, changes: int, starts: list[int]) -> None:
-        if self._changes[queue] == changes:  # the line the cycle read is the line now
-            self._runs[queue] = starts
+    def _take_found(self) -> None:
+        """Keep the runs the last backlog's cycle worked out, of lines unchanged since."""
+        if self._found is None:
+            return
+        seen, found = self._found
+        self._found = None
+        for queue, starts in list(found.items()):  # (a copy: its cycle may still run)
+            if self._changes[queue] == seen[queue]:
+                self._runs[queue] = starts
 
     def _pending_view(self, gang_id: str) -> PendingGang | None:
         record = self._gangs.get(gang_id)

@@ -17,8 +17,8 @@ import bisect
 import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 from itertools import compress, islice
+from typing import Protocol
 
 from raygang.core.gang import PendingGang
 from raygang.core.resources import Resources
@@ -204,6 +204,13 @@ def run_starts(gangs: list[PendingGang]) -> list[int]:
     return [*compress(range(1, n), breaks), n]
 
 
+class Gangs(Protocol):
+    """What the runs' helpers read of a line: a list, or a `Line` mid-pass."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: int) -> PendingGang: ...
+
+
 def _breaks(before: PendingGang, after: PendingGang) -> bool:
     """Whether a run breaks between two gangs next to each other (as `run_starts`)."""
     return _KIND(before) != _KIND(after) or _SINCE(before) > _SINCE(after)
@@ -227,13 +234,6 @@ def runs_after_insert(starts: list[int], line: Sequence[PendingGang], i: int) ->
     out.extend([s + 1 for s in breaks[k:] if s != i])
     out.append(len(line))
     return out
-
-
-class Gangs(Protocol):
-    """What the runs' helpers read of a line: a list, or a `Line` mid-pass."""
-
-    def __len__(self) -> int: ...
-    def __getitem__(self, i: int) -> PendingGang: ...
 
 
 def runs_after_removing(starts: list[int], line: Gangs,

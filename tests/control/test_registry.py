@@ -111,7 +111,8 @@ def test_what_waits_per_queue_and_the_jobs_match_a_walk_over_every_gang(seed):
 def test_the_runs_a_backlog_hands_out_are_those_of_its_lines_now(seed):
     """A cycle hands back the runs it worked out for a line (`core.backlog.Backlog`); the
     next backlog hands them out while that line is unchanged, and an answer for a line
-    that changed after its backlog was taken is not kept."""
+    that changed after its backlog was taken is not kept. (The registry takes them in when
+    asked for the next backlog, in the loop's thread, not from the cycle's.)"""
     registry, records = book(seed)
     rng = random.Random(seed)
     handed = 0
