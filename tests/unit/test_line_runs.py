@@ -58,7 +58,8 @@ def test_runs_given_are_read_not_worked_out_and_are_those_worked_out(monkeypatch
 def test_runs_kept_from_one_cycle_decide_as_runs_worked_out_anew(monkeypatch):
     """Each case's cycle is run three times: working every run out, handing back what it
     worked out for lines as given, then reading those: the same plans, and the third
-    reads fewer gangs (none, but for lines a pass changed)."""
+    reads far fewer gangs (only where runs could not be kept or moved: a line less the
+    gangs it can never admit, a line of runs of one gang each)."""
     calls = _counting(monkeypatch)
     read_anew = read_kept = 0
     for seed in range(200):
