@@ -287,8 +287,8 @@ class Registry:
         gang = record.pending_view()
         line = self._lines.setdefault(gang.queue, [])
         i = bisect.bisect_right(line, gang.order_key(), key=PendingGang.order_key)
+        self._changed_line(gang.queue, lambda starts: runs_after_insert(starts, line, i, gang))
         line.insert(i, gang)
-        self._changed_line(gang.queue, lambda starts: runs_after_insert(starts, line, i))
         totals = self._totals.setdefault(gang.queue, {})
         totals[gang.total] = totals.get(gang.total, 0) + 1
         if gang.spec.max_runtime_s is not None:

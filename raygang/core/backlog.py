@@ -191,20 +191,17 @@ _SINCE = operator.attrgetter("pending_since")
 
 def run_starts(gangs: list[PendingGang]) -> list[int]:
     """Where each run of `gangs` starts after the first, then `len(gangs)`: a run is gangs
-    of one kind, each pending since no earlier than the one before. Equal shapes are
-    mostly one object (`GangSpec.shape`), so the comparisons stay in C. A gang pending
-    since no known time (`_waited_no_longer`) makes every gang a run of its own."""
+    of one kind, each pending since no earlier than the one before (`_breaks`). A gang
+    pending since no known time (`_waited_no_longer`) makes every gang a run of its own.
+    (Read pair by pair: the kind's test decides most pairs, and a line's runs are
+    worked out about once, `runs_after_insert` and `runs_after_removing` moving them.)"""
     n = len(gangs)
-    since = list(map(_SINCE, gangs))
-    if None in since:
+    if None in map(_SINCE, gangs):
         return list(range(1, n + 1))
-    kinds = list(map(_KIND, gangs))
-    breaks = map(operator.or_, map(operator.ne, kinds, islice(kinds, 1, None)),
-                 map(operator.gt, since, islice(since, 1, None)))
-    return [*compress(range(1, n), breaks), n]
+    return [*compress(range(1, n), map(_breaks, gangs, islice(gangs, 1, None))), n]
 
 
-class Gangs(Protocol):
+class _Gangs(Protocol):
     """What the runs' helpers read of a line: a list, or a `Line` mid-pass."""
 
     def __len__(self) -> int: ...
@@ -212,50 +209,50 @@ class Gangs(Protocol):
 
 
 def _breaks(before: PendingGang, after: PendingGang) -> bool:
-    """Whether a run breaks between two gangs next to each other (as `run_starts`)."""
+    """Whether a run breaks between two gangs next to each other. Equal shapes are
+    mostly one object (`GangSpec.shape`), so the kinds compare at once."""
     return _KIND(before) != _KIND(after) or _SINCE(before) > _SINCE(after)
 
 
-def runs_after_insert(starts: list[int], line: Sequence[PendingGang], i: int) -> list[int] | None:
-    """`run_starts` of `line` (as it is now) once `line[i]` joined it, from `starts`, those
-    of the line before: only the breaks around the new gang are read, the others move.
-    None where that is not known so: the line reads as every gang a run of its own (which
-    a gang pending since no known time makes it), or the new gang is pending since none."""
-    if len(starts) == len(line) - 1 or line[i].pending_since is None:
+def runs_after_insert(starts: list[int], line: _Gangs, i: int,
+                      gang: PendingGang) -> list[int] | None:
+    """`run_starts` of `line` once `gang` joins it at `i`, from `starts`, those of
+    `line` as it is: only the breaks on either side of the new gang are read, the others
+    move. None where that is not known so: every gang is a run of its own (which a gang
+    pending since no known time makes them), or the new gang is pending since none."""
+    n = len(line)
+    if len(starts) == n or gang.pending_since is None:
         return None
     breaks = starts[:-1]
     k = bisect.bisect_left(breaks, i)
     out = breaks[:k]
-    if i > 0 and _breaks(line[i - 1], line[i]):
+    if i > 0 and _breaks(line[i - 1], gang):
         out.append(i)
-    if i + 1 < len(line) and _breaks(line[i], line[i + 1]):
+    if i < n and _breaks(gang, line[i]):
         out.append(i + 1)
     # the break at i was between the gangs now on either side of the new one: read above
     out.extend([s + 1 for s in breaks[k:] if s != i])
-    out.append(len(line))
+    out.append(n + 1)
     return out
 
 
-def runs_after_removing(starts: list[int], line: Gangs,
+def runs_after_removing(starts: list[int], line: _Gangs,
                         removed: Sequence[int]) -> list[int] | None:
     """`run_starts` of `line` less the gangs at the positions `removed` (sorted), from
-    `starts`, those of `line`: a break between two gangs both kept moves; across a gap
-    left by gangs removed it is read again (None as for `runs_after_insert`)."""
-    if len(starts) == len(line):
+    `starts`, those of `line` as it is: a break between two gangs both kept moves; the
+    one across a gap the removed leave is read again (None as for `runs_after_insert`)."""
+    n = len(line)
+    if len(starts) == n:
         return None
     gone = set(removed)
-    out = []
-    for s in starts[:-1]:  # a break between s - 1 and s
-        if s - 1 not in gone and s not in gone:
-            out.append(s - bisect.bisect_left(removed, s))
-    n = len(line)
+    out = [s - bisect.bisect_left(removed, s) for s in starts[:-1]  # between s - 1 and s
+           if s - 1 not in gone and s not in gone]
     for at, i in enumerate(removed):
-        if i + 1 not in gone and 0 < i + 1 < n:  # the end of a gap: `after` is kept
-            first = i
-            while first - 1 in gone:
-                first -= 1
-            if first > 0 and _breaks(line[first - 1], line[i + 1]):
-                out.append(i + 1 - (at + 1))
+        if at == 0 or removed[at - 1] != i - 1:
+            first = i  # a gap starts
+        if i + 1 < n and i + 1 not in gone and first > 0 \
+                and _breaks(line[first - 1], line[i + 1]):  # it ends between two kept
+            out.append(i - at)
     out.sort()
     out.append(n - len(removed))
     return out

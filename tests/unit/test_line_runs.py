@@ -99,8 +99,9 @@ def test_runs_follow_a_gang_that_joins_or_leaves_as_worked_out_anew():
                 shape, priority = rng.choice(kinds)
                 since = None if rng.random() < 0.02 else float(rng.randint(0, 6))
                 i = rng.randint(0, len(line))
-                line.insert(i, gang(f"c{case}-{step}", shape, priority=priority, since=since))
-                moved = runs_after_insert(starts, line, i)
+                new = gang(f"c{case}-{step}", shape, priority=priority, since=since)
+                moved = runs_after_insert(starts, line, i, new)
+                line.insert(i, new)
             starts = run_starts(line)
             if moved is not None:
                 assert moved == starts, (case, step)
