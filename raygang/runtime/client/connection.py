@@ -16,7 +16,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
 import ray
-from ray.exceptions import RayActorError, RayTaskError
+from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 
 from raygang.control.api import SchedulerAPI
 from raygang.control.errors import SchedulerNotRunningError
@@ -58,13 +58,24 @@ def start(config: SchedulerConfig | None = None):
     _ensure_ray()
     asked = config
     config = config or SchedulerConfig()
-    handle = SchedulerActor.options(
-        name=SCHEDULER_NAME,
-        namespace=NAMESPACE,
-        lifetime="detached",
-        get_if_exists=True,  # the GCS makes get-or-create atomic across drivers
-    ).remote(config)
-    running = ray.get(handle.ping.remote())["config"]
+    deadline = time.monotonic() + SHUTDOWN_WAIT_S
+    while True:
+        handle = SchedulerActor.options(
+            name=SCHEDULER_NAME,
+            namespace=NAMESPACE,
+            lifetime="detached",
+            get_if_exists=True,  # the GCS makes get-or-create atomic across drivers
+        ).remote(config)
+        try:
+            running = ray.get(handle.ping.remote())["config"]
+            break
+        except ActorDiedError as error:
+            # `ray.kill` returns before the GCS frees the name, so the actor found may be
+            # one another driver's `shutdown()` is stopping: create a new one once it is
+            # gone. An actor whose constructor failed would fail again: that is an error.
+            if error.actor_init_failed or time.monotonic() > deadline:
+                raise
+            _wait_released(handle, deadline)
     if asked is None:  # "whatever runs, or a default one": nothing to warn about
         return handle
     wanted = config.model_dump(mode="json")
@@ -106,6 +117,21 @@ def shutdown() -> None:
                 break  # kill it anyway
             time.sleep(0.2)
     ray.kill(handle, no_restart=True)
+    _wait_released(handle, time.monotonic() + SHUTDOWN_WAIT_S)
+
+
+def _wait_released(handle: Any, deadline: float) -> None:
+    """Wait until the scheduler's name no longer leads to `handle`'s actor (`ray.kill`
+    returns before the actor is dead), so that a `start()` after `shutdown()` creates a new
+    scheduler rather than getting the one being stopped."""
+    while time.monotonic() < deadline:
+        try:
+            found = ray.get_actor(SCHEDULER_NAME, namespace=NAMESPACE)
+        except ValueError:
+            return
+        if found._actor_id != handle._actor_id:
+            return  # another driver started a new one
+        time.sleep(0.05)
 
 
 class SchedulerClient:
