@@ -16,6 +16,7 @@ from __future__ import annotations
 import bisect
 import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from itertools import compress, islice
 from typing import Protocol
@@ -163,9 +164,9 @@ class Line:
             self._view = [*self.head, *self.tail[self.start:]]
         return self._view
 
-    def drop(self, looked: int, admitted: set[str]) -> None:
+    def drop(self, looked: int, admitted: AbstractSet[str]) -> None:
         """After a pass that looked at the first `looked` gangs: they are the head now,
-        less the admitted; the runs, where known, follow (`runs_after_removing`).
+        less the `admitted` (those of this line's queue); the runs, where known, follow (`runs_after_removing`).
         (Copies and filters in C: a best-effort line is looked at whole in every pass.)"""
         head = self.head
         if looked <= len(head):  # (a gang of the head not looked at stays in it)

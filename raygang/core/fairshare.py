@@ -126,8 +126,11 @@ class QueueBook:
         return problem
 
     def within_quota(self, queue: str, demand: Resources) -> bool:
-        """Whether `queue` would stay within its guaranteed quota with `demand` added."""
-        return in_quota(self.tree.specs[queue].quota, self.usage[queue] + demand, demand)
+        """Whether `queue` would stay within its guaranteed quota with `demand` added
+        (`in_quota`, with no sum built: reclaim asks it of every gang it tries)."""
+        usage = self.usage[queue]
+        return in_quota_units(self.tree.quota_units[queue],
+                              lambda n: usage.units(n) + demand.units(n), demand)
 
     def borrow_problem(self, queue: str, demand: Resources) -> str | None:
         """Why a gang reclaim may never stop (a non-preemptible class) cannot add `demand`
@@ -177,7 +180,8 @@ class QueueBook:
         memory = self._memory
         self.compute_fair_shares(
             Resources.sum(totals) if memory is None else memory.cluster.of("cluster", totals),
-            {q: self.usage[q] + pending.get(q, ZERO) for q in self.tree.leaves},
+            {q: self.usage[q] + pending[q] if q in pending else self.usage[q]
+             for q in self.tree.leaves},
         )
 
     def compute_fair_shares(self, cluster: Resources, demand: Mapping[str, Resources]) -> None:

@@ -72,6 +72,12 @@ class QueueTree:
             self.children.setdefault(q.parent, []).append(name)
             self.children.setdefault(name, [])
         self.paths: dict[str, tuple[str, ...]] = {n: self._path(n) for n in self.specs}
+        # Read each cycle (fair shares): worked out once, as the tree never changes
+        self.leaves: list[str] = [n for n in sorted(self.specs) if self.is_leaf(n)]
+        self._top_down = tuple(self._parents_first())
+        # queue -> its quota's named resources, in units (`fairshare.in_quota_units`)
+        self.quota_units: dict[str, dict[str, int]] = {
+            n: {r: q.quota.units(r) for r in q.quota} for n, q in self.specs.items()}
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, QueueTree) and other.specs == self.specs
@@ -92,12 +98,11 @@ class QueueTree:
     def is_leaf(self, name: str) -> bool:
         return not self.children.get(name)
 
-    @property
-    def leaves(self) -> list[str]:
-        return [n for n in sorted(self.specs) if self.is_leaf(n)]
-
     def top_down(self) -> Iterator[str | None]:
         """Every parent (None is the root) before its children."""
+        return iter(self._top_down)
+
+    def _parents_first(self) -> Iterator[str | None]:
         stack: list[str | None] = [None]
         while stack:
             at = stack.pop()

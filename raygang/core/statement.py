@@ -51,6 +51,8 @@ class Statement:
         self.admissions: list[Admission] = []
         self.preemptions: list[Preemption] = []
         self.admitted: set[str] = set()
+        # queue -> its gangs in `admitted` (a pass drops them from that queue's line only)
+        self.admitted_in: dict[str, set[str]] = {}
         self.taken: set[str] = set()  # victims chosen this cycle (gangs and surplus units)
         self.taken_from: dict[str, Resources] = {}  # queue -> what its victims held
         # (action, shape...) keys that found no room: not tried again until a stop frees some
@@ -75,6 +77,7 @@ class Statement:
         if not gang.preemptible:
             self.book.add_firm(gang.queue, gang.total)
         self.admitted.add(gang.gang_id)
+        self.admitted_in.setdefault(gang.queue, set()).add(gang.gang_id)
         if any(AND in one for one in waits):  # a ratio step: the plan names its members
             own, waits = per_member(own), per_member(waits)
         self.admissions.append(Admission(gang.gang_id, nodes, action, own, waits))
@@ -82,6 +85,7 @@ class Statement:
             def undo() -> None:
                 self.admissions.pop()
                 self.admitted.discard(gang.gang_id)
+                self.admitted_in[gang.queue].discard(gang.gang_id)
                 if not gang.preemptible:
                     self.book.add_firm(gang.queue, Resources() - gang.total)
                 uncharge()

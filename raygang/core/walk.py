@@ -108,8 +108,12 @@ def walk(cycle: Cycle, attempt: Callable[[PendingGang], bool]) -> None:
                 beyond[queue] = bound
             else:
                 order.done(queue)
-    for queue, gangs in cycle.left.items():
-        gangs.drop(at[queue], cycle.admitted)
+    admitted_in = cycle.statement.admitted_in
+    for queue, gangs in cycle.left.items():  # (most lines admitted none: not read)
+        gangs.drop(at[queue], admitted_in.get(queue, _NONE))
+
+
+_NONE: frozenset[str] = frozenset()
 
 
 def _waited_no_longer(gang: PendingGang, than: PendingGang) -> bool:
