@@ -18,6 +18,8 @@ from raygang.core.gang import PendingGang
 if TYPE_CHECKING:  # the cycle runs the passes
     from raygang.core.cycle import Cycle
 
+_NONE: frozenset[str] = frozenset()  # a line's admitted gangs where it had none
+
 
 def walk(cycle: Cycle, attempt: Callable[[PendingGang], bool]) -> None:
     """Offer each queue's gangs, in fair-share order, to `attempt`. On a bounded line a
@@ -111,9 +113,6 @@ def walk(cycle: Cycle, attempt: Callable[[PendingGang], bool]) -> None:
     admitted_in = cycle.statement.admitted_in
     for queue, gangs in cycle.left.items():  # (most lines admitted none: not read)
         gangs.drop(at[queue], admitted_in.get(queue, _NONE))
-
-
-_NONE: frozenset[str] = frozenset()
 
 
 def _waited_no_longer(gang: PendingGang, than: PendingGang) -> bool:

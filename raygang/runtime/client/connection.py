@@ -31,7 +31,9 @@ R = TypeVar("R")
 # A call, named by a protocol's method (`SchedulerAPI.status`, `TrainAPI.train_claim`):
 # its parameters and result type those of `SchedulerClient.call` and `.acall`.
 Method = Callable[Concatenate[Any, P], Coroutine[Any, Any, R]]
-SHUTDOWN_WAIT_S = 60.0  # how long shutdown() waits for a restarting scheduler to answer
+# How long shutdown() waits for a restarting scheduler to answer, and start() and
+# shutdown() for a stopped one's name to be freed (`_wait_released`)
+SHUTDOWN_WAIT_S = 60.0
 PING_TIMEOUT_S = 2.0  # the REST API's readiness probe
 
 
