@@ -84,12 +84,18 @@ CANDIDATES = ("raygang-no-tbf", "raygang-tbf", "tbf-share", "tbf-order", "tbf-hl
 # reclaim by its fixed delay and minimum runtime alone. The variants measured against them
 # keep them, so that their figures in docs/simulator.md replay as they were made.
 FIXED = {"sla_waiting_time_s": 14400.0}
-FIXED_RECLAIM = {"reclaim_trade_ratio": None}
+# Reclaim as it was before 2026-12-03 (no wait for a victim's checkpoint): the variants
+# measured before the default waited replay as they were made
+NO_CHECKPOINT_WAIT = {"reclaim_checkpoint_ratio": None}
+FIXED_RECLAIM = {"reclaim_trade_ratio": None, **NO_CHECKPOINT_WAIT}
 VARIANTS = {
     # time-based fair share (`usage:`)
-    "tbf-share": {"usage": {"enabled": True, "order_by_usage": False}},  # KAI's rule alone
-    "tbf-order": {"usage": {"enabled": True, "k_value": 0.0}},  # Kueue's order and penalty
-    "tbf-hl12h": {"usage": {"enabled": True, "half_life_s": 12 * 3600.0}},  # halves in 12 h
+    "tbf-share": {"usage": {"enabled": True, "order_by_usage": False},  # KAI's rule alone
+                  "preemption": NO_CHECKPOINT_WAIT},
+    "tbf-order": {"usage": {"enabled": True, "k_value": 0.0},  # Kueue's order and penalty
+                  "preemption": NO_CHECKPOINT_WAIT},
+    "tbf-hl12h": {"usage": {"enabled": True, "half_life_s": 12 * 3600.0},  # halves in 12 h
+                  "preemption": NO_CHECKPOINT_WAIT},
     # a queue's line goes on past a head that waits (Kueue's BestEffortFIFO), usage off
     "backfill": {"backfill": True, **FIXED, "preemption": FIXED_RECLAIM,
                  "usage": {"enabled": False}},
@@ -142,6 +148,13 @@ VARIANTS.update({
     **{f"bf-nohold-trade{name}": overlay(VARIANTS["backfill"], {
         "sla_waiting_time_s": None, "preemption": {"reclaim_trade_ratio": ratio}})
        for name, ratio in (("025", 0.25), ("05", 0.5), ("1", 1.0))},
+    # the checkpoint wait again, on the default of 2026-12-02 (best-effort lines, no hold,
+    # the trade at 0.5; issue 30, 2026-12-03: measured on `ahead4` only before); ck2 chose
+    # today's default, `no-ck` is the one before it
+    **{f"ck{name}": {"preemption": {"reclaim_checkpoint_ratio": ratio},
+                     "usage": {"enabled": False}}
+       for name, ratio in (("05", 0.5), ("1", 1.0), ("2", 2.0))},
+    "no-ck": {"preemption": NO_CHECKPOINT_WAIT, "usage": {"enabled": False}},
 })
 # Every job declares a max_runtime_s, K times its duration (`raygang sim --declared-runtime
 # K`; no trace here records time limits), on the default's line or on a strict one (issue

@@ -169,7 +169,7 @@ class PreemptionPolicy(BaseModel):
         "fixed delay and minimum runtime alone (KAI's rule)")
 
     reclaim_checkpoint_ratio: float | None = Field(
-        None, description="reclaim waits for its victims' next checkpoint when that costs "
+        2.0, description="reclaim waits for its victims' next checkpoint when that costs "
         "less (core.preemption.trade `CheckpointWait`): a gang that checkpoints is stopped "
         "by reclaim only while its GPUs (the claimant's scarcest resource) times its "
         "seconds since its last checkpoint are at most this many times the GPUs the "

@@ -98,3 +98,24 @@ def test_the_check_refuses_a_reclaim_the_ratio_forbids():
     with pytest.raises(AssertionError):
         check(plan, _borrowed(), [gang("b-1", "2xGPU=1", "STRICT_PACK", priority="training",
                                        queue="team-b", since=0.0)], _teams(0.5))
+
+
+def test_by_default_a_reclaim_waits_when_it_would_lose_more_than_twice_the_wait():
+    # The default ratio is 2 (issue 30, 2026-12-03: docs/simulator.md). At 1,400 s a-new
+    # has 1,300 s unsaved on 4 GPUs (5,200 GPU-s) against 2 x 4 GPUs x 500 s (4,000) to its
+    # checkpoint at 1,900 s: b-1 waits for it. At 1,300 s (4,800 against 4,800) it goes.
+    config = PolicyConfig(queues=[queue("team-a", quota="GPU=4"),
+                                  queue("team-b", quota="GPU=4")])
+    assert config.preemption.reclaim_checkpoint_ratio == 2.0
+    waiting = _plan(config, 1400.0)
+    assert waiting.preemptions == () and waiting.admissions == ()
+    assert "(reclaim_checkpoint_ratio): it may reclaim in 500 s" in waiting.waiting["b-1"].message
+    assert [p.victim for p in _plan(config, 1300.0).preemptions] == ["a-new"]
+    # A gang that declares no checkpoint interval is never waited for (a-old: 4 GPUs, no
+    # checkpoint, is the only gang team-a borrows with here).
+    only_old = busy("w-1: GPU=4", "w-2: GPU=4", placed=[
+        running("a-old", "w-1: 4xGPU=1", queue="team-a", since=0.0),
+        running("a-x", "w-2: 4xGPU=1", queue="team-a", since=100.0)])
+    pending = [gang("b-1", "2xGPU=1", "STRICT_PACK", priority="training", queue="team-b",
+                    since=0.0)]
+    assert len(schedule(only_old, pending, config, 1400.0).preemptions) == 1

@@ -57,7 +57,8 @@ def test_the_loss_adds_up_over_victims_in_the_gangs_scarcest_resource():
 
 @pytest.mark.parametrize("field", ["reclaim_trade_ratio", "reclaim_checkpoint_ratio"])
 def test_the_ratio_is_positive_or_null_with_a_clear_error(field):
-    assert getattr(PreemptionPolicy(), field) == {"reclaim_trade_ratio": 0.5}.get(field)
+    assert getattr(PreemptionPolicy(), field) == {"reclaim_trade_ratio": 0.5,
+                                                  "reclaim_checkpoint_ratio": 2.0}[field]
     assert getattr(PreemptionPolicy(**{field: 2}), field) == 2.0
     for bad in (0, -1, float("inf"), float("nan")):
         with pytest.raises(ValidationError, match=f"{field} must be a positive number .* "

@@ -47,7 +47,7 @@ from raygang.core.schedule import Scheduler
 # (most recently started first), so the baseline stays as measured.
 PREEMPTION = {"reclaim_min_runtime_s": 0.0, "preempt_min_runtime_s": 0.0,
               "reclaim_delay_s": 0.0, "preempt_delay_s": 0.0, "reclaim_victim_order": "newest",
-              "reclaim_trade_ratio": None}
+              "reclaim_trade_ratio": None, "reclaim_checkpoint_ratio": None}
 
 
 # raygang's actions with KAI's reclaim protection: configuration, not a cycle of its own.
