@@ -258,6 +258,13 @@ def load_cycle(data: str | bytes | Mapping[str, Any]) -> CycleDump:
         # runtime alone (the default trades since 2026-12-02).
         data = {**data, "config": {**config, "preemption": {**preemption,
                                                              "reclaim_trade_ratio": None}}}
+        config, preemption = data["config"], data["config"]["preemption"]
+    if (isinstance(config, Mapping) and isinstance(preemption, Mapping)
+            and "reclaim_checkpoint_ratio" not in preemption):
+        # Dumped before reclaim could wait for a victim's checkpoint: that raygang stopped
+        # victims whatever they had saved (the default waits since 2026-12-03).
+        data = {**data, "config": {**config, "preemption": {
+            **preemption, "reclaim_checkpoint_ratio": None}}}
     try:
         return CycleDump.model_validate(data)
     except ValidationError as error:

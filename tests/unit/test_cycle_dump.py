@@ -217,6 +217,26 @@ def test_a_dump_from_before_the_lookahead_replays_with_strict_lines():
         assert loaded.difference(loaded.replay()) is None, seed
 
 
+def test_a_dump_from_before_the_checkpoint_wait_replays_without_it():
+    """A dump whose preemption has no `reclaim_checkpoint_ratio` was written by a raygang
+    that stopped victims whatever they had saved: it replays so, though today's default
+    waits for a victim's checkpoint (with or without the trade ratio, also missing in
+    dumps older still)."""
+    for seed in range(0, 120, 11):
+        snapshot, backlog, config, now = random_cycle(seed)
+        plan = schedule(snapshot, backlog, config.model_copy(update={
+            "preemption": config.preemption.model_copy(
+                update={"reclaim_checkpoint_ratio": None})}), now)
+        data = json.loads(through_json(dump_cycle(snapshot, backlog, config, now, plan)))
+        del data["config"]["preemption"]["reclaim_checkpoint_ratio"]
+        if seed % 2:
+            del data["config"]["preemption"]["reclaim_trade_ratio"]
+        loaded = load_cycle(data)
+        assert loaded.config.preemption.reclaim_checkpoint_ratio is None, seed
+        assert loaded.config.preemption.reclaim_trade_ratio == (
+            None if seed % 2 else config.preemption.reclaim_trade_ratio), seed
+
+
 def test_a_dump_from_before_trades_replays_with_the_fixed_reclaim_rules():
     """A dump whose preemption has no `reclaim_trade_ratio` was written by a raygang that
     reclaimed by the fixed delay and minimum runtime alone: it replays so, though today's
