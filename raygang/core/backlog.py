@@ -167,7 +167,8 @@ class Line:
     def drop(self, looked: int, admitted: AbstractSet[str]) -> None:
         """After a pass that looked at the first `looked` gangs: they are the head now,
         less the `admitted` (those of this line's queue); the runs, where known, follow
-        (`runs_after_removing`). (Copies and filters in C: a best-effort line is looked at whole in every pass.)"""
+        (`runs_after_removing`). (Copies and filters in C: a best-effort line is looked at
+        whole in every pass.)"""
         head = self.head
         if looked <= len(head):  # (a gang of the head not looked at stays in it)
             part, rest, end = head[:looked], head[looked:], self.start

@@ -33,6 +33,10 @@ from raygang.core.spec import GangSpec, Strategy, describe_errors
 from raygang.core.usage import UsageView
 
 FORMAT = "raygang.cycle/1"
+# Preemption settings newer than the format, and what a dump without one decided by: the
+# fixed delay and minimum runtime alone (the default trades since 2026-12-02), and no wait
+# for a victim's checkpoint (the default waits since 2026-12-03)
+PREEMPTION_BEFORE = {"reclaim_trade_ratio": None, "reclaim_checkpoint_ratio": None}
 
 
 class CycleDumpError(ValueError):
@@ -252,19 +256,12 @@ def load_cycle(data: str | bytes | Mapping[str, Any]) -> CycleDump:
         data = {**data, "config": {**config, "backfill_lookahead": 0}}
         config = data["config"]
     preemption = config.get("preemption") if isinstance(config, Mapping) else None
-    if (isinstance(config, Mapping) and isinstance(preemption, Mapping)
-            and "reclaim_trade_ratio" not in preemption):
-        # Dumped before reclaim could trade: that raygang kept the fixed delay and minimum
-        # runtime alone (the default trades since 2026-12-02).
-        data = {**data, "config": {**config, "preemption": {**preemption,
-                                                             "reclaim_trade_ratio": None}}}
-        config, preemption = data["config"], data["config"]["preemption"]
-    if (isinstance(config, Mapping) and isinstance(preemption, Mapping)
-            and "reclaim_checkpoint_ratio" not in preemption):
-        # Dumped before reclaim could wait for a victim's checkpoint: that raygang stopped
-        # victims whatever they had saved (the default waits since 2026-12-03).
-        data = {**data, "config": {**config, "preemption": {
-            **preemption, "reclaim_checkpoint_ratio": None}}}
+    if isinstance(config, Mapping) and isinstance(preemption, Mapping):
+        # Dumped before a rule was a setting: that raygang decided without it, so the cycle
+        # is replayed as it decided, not with today's default.
+        older = {k: v for k, v in PREEMPTION_BEFORE.items() if k not in preemption}
+        if older:
+            data = {**data, "config": {**config, "preemption": {**preemption, **older}}}
     try:
         return CycleDump.model_validate(data)
     except ValidationError as error:

@@ -111,8 +111,8 @@ def test_by_default_a_reclaim_waits_when_it_would_lose_more_than_twice_the_wait(
     assert waiting.preemptions == () and waiting.admissions == ()
     assert "(reclaim_checkpoint_ratio): it may reclaim in 500 s" in waiting.waiting["b-1"].message
     assert [p.victim for p in _plan(config, 1300.0).preemptions] == ["a-new"]
-    # A gang that declares no checkpoint interval is never waited for (a-old: 4 GPUs, no
-    # checkpoint, is the only gang team-a borrows with here).
+    # A gang that declares no checkpoint interval is never waited for: with neither of
+    # team-a's gangs declaring one, the reclaim goes at 1,400 s.
     only_old = busy("w-1: GPU=4", "w-2: GPU=4", placed=[
         running("a-old", "w-1: 4xGPU=1", queue="team-a", since=0.0),
         running("a-x", "w-2: 4xGPU=1", queue="team-a", since=100.0)])
