@@ -65,8 +65,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout
 
-from bench import stress_report  # noqa: E402  (the tables and the sweep)
+from bench import stress_report, stress_why  # noqa: E402  (the tables, the sweep, why)
 from raygang.sim.api import json_safe  # noqa: E402
+from raygang.sim.metrics import LARGE_GPUS  # noqa: E402
 from raygang.sim.philly import ATTRIBUTION, load_philly, proportional_nodes  # noqa: E402
 from raygang.sim.trace import Trace  # noqa: E402
 
@@ -155,6 +156,9 @@ VARIANTS.update({
                      "usage": {"enabled": False}}
        for name, ratio in (("05", 0.5), ("1", 1.0), ("2", 2.0))},
     "no-ck": {"preemption": NO_CHECKPOINT_WAIT, "usage": {"enabled": False}},
+    # preempt (inference) stops the gangs that lose least, as reclaim does, on today's
+    # default (issue 30, 2026-12-04; `a4-pcheap` measured it on `ahead4`)
+    "pcheap": {"preemption": {"preempt_victim_order": "cheapest"}, "usage": {"enabled": False}},
 })
 # Every job declares a max_runtime_s, K times its duration (`raygang sim --declared-runtime
 # K`; no trace here records time limits), on the default's line or on a strict one (issue
@@ -313,8 +317,16 @@ def run_one(args: tuple[str, str, str]) -> str:
                           config)
     comparison.summaries[0]["policy"] = policy
     data = comparison.to_json()
+    logs = comparison.replays[0].jobs.values()
     data["jobs"] = {log.job.name: [log.job.queue, None if log.skipped else log.jct_s]
-                    for log in comparison.replays[0].jobs.values()}
+                    for log in logs}
+    # For `--why`: each stop (action, seconds run, seconds of work lost, GPUs), and each
+    # completed large gang's queueing in all and before its first start (seconds)
+    data["stops"] = {log.job.name: [[s.action, s.ran_s, s.lost_s, s.gpus] for s in log.stops]
+                     for log in logs if log.stops}
+    data["large"] = {log.job.name: [log.queued_s, log.first_start - log.submitted_at]
+                     for log in logs if log.job.gpus >= LARGE_GPUS and log.jct_s is not None
+                     and log.first_start is not None and log.submitted_at is not None}
     (where / f"{policy}.json").write_text(json.dumps(json_safe(data), indent=1))
     return f"{name} {policy}: {comparison.summaries[0]['speed']['wall_s']:.0f} s"
 
@@ -364,6 +376,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="only print, per slice of --slices, the mean wait of TENANT's "
                              "jobs (all: every tenant's) by submission window, per policy")
     parser.add_argument("--window-h", type=float, default=6.0, help="with --waits")
+    parser.add_argument("--why", metavar="CANDIDATE",
+                        help="only print, per slice of the set (with --held-out, and the "
+                             "held-out ones), where CANDIDATE's missed goals come from")
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error("--seeds: 1 or more")
@@ -372,8 +387,11 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.slices.split(","):
             print(stress_report.waits(args.out, name, args.waits, policies, args.window_h))
         return 0
+    swept = BASES if args.held_out else SLICES
+    if args.why:  # the whole set, as --regret
+        print(stress_why.why(args.out, args.why, {n: copies(n, args.seeds) for n in swept}))
+        return 0
     if args.regret:  # the whole set, whatever --slices names: what was not replayed is skipped
-        swept = BASES if args.held_out else SLICES
         regret(args.out, args.candidates.split(","), {n: copies(n, args.seeds) for n in swept},
                args.plot)
         return 0

@@ -38,7 +38,9 @@ def summaries(out: Path, name: str) -> dict[str, dict]:
     found = {}
     for path in sorted((out / name).glob("*.json")):
         data = json.loads(path.read_text())
-        found[path.stem] = {**data["policies"][0], "jobs": data["jobs"]}
+        found[path.stem] = {**data["policies"][0], "jobs": data["jobs"],
+                            # written since 2026-12-04 (`--why`): absent in older reports
+                            "stops": data.get("stops", {}), "large": data.get("large", {})}
     return found
 
 
