@@ -4,7 +4,7 @@ figures of every copy where it misses it that say where the miss comes from, rea
 replays' reports (`<out>/<slice>/<policy>.json`: `jobs`, `stops`, `large`):
 
 - JCT: the job-hours of JCT the candidate adds over the better of Kueue-style and
-  KAI-style on that copy, and the tenants that add most of them;
+  KAI-style on that copy, the tenants that add most of them, and what all but the first add;
 - p99: the tenants of the jobs around the p99 (the 0.5-1.5 % longest), under the
   candidate and under the policy with the best p99;
 - lost: the GPU-hours lost by the action that stopped the job (`preempt`: a higher
@@ -75,8 +75,10 @@ def jct_gap(ran: dict[str, dict], candidate: str, top: int = 2) -> str:
     said = ", ".join(f"{t} {(r[1] - r[2]) / HOUR:+,.0f} ({r[0]} jobs, "
                      f"{r[1] / r[0] / HOUR:.2f} vs {r[2] / r[0] / HOUR:.2f} h)"
                      for t, r in worst)
+    first, row = worst[0]
     return (f"{_metric(ran[candidate], 'jct'):.2f} h vs {peer} "
-            f"{_metric(ran[peer], 'jct'):.2f} h: {gap:+,.0f} job-h; most from {said}")
+            f"{_metric(ran[peer], 'jct'):.2f} h: {gap:+,.0f} job-h; most from {said}; "
+            f"every tenant but {first} {gap - (row[1] - row[2]) / HOUR:+,.0f}")
 
 
 def _around_p99(policy: dict) -> dict[str, list[float]]:

@@ -66,7 +66,8 @@ def test_why_names_the_tenants_the_actions_and_the_stops_behind_each_missed_goal
     text = stress.stress_why.why(tmp_path, DEFAULT, {first: names})
     assert f"{first}: JCT, p99, lost, 32-GPU" in text
     # JCT: 6 job-hours over KAI-style (the better peer), all tenant short's
-    assert "4.75 h vs kai 3.25 h: +6 job-h; most from short +6 (3 jobs, 3.00 vs 1.00 h)" in text
+    assert ("4.75 h vs kai 3.25 h: +6 job-h; most from short +6 (3 jobs, 3.00 vs 1.00 h), "
+            "long +0 (1 jobs, 10.00 vs 10.00 h); every tenant but short +0") in text
     # p99: the longest job, tenant long's under both (FIFO has the best p99, 9 h)
     assert ("10.0 h vs fifo 9.0 h; the jobs around it, by tenant: long 1 of 10.0 h "
             "(fifo: 1 of 9.0 h)") in text
