@@ -24,8 +24,7 @@ from pathlib import Path
 
 from bench.stress_report import (BASELINES, GOALS, Copies, _metric, missed_goals,
                                  summaries, tenant_vs_static)
-
-HOUR = 3600.0
+from raygang.sim.metrics import HOUR
 
 
 def why(out: Path, candidate: str, copies: Copies) -> str:
@@ -36,10 +35,10 @@ def why(out: Path, candidate: str, copies: Copies) -> str:
     for slice_name, names in copies.items():
         ran = {n: summaries(out, n) for n in names}
         missed = {n: m for n in names if (m := missed_goals(ran[n], candidate)) is not None}
+        if not missed:  # not replayed there
+            continue
         majority = [g for g in GOALS
                     if sum(g in m for m in missed.values()) > len(missed) / 2]
-        if not missed:
-            continue
         lines.append(f"\n{slice_name}: " + (", ".join(majority) or "every goal met"))
         for goal in majority:
             for name in (n for n in names if goal in missed.get(n, [])):
@@ -70,6 +69,8 @@ def jct_gap(ran: dict[str, dict], candidate: str, top: int = 2) -> str:
         if job in theirs:
             row = by_tenant.setdefault(queue, [0, 0.0, 0.0])
             row[0], row[1], row[2] = row[0] + 1, row[1] + jct, row[2] + theirs[job][1]
+    if not by_tenant:
+        return f"no job completed under both {candidate} and {peer}"
     gap = sum(r[1] - r[2] for r in by_tenant.values()) / HOUR
     worst = sorted(by_tenant.items(), key=lambda kv: kv[1][2] - kv[1][1])[:top]
     said = ", ".join(f"{t} {(r[1] - r[2]) / HOUR:+,.0f} ({r[0]} jobs, "
