@@ -11,6 +11,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import ray
@@ -93,13 +94,7 @@ def test_trials_are_gangs_within_the_queue_limit(ray_cluster, tmp_path: Path):
         return [g for g in raygang.list_gangs() if g.queue == "sweep"
                 and g.name.startswith("sweep-")]  # not other modules' sweeps
 
-    # A trial's gang ends once the scheduler hears that Tune released its group, which
-    # may come a moment after `fit` returns (a loaded CI took more than the call's time)
-    deadline = time.monotonic() + 30
-    while not all(g.state.value == "SUCCEEDED" for g in sweep_gangs()) \
-            and time.monotonic() < deadline:
-        time.sleep(0.2)
-    gangs = sweep_gangs()
+    gangs = settled(sweep_gangs)
     assert len(gangs) == 4 and all(g.state.value == "SUCCEEDED" for g in gangs), gangs
     wait_until(lambda: _live_groups() == [], timeout=15)
     # A removed group's GPUs show as free once its node reports them (a moment later)
@@ -110,6 +105,19 @@ def test_trials_are_gangs_within_the_queue_limit(ray_cluster, tmp_path: Path):
 def gang_stories(gangs) -> list:
     return [(g.name, g.state.value, [(e.to_state.value, e.reason) for e in g.events])
             for g in gangs]
+
+
+def settled(gangs: Callable[[], list]) -> list:
+    """`gangs()` once every one has SUCCEEDED, or as they are 30 s on. A trial's gang ends
+    once the scheduler hears that Tune released its group (`train_finished`), and the
+    plane ends it a moment later, which may come after `fit` returns: a loaded CI run
+    (2026-12-04) listed one of two trials' gangs not yet SUCCEEDED right after it."""
+    deadline = time.monotonic() + 30
+    while True:
+        found = gangs()
+        if all(g.state.value == "SUCCEEDED" for g in found) or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
 
 
 def resumable(config):
@@ -207,10 +215,10 @@ def test_a_preempted_trial_pauses_with_a_checkpoint_and_resumes_from_it(
     assert sorted(r.metrics["step"] for r in results) == [15, 15]
     resumed = [r.metrics["resumed_at"] for r in results if r.metrics["resumed_at"] > 0]
     assert len(resumed) == 1, [r.metrics for r in results]  # from its checkpoint
-    gangs = trial_gangs()
+    gangs = settled(trial_gangs)
     # The preempted trial's gang was requeued and admitted again: no other gang opened
     assert len(gangs) == 2 and all(g.state.value == "SUCCEEDED" for g in gangs), \
-        gang_stories(gangs)
+        "\n".join(map(str, gang_stories(gangs)))  # a str: pytest cuts a list's repr short
     assert sorted(g.preemptions for g in gangs) == [0, 1], gang_stories(gangs)
     assert _live_groups() == []
     wait_until(lambda: ray.available_resources().get("GPU", 0) == 8, timeout=15)
@@ -228,7 +236,7 @@ def test_a_restarted_scheduler_adopts_the_running_trials_and_keeps_the_waiting(
     restart_scheduler()
 
     sweep.join(timeout=180)
-    gangs = [g for g in raygang.list_gangs() if g.name.startswith("kept-")]
+    gangs = settled(lambda: [g for g in raygang.list_gangs() if g.name.startswith("kept-")])
     assert not sweep.is_alive(), gang_stories(gangs)
     results = box["results"]
     assert not results.errors
@@ -273,7 +281,8 @@ def test_two_sweeps_in_two_queues_share_the_gpus(ray_cluster, tmp_path: Path):
     for team in ("team-a", "team-b"):
         assert not box[team].errors
         assert sorted(r.metrics["step"] for r in box[team]) == [5, 5, 5, 5]
-        gangs = [g for g in raygang.list_gangs() if g.name.startswith(f"{team}-")]
+        gangs = settled(lambda team=team: [g for g in raygang.list_gangs()
+                                           if g.name.startswith(f"{team}-")])
         assert {g.queue for g in gangs} == {team}, gang_stories(gangs)
         assert all(g.state.value == "SUCCEEDED" for g in gangs), gang_stories(gangs)
     print(f"two sweeps: at most {both:g} GPUs held by both at once; each at most {held}")
@@ -325,8 +334,8 @@ def test_train_v2_trainables_queue_their_worker_groups(ray_cluster, tmp_path: Pa
 
     assert not results.errors
     assert sorted(r.metrics["step"] for r in results) == [3, 3]
-    runs = [g for g in raygang.list_gangs() if g.name in ("run-0", "run-1")]
-    trials = [g for g in raygang.list_gangs() if g.name.startswith("nested-")]
+    runs = settled(lambda: [g for g in raygang.list_gangs() if g.name in ("run-0", "run-1")])
+    trials = settled(lambda: [g for g in raygang.list_gangs() if g.name.startswith("nested-")])
     assert len(runs) == 2 and len(trials) == 2, gang_stories(runs + trials)
     assert all(g.state.value == "SUCCEEDED" for g in runs + trials), gang_stories(runs + trials)
     assert {g.queue for g in runs + trials} == {"load"}

@@ -19,7 +19,7 @@ from ray.tune.stopper import Stopper
 
 import raygang
 from tests.integration.helpers import wait_until
-from tests.integration.test_tune import GroupWatch, _live_groups, gang_stories
+from tests.integration.test_tune import GroupWatch, _live_groups, gang_stories, settled
 
 STEPS = 4  # 8 made 16 starts (158 s of a CI run); 4 make about 10, with the same pauses
 
@@ -59,7 +59,7 @@ def test_pbt_pauses_release_the_trials_gangs_and_the_limit_holds(ray_cluster, tm
     results = raygang.tune(tuner, queue="sweep", name="pbt")
     most = watch.stop()
 
-    gangs = [g for g in raygang.list_gangs() if g.name.startswith("pbt-")]
+    gangs = settled(lambda: [g for g in raygang.list_gangs() if g.name.startswith("pbt-")])
     assert not results.errors, gang_stories(gangs)
     assert sorted(r.metrics["step"] for r in results) == [STEPS - 1] * 3
     lines = [line.split() for line in starts.read_text().splitlines()]
