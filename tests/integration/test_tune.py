@@ -109,9 +109,10 @@ def gang_stories(gangs) -> list:
 
 def settled(gangs: Callable[[], list]) -> list:
     """`gangs()` once every one has SUCCEEDED, or as they are 30 s on. A trial's gang ends
-    once the scheduler hears that Tune released its group (`train_finished`), and the
-    plane ends it a moment later, which may come after `fit` returns: a loaded CI run
-    (2026-12-04) listed one of two trials' gangs not yet SUCCEEDED right after it."""
+    a moment after the scheduler hears that Tune freed it (`train_finished`): a loaded CI
+    run (2026-12-04) listed one of two trials' gangs not yet SUCCEEDED right after `fit`
+    returned. The call now answers once the gang has ended (up to 10 s,
+    `train_desk.FINISH_WAIT_S`); this waits longer, for a slower teardown."""
     deadline = time.monotonic() + 30
     while True:
         found = gangs()

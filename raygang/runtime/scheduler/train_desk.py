@@ -23,6 +23,7 @@ from raygang.runtime.ray_private import dead_requesters, group_nodes
 from raygang.runtime.scheduler.cluster import RayCluster
 
 POLL_S = 0.2
+FINISH_WAIT_S = 10.0  # the most a finished run's call waits for its gang's teardown
 SWEEP_S = 5.0  # how often queued runs are checked for a dead controller
 
 
@@ -126,9 +127,15 @@ class TrainDesk:
             session.release(final)
 
     async def finished(self, session_id: str, error: str | None) -> None:
+        """The run ended (`error`: why, if it failed). A run queued on its own answers once
+        its gang has ended too (up to FINISH_WAIT_S): its watch sees the end at once, and
+        the gang's teardown follows; so `fit`, and a Tune trial's free, return with the
+        gang already final, as a user listing gangs right after them expects."""
         session = self._cluster.sessions.get(session_id)
         if session is not None:
             session.finish(error)
+            if "/" not in session_id:  # a gang of its own (a job's run: the job goes on)
+                await self._plane.wait(session_id, timeout=FINISH_WAIT_S)
             return
         if "/" not in session_id:  # not admitted now (waiting in the queue): it ends there
             record = self._plane.record(session_id)
