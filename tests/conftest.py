@@ -38,7 +38,7 @@ import raygang
 from raygang.runtime import serving
 from tests.integration import leaks
 from tests.api_server import ApiServer, start_api_server
-from tests.scripts import ray_temp_root
+from tests.scripts import HOUSEKEEPING, ray_temp_root
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # before any Ray process of this worker starts
     os.environ["RAY_TMPDIR"] = ray_temp_root(os.environ["PYTEST_XDIST_WORKER"])
@@ -49,6 +49,15 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # before any Ray process of this work
 # paths. Examples, and benchmarks on clusters of their own, run Train with its defaults.
 os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
 os.environ.setdefault("RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S", "1")
+# Ray's housekeeping, cheaper (tests.scripts.HOUSEKEEPING: scripts' clusters too); the
+# suite is CPU-bound on 2 cores, and these two cost CPU on every node of every cluster for
+# output nobody here reads so often. Each node's log monitor globs its log dir for new
+# worker logs every 0.1 s below 1,000 files, hundreds of them by mid-suite: at the
+# threshold 0 it does so every 0.5 s (Ray's LOG_NAME_UPDATE_INTERVAL_S). Each node's
+# dashboard agent reads every process's stats every 5 s for the dashboard's node view,
+# which no test reads (raygang's metrics go their own way): every 30 s.
+for _knob in ("RAY_LOG_MONITOR_MANY_FILES_THRESHOLD", "REPORTER_UPDATE_INTERVAL_MS"):
+    os.environ.setdefault(_knob, HOUSEKEEPING[_knob])
 
 WORKER_GPUS = 4
 

@@ -9,6 +9,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# Ray's housekeeping made cheaper for the whole suite (tests/conftest.py says why), scripts'
+# own clusters included: how often Ray looks for new log files and reads process stats for
+# its dashboard, nothing a script's behaviour depends on.
+HOUSEKEEPING = {"RAY_LOG_MONITOR_MANY_FILES_THRESHOLD": "0", "REPORTER_UPDATE_INTERVAL_MS": "30000"}
+
 
 def ray_temp_root(name: str) -> str:
     """A Ray temp root of its own (`RAY_TMPDIR`) for one pytest-xdist worker's clusters.
@@ -28,10 +33,12 @@ def ray_temp_root(name: str) -> str:
 
 def script_env() -> dict[str, str]:
     """The environment of a script run as a user would run it: no `RAY_*` variable, so it
-    starts a cluster of its own (or joins the one it is told to), except, under
+    starts a cluster of its own (or joins the one it is told to), except Ray's housekeeping
+    (`HOUSEKEEPING`) and, under
     pytest-xdist, a temp root of this worker's scripts (`ray_temp_root`): apart from the
     session's cluster and from the other worker's scripts."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update(HOUSEKEEPING)
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
         env["RAY_TMPDIR"] = ray_temp_root(f"{worker}-scripts")
