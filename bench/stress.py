@@ -159,6 +159,12 @@ VARIANTS.update({
     # preempt (inference) stops the gangs that lose least, as reclaim does, on today's
     # default (issue 30, 2026-12-04; `a4-pcheap` measured it on `ahead4`)
     "pcheap": {"preemption": {"preempt_victim_order": "cheapest"}, "usage": {"enabled": False}},
+    # the hold (Volcano's sla-waiting-time) again, for wide gangs only: those that need at
+    # least N nodes at once (`sla_min_nodes`), after H hours (issue 30, 2026-12-05: the
+    # 32-GPU gangs' longest waits)
+    **{f"hold{n}n-{h}h": {"sla_waiting_time_s": h * 3600.0, "sla_min_nodes": n,
+                          "usage": {"enabled": False}}
+       for n in (2, 4) for h in (1, 2, 4)},
 })
 # Every job declares a max_runtime_s, K times its duration (`raygang sim --declared-runtime
 # K`; no trace here records time limits), on the default's line or on a strict one (issue

@@ -250,6 +250,11 @@ class PolicyConfig(BaseModel):
         "the free capacity of the nodes closest to holding it held for it, so that what "
         "frees there adds up (Volcano's sla-waiting-time); one such gang at a time; "
         "null (the default, as the stress set measured it): never")
+    sla_min_nodes: int = Field(
+        1, ge=1, description="the hold is for gangs that need at least this many nodes "
+        "(their scarcest resource against the largest node's total): 1, any gang; 2 or "
+        "more, only gangs that wait for several nodes to free at once, which small gangs "
+        "starve")
     preemption: PreemptionPolicy = Field(
         default_factory=PreemptionPolicy,
         description="minimum runtimes before reclaim or preempt, and the victims' order")

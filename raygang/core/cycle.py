@@ -230,14 +230,36 @@ class Cycle:
         if sla is None:
             return None
         fits, heads = self.ever.fits, []
-        for line in self.left.values():
-            for head in line:  # the first that fits the cluster at all (most lines: the first)
-                if fits(head):
+        wide = self._wide(self.config.sla_min_nodes)
+        totals = self.backlog.totals if self.backlog is not None else {}
+        for queue, line in self.left.items():
+            if wide is not None and not any(map(wide, totals.get(queue, ()))):
+                continue  # no gang of the line is that wide
+            for head in line:  # the first that fits the cluster at all (most lines: the
+                # first), of those wide enough
+                if (wide is None or wide(head.total)) and fits(head):
                     heads.append(head)
                     break
         self.clock.sla_heads(heads, sla)
         gang = elect(heads, self.now, sla, lambda g: self.book.admission_problem(g) is None)
         return None if gang is None else Hold.of(gang, self.capacity, self.draining.settled)
+
+    def _wide(self, nodes: int) -> Callable[[Resources], bool] | None:
+        """Whether a total needs at least `nodes` nodes: more of its scarcest resource than
+        `nodes` - 1 of the largest nodes hold (None: every total does, `nodes` 1)."""
+        if nodes <= 1:
+            return None
+        alive, most = self.snapshot.alive_nodes, {}  # resource -> the largest node's
+
+        def wide(total: Resources) -> bool:
+            if not total:
+                return False
+            res = total.names_by_scarcity()[0]
+            if res not in most:
+                most[res] = max((n.total.get(res) for n in alive), default=0.0)
+            return total.get(res) > (nodes - 1) * most[res]
+
+        return wide
 
     def held_attempt(self, attempt: Callable[[PendingGang], bool]) -> bool:
         """Offer the elected gang what is held for it too. Shapes that failed without the

@@ -198,8 +198,37 @@ def test_the_longest_pending_is_elected_and_only_one():
     assert "held for gang b-big" in plan.waiting["a-big"].message
 
 
+def _wide_only(min_nodes: int, wide_first: bool):
+    """The queue `big` pending since 0 with a one-node gang and a two-node one (in that
+    line order unless `wide_first`); the hold is for gangs of at least `min_nodes` nodes."""
+    config = PolicyConfig(queues=[queue("big", quota="GPU=4"), queue("small", quota="GPU=4")],
+                          sla_waiting_time_s=3600.0, sla_min_nodes=min_nodes, backfill=True)
+    snapshot, pending, _ = _waiting_big(sla=3600.0)
+    narrow = gang("big-0", "4xGPU=1", "STRICT_PACK", priority="training", queue="big",
+                  since=0.0)
+    wide = pending[0]
+    line = [wide, narrow] if wide_first else [narrow, wide]
+    return snapshot, [*line, pending[1]], config
+
+
+@pytest.mark.parametrize("wide_first", [True, False])
+def test_a_hold_for_wide_gangs_elects_the_first_wide_gang_of_a_line(wide_first):
+    snapshot, pending, config = _wide_only(min_nodes=2, wide_first=wide_first)
+    plan = schedule(snapshot, pending, config, 7200.0)
+    assert "held for it" in plan.waiting["big-1"].message  # two 4-GPU nodes: wide
+    assert "small-1" not in plan.admitted_ids
+
+
+def test_a_hold_for_gangs_wider_than_any_waiting_holds_nothing():
+    snapshot, pending, config = _wide_only(min_nodes=3, wide_first=True)
+    plan = schedule(snapshot, pending, config, 7200.0)
+    assert "small-1" in plan.admitted_ids  # as without a hold
+    assert "held" not in plan.waiting["big-1"].message
+
+
 # Config ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("data, words", [
+    ({"sla_min_nodes": 0}, "sla_min_nodes"),
     ({"preemption": {"reclaim_min_runtime_s": -1}}, "reclaim_min_runtime_s"),
     ({"preemption": {"reclaim_victim_order": "oldest"}}, "reclaim_victim_order"),
     ({"preemption": {"preempt_victim_order": "cheap"}}, "preempt_victim_order"),
