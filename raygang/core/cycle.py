@@ -37,7 +37,7 @@ from raygang.core.placement import EverFits, place
 from raygang.core.plan import Growth, Plan, Positions, WaitCode, Waiting, Waitings
 from raygang.core.preemption.pool import Candidates, Pool
 from raygang.core.preemption.trade import Gate, Refusal
-from raygang.core.reserve import Hold, elect
+from raygang.core.reserve import Hold, elect, wide_gangs
 from raygang.core.resources import Resources
 from raygang.core.snapshot import ClusterSnapshot, PlacedGang
 from raygang.core.reasons import Reasons
@@ -230,7 +230,7 @@ class Cycle:
         if sla is None:
             return None
         fits, heads = self.ever.fits, []
-        wide = self._wide(self.config.sla_min_nodes)
+        wide = wide_gangs(self.config.sla_min_nodes, self.snapshot.alive_nodes)
         totals = self.backlog.totals if self.backlog is not None else {}
         for queue, line in self.left.items():
             if wide is not None and not any(map(wide, totals.get(queue, ()))):
@@ -243,23 +243,6 @@ class Cycle:
         self.clock.sla_heads(heads, sla)
         gang = elect(heads, self.now, sla, lambda g: self.book.admission_problem(g) is None)
         return None if gang is None else Hold.of(gang, self.capacity, self.draining.settled)
-
-    def _wide(self, nodes: int) -> Callable[[Resources], bool] | None:
-        """Whether a total needs at least `nodes` nodes: more of its scarcest resource than
-        `nodes` - 1 of the largest nodes hold (None: every total does, `nodes` 1)."""
-        if nodes <= 1:
-            return None
-        alive, most = self.snapshot.alive_nodes, {}  # resource -> the largest node's
-
-        def wide(total: Resources) -> bool:
-            if not total:
-                return False
-            res = total.names_by_scarcity()[0]
-            if res not in most:
-                most[res] = max((n.total.get(res) for n in alive), default=0.0)
-            return total.get(res) > (nodes - 1) * most[res]
-
-        return wide
 
     def held_attempt(self, attempt: Callable[[PendingGang], bool]) -> bool:
         """Offer the elected gang what is held for it too. Shapes that failed without the

@@ -14,13 +14,15 @@ at a time, as Volcano's `elect` did; the next is elected once it runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from raygang.core.capacity import Capacity, Undo
 from raygang.core.gang import PendingGang
 from raygang.core.placement import largest_first
+from raygang.core.preemption.trade import scarcest
 from raygang.core.resources import Resources, format_amount
+from raygang.core.snapshot import NodeState
 from raygang.core.spec import Strategy
 
 
@@ -33,6 +35,26 @@ def elect(heads: Iterable[PendingGang], now: float, sla_s: float,
         if admissible(gang):
             return gang
     return None
+
+
+def wide_gangs(min_nodes: int, nodes: Sequence[NodeState]
+               ) -> Callable[[Resources], bool] | None:
+    """Whether a gang's total needs at least `min_nodes` of `nodes` at once: more of its
+    scarcest resource than `min_nodes` - 1 of the largest hold (`sla_min_nodes`); None:
+    every gang may be held for (`min_nodes` 1)."""
+    if min_nodes <= 1:
+        return None
+    most: dict[str, float] = {}  # resource -> the largest node's (read once per resource)
+
+    def wide(total: Resources) -> bool:
+        res = scarcest(total)
+        if res is None:
+            return False
+        if res not in most:
+            most[res] = max((n.total.get(res) for n in nodes), default=0.0)
+        return total.get(res) > (min_nodes - 1) * most[res]
+
+    return wide
 
 
 def closest_nodes(gang: PendingGang, capacity: Capacity) -> list[tuple[str, Resources]] | None:
