@@ -3,6 +3,7 @@ from __future__ import annotations
 import time
 
 import ray
+from ray.util.state import list_actors
 
 from raygang import GangRef, GangState
 from raygang.runtime.names import NAMESPACE, SCHEDULER_NAME
@@ -66,9 +67,25 @@ def actor_gone(name: str) -> bool:
 def stop_scheduler_for_good(timeout: float = 30) -> None:
     """Kill the scheduler's process so that Ray does not restart it (what happens while it
     is down is the test's; a kill while Ray restarts it races with the old process);
-    returns once it is dead. `raygang.start` starts another, which recovers."""
+    returns once its process has exited. `raygang.start` starts another, which recovers.
+
+    The GCS frees the name before the process is gone; until then its threads still run
+    and may see, and record, what the test does next (a CI run once found a member killed
+    "while the scheduler was down" recorded as the gang's failure by the dying process)."""
+    [alive] = list_actors(filters=[("name", "=", SCHEDULER_NAME), ("state", "=", "ALIVE")])
     ray.kill(scheduler(), no_restart=True)
     wait_until(lambda: actor_gone(SCHEDULER_NAME), timeout)
+    # Every test cluster is local: the scheduler's worker process is on this machine.
+    wait_until(lambda: _exited(alive.pid), timeout)
+
+
+def _exited(pid: int) -> bool:
+    """Whether the local process `pid` has exited (a zombie has: only its entry is left)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
 
 
 def wait_scheduler_ready(timeout: float = 60) -> None:
