@@ -35,8 +35,8 @@ class Candidates:
         self.queue = queue
         self.allowed = allowed  # depends on a gang's queue and total alone (`admitted`)
 
-    def only(self, allowed: Callable[[PlacedGang], bool]) -> Candidates:
-        """These candidates, less those `allowed` refuses."""
+    def only(self, allowed: Callable[[PlacedGang], bool] | None) -> Candidates:
+        """These candidates, less those `allowed` refuses (None: refuses none)."""
         return Candidates(self.gangs, self.taken, self.other_than, self.below, self.start,
                           self.queue, allowed)
 
@@ -68,9 +68,9 @@ class Candidates:
     def would_admit(self, gang: PlacedGang) -> bool:
         """Whether `gang` (not in the pool) would be a candidate here but for `allowed`:
         for the reasons of gangs that wait on gangs a minimum runtime protects."""
-        return (gang.gang_id not in self.taken and gang.queue not in self.other_than
-                and (self.queue is None or gang.queue == self.queue)
-                and (self.below is None or gang.priority < self.below))
+        return ((self.queue is None or gang.queue == self.queue)
+                and (self.below is None or gang.priority < self.below)
+                and self.only(None).admits(gang))  # `admits` stays one hot expression
 
 
 class Pool:
