@@ -165,6 +165,12 @@ VARIANTS.update({
     **{f"hold{n}n-{h}h": {"sla_waiting_time_s": h * 3600.0, "sla_min_nodes": n,
                           "usage": {"enabled": False}}
        for n in (2, 4) for h in (1, 2, 4)},
+    # several holds at once (`sla_max_holds`), for any gang, after H hours (issue 30,
+    # 2026-12-05: the one-node gangs that wait days behind a best-effort line's small ones
+    # make much of the p99)
+    **{f"holds{k}-{h}h": {"sla_waiting_time_s": h * 3600.0, "sla_max_holds": k,
+                          "usage": {"enabled": False}}
+       for k in (1, 4, 16) for h in (4, 8)},
 })
 # Every job declares a max_runtime_s, K times its duration (`raygang sim --declared-runtime
 # K`; no trace here records time limits), on the default's line or on a strict one (issue

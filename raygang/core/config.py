@@ -255,6 +255,10 @@ class PolicyConfig(BaseModel):
         "(their scarcest resource against the largest node's total): 1, any gang; 2 or "
         "more, only gangs that wait for several nodes to free at once, which small gangs "
         "starve")
+    sla_max_holds: int = Field(
+        1, ge=1, description="how many gangs may have capacity held for them at once, each "
+        "the first such gang of its own queue, longest pending first: 1 (Volcano's), one "
+        "gang at a time; more, so that several wide gangs gather their nodes side by side")
     preemption: PreemptionPolicy = Field(
         default_factory=PreemptionPolicy,
         description="minimum runtimes before reclaim or preempt, and the victims' order")

@@ -15,6 +15,7 @@ StrictFIFO); other queues go on.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -112,7 +113,8 @@ class Cycle:
         self._empty_pool: Pool | None = None
         self._sorted: dict[str, list[PlacedGang]] = {}  # victim order -> stoppable, sorted
         self._good: dict[str, dict[Resources, int]] = {}  # queue -> totals it admits
-        self.hold: Hold | None = None  # capacity held for a gang pending too long
+        # gang id -> the capacity held for it: pending too long (`sla_waiting_time_s`)
+        self.holds: dict[str, Hold] = {}
         self.clock = Clock(config, actions, now)  # delays and minimum runtimes
         self.delayed = self.clock.delayed  # gang id -> (action, its delay, seconds left)
         # Actions see the clock's two calls as the cycle's (`actions.action.CycleState`):
@@ -135,7 +137,7 @@ class Cycle:
         self.book.share_out_demand(self.snapshot.alive_nodes, {
             queue: demand(self._good_totals(queue, backlog.totals.get(queue, {})))
             for queue in lines})
-        self.hold = self._elect()
+        self.holds = self._elect()
         timings: dict[str, float] = {}
         passed = False  # (an idle pass is skipped only after one that looked at the lines)
         for name in self.config.actions:
@@ -224,11 +226,13 @@ class Cycle:
         spec = self.tree.specs.get(queue)
         return None if spec is None else getattr(spec, name)
 
-    def _elect(self) -> Hold | None:
-        """The hold for the queue head pending longest beyond `sla_waiting_time_s`."""
+    def _elect(self) -> dict[str, Hold]:
+        """The holds for the queue heads pending longest beyond `sla_waiting_time_s`, at
+        most `sla_max_holds`, by gang id (in the order they were held)."""
         sla = self.config.sla_waiting_time_s
+        holds: dict[str, Hold] = {}
         if sla is None:
-            return None
+            return holds
         fits, heads = self.ever.fits, []
         wide = wide_gangs(self.config.sla_min_nodes, self.snapshot.alive_nodes)
         totals = self.backlog.totals if self.backlog is not None else {}
@@ -241,24 +245,28 @@ class Cycle:
                     heads.append(head)
                     break
         self.clock.sla_heads(heads, sla)
-        gang = elect(heads, self.now, sla, lambda g: self.book.admission_problem(g) is None)
-        return None if gang is None else Hold.of(gang, self.capacity, self.draining.settled)
+        elected = elect(heads, self.now, sla, lambda g: self.book.admission_problem(g) is None)
+        for gang in itertools.islice(elected, self.config.sla_max_holds):
+            # each on what the holds before it left free (theirs is reserved)
+            if (hold := Hold.of(gang, self.capacity, self.draining.settled)) is not None:
+                holds[gang.gang_id] = hold
+        return holds
 
-    def held_attempt(self, attempt: Callable[[PendingGang], bool]) -> bool:
-        """Offer the elected gang what is held for it too. Shapes that failed without the
-        hold fail with it; pools are rebuilt, as their bounds assumed less free."""
-        hold = self.hold
-        assert hold is not None
+    def held_attempt(self, hold: Hold, attempt: Callable[[PendingGang], bool]) -> bool:
+        """Offer an elected gang what is held for it too (what the other holds keep stays
+        theirs). Shapes that failed without the hold fail with it; pools are rebuilt, as
+        their bounds assumed less free."""
         if not hold.holds_any:  # nothing free there yet: the capacity is as it was
             admitted = attempt(hold.gang)
-            self.hold = None if admitted else hold
+            if admitted:
+                del self.holds[hold.gang.gang_id]
             return admitted
         mark = self.statement.checkpoint()
         self.statement.unhold(hold)
         self._pools.clear()
         if attempt(hold.gang):
             self.statement.commit(mark)
-            self.hold = None
+            del self.holds[hold.gang.gang_id]
             return True
         # Held again. A failed attempt stopped nobody (victims are stopped with the gang
         # they make room for), so no pool's taken gangs change back. Pools it built stay:

@@ -169,9 +169,11 @@ class Reasons:
         return found
 
     def _hold_note(self, gang: PendingGang) -> str:
-        hold = self.cycle.hold
+        holds = self.cycle.holds
         sla = self.cycle.config.sla_waiting_time_s or 0.0
-        return "" if hold is None else "; " + hold.note(gang, self.cycle.now, sla)
+        own = holds.get(gang.gang_id)
+        return "".join("; " + hold.note(gang, self.cycle.now, sla)
+                       for hold in ([own] if own is not None else holds.values()))
 
     def _young_note(self, action: str, candidates: Candidates) -> str:
         """What the action's minimum runtime keeps it from stopping, and until when."""

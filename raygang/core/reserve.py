@@ -9,12 +9,14 @@ per cycle: the gang that has been pending longest past the limit, at the head of
 queue's line and within its queue's limits, is *elected*; each cycle the nodes closest to
 holding it (the least missing, scarcest resource first) are chosen again, and what is free
 on them, up to what the gang asks there, is held: no other gang is placed on it. One gang
-at a time, as Volcano's `elect` did; the next is elected once it runs.
+at a time, as Volcano's `elect` did; the next is elected once it runs. With
+`sla_max_holds` above 1 the next longest pending heads of other queues are elected too,
+each held on the nodes closest to holding it of what the holds before it left free.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from raygang.core.capacity import Capacity, Undo
@@ -27,14 +29,12 @@ from raygang.core.spec import Strategy
 
 
 def elect(heads: Iterable[PendingGang], now: float, sla_s: float,
-          admissible: Callable[[PendingGang], bool]) -> PendingGang | None:
-    """The queue head pending longest beyond `sla_s` that its queue's limits would admit
-    (total order: longest pending, then submission, then id), or None."""
+          admissible: Callable[[PendingGang], bool]) -> Iterator[PendingGang]:
+    """The queue heads pending beyond `sla_s` that their queues' limits would admit, longest
+    pending first (total order: longest pending, then submission, then id)."""
     late = [g for g in heads if g.pending_since is not None and now - g.pending_since >= sla_s]
-    for gang in sorted(late, key=lambda g: (g.pending_since, g.seq, g.gang_id)):
-        if admissible(gang):
-            return gang
-    return None
+    return (g for g in sorted(late, key=lambda g: (g.pending_since, g.seq, g.gang_id))
+            if admissible(g))
 
 
 def wide_gangs(min_nodes: int, nodes: Sequence[NodeState]

@@ -75,9 +75,9 @@ def walk(cycle: Cycle, attempt: Callable[[PendingGang], bool]) -> None:
         if like is not None and _waited_no_longer(gang, like):
             cycle.aside.put(gang.gang_id, like)
             admitted, behind = False, like
-        elif cycle.hold is not None and gang is cycle.hold.gang:
+        elif cycle.holds and (hold := cycle.holds.get(gang.gang_id)) is not None:
             cycle.aside.forget(gang.gang_id)
-            admitted = cycle.held_attempt(attempt)
+            admitted = cycle.held_attempt(hold, attempt)
         else:
             cycle.aside.forget(gang.gang_id)
             admitted = attempt(gang)

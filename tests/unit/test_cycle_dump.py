@@ -68,7 +68,8 @@ def random_cycle(seed: int):
                     "reclaim_delay_s": rng.choice([0, 300]),
                     "reclaim_trade_ratio": rng.choice([None, 0.5])},
         sla_waiting_time_s=rng.choice([None, 50.0]),
-        backfill_lookahead=rng.choice([0, 0, 1, 4, None]))
+        backfill_lookahead=rng.choice([0, 0, 1, 4, None]),
+        sla_max_holds=rng.choice([1, 1, 3]))  # drawn last: the scenarios stay as they were
     return snapshot, Backlog.of(pending), config, float(seed)
 
 

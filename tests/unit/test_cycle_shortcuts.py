@@ -243,7 +243,8 @@ def _random_cycle(seed: int) -> tuple[object, list[object], PolicyConfig]:
         queues=[queue("a", quota="GPU=4"), queue("b", quota=f"GPU={4 * len(nodes) - 4}")],
         backfill_lookahead=rng.choice([0, 1, 4]), sla_waiting_time_s=rng.choice([None, 1800.0]),
         preemption={"reclaim_delay_s": rng.choice([0, 300]),
-                    "reclaim_min_runtime_s": rng.choice([0, 900])})
+                    "reclaim_min_runtime_s": rng.choice([0, 900])},
+        sla_max_holds=rng.choice([1, 1, 3]))  # drawn last: the scenarios stay as they were
     return busy(*nodes, placed=placed), pending, config
 
 

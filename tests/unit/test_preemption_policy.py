@@ -198,6 +198,31 @@ def test_the_longest_pending_is_elected_and_only_one():
     assert "held for gang b-big" in plan.waiting["a-big"].message
 
 
+@pytest.mark.parametrize("max_holds", [1, 2, 3])
+def test_up_to_sla_max_holds_heads_are_held_for_longest_pending_first_on_nodes_of_their_own(
+        max_holds):
+    config = PolicyConfig(queues=[queue(q, quota="GPU=4") for q in "abc"],
+                          sla_waiting_time_s=60.0, sla_max_holds=max_holds)
+    snapshot = busy("w-1: GPU=4", "w-2: GPU=4", placed=[
+        running("x", "w-1: 3xGPU=1", queue="a", since=0.0),
+        running("y", "w-2: 3xGPU=1", queue="b", since=0.0)])
+    pending = [gang("a-big", "4xGPU=1", "STRICT_PACK", priority="training", queue="a",
+                    since=200.0),
+               gang("b-big", "4xGPU=1", "STRICT_PACK", priority="training", queue="b",
+                    since=100.0),
+               gang("c-1", "1xGPU=1", priority="training", queue="c", since=990.0)]  # not late
+    plan = schedule(snapshot, pending, config, 1000.0)
+    held = {g: plan.waiting[g].message.split("what frees on node ")[1].split(" ")[0]
+            for g in ("a-big", "b-big") if "held for it" in plan.waiting[g].message}
+    assert list(held) == ["a-big", "b-big"][2 - min(max_holds, 2):]  # b-big waited longest
+    assert len(set(held.values())) == len(held)  # each on a node of its own
+    # c-1 takes the one free GPU that no hold keeps; with two holds there is none
+    assert plan.admitted_ids == ([] if max_holds > 1 else ["c-1"])
+    if max_holds > 1:
+        assert "held for gang a-big" in plan.waiting["c-1"].message
+        assert "held for gang b-big" in plan.waiting["c-1"].message
+
+
 def _wide_only(min_nodes: int, wide_first: bool):
     """The queue `big` pending since 0 with a one-node gang and a two-node one (in that
     line order unless `wide_first`); the hold is for gangs of at least `min_nodes` nodes."""
@@ -229,6 +254,7 @@ def test_a_hold_for_gangs_wider_than_any_waiting_holds_nothing():
 # Config ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("data, words", [
     ({"sla_min_nodes": 0}, "sla_min_nodes"),
+    ({"sla_max_holds": 0}, "sla_max_holds"),
     ({"preemption": {"reclaim_min_runtime_s": -1}}, "reclaim_min_runtime_s"),
     ({"preemption": {"reclaim_victim_order": "oldest"}}, "reclaim_victim_order"),
     ({"preemption": {"preempt_victim_order": "cheap"}}, "preempt_victim_order"),

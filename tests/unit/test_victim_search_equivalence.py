@@ -77,7 +77,8 @@ def scenario(seed: int):
     running = [dataclasses.replace(g, checkpoint_s=more.choice([None, 40.0, 60.0]))
                for g in running]
     config = config.model_copy(update={"preemption": config.preemption.model_copy(update={
-        "reclaim_checkpoint_ratio": more.choice([None, None, 0.5, 1.0])})})
+        "reclaim_checkpoint_ratio": more.choice([None, None, 0.5, 1.0])}),
+        "sla_max_holds": more.choice([1, 1, 3])})
     return busy(*nodes, placed=running), pending, config
 
 
